@@ -1,0 +1,1 @@
+//! fire-accelerated

@@ -1,0 +1,1 @@
+//! The paper's baseline encodings (filled in by the baselines work).

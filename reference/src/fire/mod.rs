@@ -1,0 +1,137 @@
+//! FIRE: b(i, j) = f_θ( ψ(|i − j|) / (ψ(max(i, L)) + ε) ), one module per layer.
+//!
+//! spec: [fire.bias]
+
+pub mod activation;
+pub mod grad;
+pub mod init;
+pub mod mlp;
+pub mod shared;
+pub mod transform;
+pub mod variants;
+
+use nalgebra::DVector;
+
+use crate::bias::{AdditiveBias, Pair};
+use crate::error::{checked, finite, Result};
+use crate::positions::as_real;
+
+pub use activation::Activation;
+pub use mlp::{Linear, Mlp};
+
+/// Which ψ the module applies. spec: [fire.psi], [fire.ablation.no-log]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transform {
+    /// ψ_c(x) = ln(|c|·x + 1): FIRE.
+    #[default]
+    Log,
+    /// ψ(x) = x: the "no log transform" ablation and the Theorem 3.1 constructions.
+    Identity,
+}
+
+/// How the threshold L enters. spec: [fire.threshold], [fire.ablation.no-threshold],
+/// [fire.ablation.fixed-threshold]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Threshold {
+    /// L = |m·L_init| with m trained: FIRE.
+    #[default]
+    Learnable,
+    /// The same value, but m is frozen (its gradient is zero).
+    Fixed,
+    /// No threshold: the normaliser is ψ(i) + ε.
+    Disabled,
+}
+
+/// The parameters of one FIRE module. spec: [fire.params]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fire {
+    /// f_θ: R → R^H.
+    pub mlp: Mlp,
+    /// c of ψ_c (learnable; only |c| matters).
+    pub c: f64,
+    /// The frozen initial threshold L_init (> 0).
+    pub l_init: f64,
+    /// The learnable multiplier m of the threshold.
+    pub l_multiplier: f64,
+    /// ε, added to the log-normaliser.
+    pub eps: f64,
+    /// ψ: log (FIRE) or identity.
+    pub transform: Transform,
+    /// The threshold's role.
+    pub threshold: Threshold,
+}
+
+impl Fire {
+    /// L = |m·L_init|, or `None` when the threshold is disabled. spec: [fire.threshold]
+    pub fn threshold_value(&self) -> Option<f64> {
+        match self.threshold {
+            Threshold::Disabled => None,
+            Threshold::Learnable | Threshold::Fixed => {
+                Some(transform::threshold(self.l_multiplier, self.l_init))
+            }
+        }
+    }
+
+    /// The MLP input x(i, j) for real-valued positions. spec: [fire.input]
+    pub fn input(&self, i: f64, j: f64) -> f64 {
+        transform::input(
+            self.transform,
+            self.c,
+            i,
+            j,
+            self.threshold_value(),
+            self.eps,
+        )
+    }
+
+    /// b(i, j) ∈ R^H at real-valued positions. spec: [fire.bias]
+    pub fn bias_at(&self, i: f64, j: f64) -> DVector<f64> {
+        self.mlp.eval(self.input(i, j))
+    }
+
+    /// The number of trainable scalars, counted as in Appendix E (`init_L` is frozen and not
+    /// counted; `L_multiplier` is counted unless the threshold is fixed or disabled).
+    pub fn parameter_count(&self) -> usize {
+        let m = usize::from(self.threshold == Threshold::Learnable);
+        self.mlp.parameter_count() + 1 + m
+    }
+}
+
+impl AdditiveBias for Fire {
+    fn heads(&self) -> usize {
+        self.mlp.heads()
+    }
+
+    /// spec: [fire.params], [num.errors]
+    fn validate(&self) -> Result<()> {
+        self.mlp.validate()?;
+        finite("c", self.c)?;
+        checked("L_init", self.l_init, self.l_init > 0.0, "L_init > 0")?;
+        finite("L_multiplier", self.l_multiplier)?;
+        checked("eps", self.eps, self.eps >= 0.0, "eps >= 0")?;
+        if self.transform == Transform::Log {
+            // |c| = 0 makes ψ ≡ 0 and every input 0/ε: the encoding would silently vanish.
+            checked("c", self.c, self.c != 0.0, "c != 0 with the log transform")?;
+        }
+        if self.threshold == Threshold::Disabled && self.eps == 0.0 {
+            return Err(crate::Error::Invalid {
+                what: "FIRE without threshold".into(),
+                reason: "eps = 0 divides 0 by 0 at query position 0".into(),
+            });
+        }
+        if self.threshold != Threshold::Disabled && self.eps == 0.0 {
+            checked(
+                "L_multiplier",
+                self.l_multiplier,
+                self.l_multiplier != 0.0,
+                "L_multiplier != 0 when eps = 0 (L = 0 divides 0 by 0 at query 0)",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// spec: [fire.bias], [conv.future]
+    fn bias(&self, pair: Pair) -> DVector<f64> {
+        self.bias_at(as_real(pair.i), as_real(pair.j))
+    }
+}
