@@ -6,7 +6,8 @@
 //!
 //! Every public function cites the clause it implements (`spec: [id]`); a test fails when a
 //! clause has no citing code or a citation names a missing clause. This crate is the only
-//! generator of the golden vectors; it favours obviousness over speed.
+//! generator of the golden vectors; it favours obviousness over speed: f64 throughout, one pair
+//! at a time, in the order the equations are written. spec: [num.reference]
 
 pub mod attention;
 pub mod baselines;

@@ -27,7 +27,8 @@ impl Linear {
 }
 
 /// f_θ: `depth` hidden layers with activation σ, then a linear output layer with one unit per
-/// head, then an optional final activation. spec: [fire.mlp]
+/// head, then an optional final activation. spec: [fire.mlp], [fire.ablation.depth],
+/// [fire.ablation.activation], [fire.ablation.final-activation]
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mlp {
     /// Hidden layers followed by the output layer (at least the output layer).

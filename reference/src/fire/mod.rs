@@ -89,6 +89,20 @@ impl Fire {
         self.mlp.eval(self.input(i, j))
     }
 
+    /// The magnitude bound of [num.compare] at one pair: per head, the sum of the absolute
+    /// terms the output layer adds, `Σ_m |W_out[h, m]·a_m| + |b_out[h]|`. It bounds `|b_h|` and
+    /// every value cancelled on the way, which is what rounding error scales with.
+    /// spec: [num.compare]
+    pub fn magnitude_at(&self, i: f64, j: f64) -> DVector<f64> {
+        let (_, act) = self.mlp.trace(self.input(i, j));
+        let last = &self.mlp.layers[self.mlp.layers.len() - 1];
+        let a = &act[act.len() - 2];
+        DVector::from_fn(last.weight.nrows(), |h, _| {
+            let terms: f64 = (0..a.len()).map(|m| (last.weight[(h, m)] * a[m]).abs()).sum();
+            terms + last.bias[h].abs()
+        })
+    }
+
     /// The number of trainable scalars, counted as in Appendix E (`init_L` is frozen and not
     /// counted; `L_multiplier` is counted unless the threshold is fixed or disabled).
     pub fn parameter_count(&self) -> usize {
