@@ -156,3 +156,21 @@ fn fire_s_shares_one_bias_across_layers() {
     assert_ne!(separate[0], separate[1]);
     assert_eq!(separate[0], layers[0]);
 }
+
+/// [fire.ablation.depth] and friends: each ablation builds a valid module that differs from the
+/// default exactly where its clause says.
+#[test]
+fn ablations_build_valid_distinct_modules() {
+    use fire_reference::fire::ablations::ABLATIONS;
+    let base = init::appendix_e(Shape::default(), 11);
+    for a in ABLATIONS {
+        let f = (a.build)(Shape::default(), 11);
+        assert!(f.validate().is_ok(), "{}", a.name);
+        let differs = evaluate(&f, &[0, 100, 600], &[0, 50]).unwrap()
+            != evaluate(&base, &[0, 100, 600], &[0, 50]).unwrap();
+        // Fixed threshold and one hidden layer are value-identical to the default: the former
+        // only freezes m, the latter *is* Appendix E.
+        let same_values = matches!(a.name, "fixed-threshold" | "one-hidden-layer");
+        assert_eq!(differs, !same_values, "{}", a.name);
+    }
+}

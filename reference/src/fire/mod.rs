@@ -2,6 +2,7 @@
 //!
 //! spec: [fire.bias]
 
+pub mod ablations;
 pub mod activation;
 pub mod grad;
 pub mod init;

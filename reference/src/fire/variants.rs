@@ -10,7 +10,7 @@ use crate::bias::{AdditiveBias, Pair};
 use crate::error::Result;
 use crate::fire::transform::psi;
 use crate::fire::{Activation, Fire, Threshold, Transform};
-use crate::positions::as_real;
+use crate::positions::{as_real, Indexing};
 
 /// A named deviation from [fire.bias]. spec: [variants.catalogue]
 #[derive(Debug, Clone, Copy)]
@@ -105,8 +105,8 @@ fn l_or_zero(fire: &Fire) -> f64 {
 }
 
 fn one_based(fire: &Fire, p: Pair) -> DVector<f64> {
-    let (i, j) = ij(p);
-    fire.bias_at(i + 1.0, j + 1.0)
+    let shift = |q| as_real(Indexing::OneBased.apply(q));
+    fire.bias_at(shift(p.i), shift(p.j))
 }
 
 fn by_length(fire: &Fire, p: Pair) -> DVector<f64> {
