@@ -59,7 +59,10 @@ impl AdditiveBias for KerpleLog {
         let n = distance(pair.i, pair.j).abs();
         DVector::from_iterator(
             self.r1.len(),
-            self.r1.iter().zip(&self.r2).map(|(&a, &b)| kerple_log(a, b, n)),
+            self.r1
+                .iter()
+                .zip(&self.r2)
+                .map(|(&a, &b)| kerple_log(a, b, n)),
         )
     }
 }
@@ -83,7 +86,10 @@ impl AdditiveBias for KerplePower {
         let n = distance(pair.i, pair.j).abs();
         DVector::from_iterator(
             self.r1.len(),
-            self.r1.iter().zip(&self.r2).map(|(&a, &b)| kerple_power(a, b, n)),
+            self.r1
+                .iter()
+                .zip(&self.r2)
+                .map(|(&a, &b)| kerple_power(a, b, n)),
         )
     }
 }

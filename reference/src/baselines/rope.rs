@@ -122,7 +122,13 @@ impl Rope {
 
     /// The same score through the relative form `⟨q, R(j − i)·k⟩`, equal in exact arithmetic.
     /// spec: [rope.score]
-    pub fn relative_score(&self, q: &DVector<f64>, k: &DVector<f64>, i: f64, j: f64) -> Result<f64> {
+    pub fn relative_score(
+        &self,
+        q: &DVector<f64>,
+        k: &DVector<f64>,
+        i: f64,
+        j: f64,
+    ) -> Result<f64> {
         same_dim(q, k)?;
         finite("RoPE position", i)?;
         finite("RoPE position", j)?;

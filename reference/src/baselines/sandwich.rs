@@ -32,7 +32,9 @@ pub struct SandwichPaper {
 impl SandwichPaper {
     /// `Σ_{k=1..r2} cos(n·ω_k)` in ascending k. spec: [sandwich.paper]
     pub fn cosine_sum(&self, n: f64) -> f64 {
-        (1..=self.r2).map(|k| (n * frequency(k, self.dim)).cos()).sum()
+        (1..=self.r2)
+            .map(|k| (n * frequency(k, self.dim)).cos())
+            .sum()
     }
 }
 

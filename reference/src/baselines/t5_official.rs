@@ -179,7 +179,10 @@ impl OfficialBucketing {
     /// spec: [t5.official.boundaries]
     pub fn distance_bucket(&self, n: u64) -> u32 {
         // k(n) = max{k : l_k ≤ n}; segment 0 starts at 0, so the index exists.
-        let k = self.segments.partition_point(|s| s.start <= n).saturating_sub(1);
+        let k = self
+            .segments
+            .partition_point(|s| s.start <= n)
+            .saturating_sub(1);
         self.segments[k].bucket
     }
 

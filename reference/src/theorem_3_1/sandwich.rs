@@ -14,7 +14,9 @@ pub fn sandwich_paper(target: &SandwichPaper, l0: u64) -> Result<Fire> {
     target.validate()?;
     let p = threshold(l0)?;
     let m = target.r2 as usize;
-    let hidden_w: Vec<f64> = (1..=target.r2).map(|k| p * frequency(k, target.dim)).collect();
+    let hidden_w: Vec<f64> = (1..=target.r2)
+        .map(|k| p * frequency(k, target.dim))
+        .collect();
     let hidden = layer(m, 1, &hidden_w, &vec![0.0; m]);
     let out_w: Vec<f64> = target
         .r1

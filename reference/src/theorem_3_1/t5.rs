@@ -26,7 +26,13 @@ fn step_layer(bounds: &[u64], p: f64) -> Linear {
 fn constant(values: &[Vec<f64>], l0: u64) -> Result<Fire> {
     let h = values.len();
     let bias: Vec<f64> = values.iter().map(|row| row[0]).collect();
-    fire_with(mlp(vec![layer(h, 1, &vec![0.0; h], &bias)], Activation::Heaviside), l0)
+    fire_with(
+        mlp(
+            vec![layer(h, 1, &vec![0.0; h], &bias)],
+            Activation::Heaviside,
+        ),
+        l0,
+    )
 }
 
 /// The FIRE parameters equal to `target` on `0 ≤ j ≤ i ≤ P(L0)`, bit for bit.
