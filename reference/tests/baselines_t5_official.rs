@@ -171,3 +171,18 @@ fn derived_boundaries_are_a_valid_general_form() {
     assert_eq!(b.boundaries(), (0..=17).collect::<Vec<u64>>());
     assert_eq!(b.segments().last().unwrap().bucket, 31);
 }
+
+/// [t5.bucket.official.float]: the two measured examples of the spec, where another arithmetic
+/// gives another bucket than the normative binary32 division.
+#[test]
+fn other_arithmetics_differ_where_the_spec_says() {
+    // Binary64 throughout: num_buckets 10, max_distance 160, unidirectional, n = 10.
+    let b = OfficialBucketing::new(10, 160, false).unwrap();
+    let f64_bucket = 5 + ((10.0f64 / 5.0).ln() / (160.0f64 / 5.0).ln() * 5.0) as u32;
+    assert_eq!((b.bucket(-10), f64_bucket), (6, 5));
+    // Division by δ as multiplication by its binary32 reciprocal: 3 buckets, 36, n = 6.
+    let b = OfficialBucketing::new(3, 36, false).unwrap();
+    let delta = (36.0f64 / 1.0).ln() as f32;
+    let recip = 1 + (((6.0f32 / 1.0).ln() * (1.0 / delta)) * 2.0) as u32;
+    assert_eq!((b.bucket(-6), recip.min(2)), (2, 1));
+}

@@ -1,5 +1,7 @@
 //! Theorem 3.1: FIRE can represent T5's RPE, Alibi, Kerple and Sandwich on a training length.
 //!
+//! spec: [thm31.statement], [thm31.exactness], [thm31.beyond], [thm31.future]
+//!
 //! Each function here builds, from a target encoding and a length `L0`, an explicit FIRE
 //! parameter set whose bias equals the target's for every `0 ≤ j ≤ i < L0` — bit for bit for
 //! T5, Alibi and Kerple, within a stated rounding bound for Sandwich (spec/theorem-3-1.md).
