@@ -1,0 +1,39 @@
+//! What an implementation's declared conventions change in the expected output.
+//!
+//! The causal lower triangle (key ≤ query) is the core every implementation must match; the
+//! upper triangle is checked under the declared [`FutureKeys`]. spec: [conv.future], [conv.causal]
+
+use crate::implementation::FutureKeys;
+use crate::vectors::format::{Inputs, Kind, Tensor};
+
+/// The expected tensor under `future` and the elements to check, for an output of `kind`.
+/// Bias tensors end in `[Q, K]`; other outputs are returned unchanged.
+pub fn adjust(kind: Kind, inputs: &Inputs, want: &Tensor, future: FutureKeys) -> (Tensor, Option<Vec<bool>>) {
+    if kind != Kind::Bias || future == FutureKeys::Mirrored {
+        return (want.clone(), None);
+    }
+    let (nq, nk) = (inputs.queries.len(), inputs.keys.len());
+    if nq * nk == 0 || want.data.len() % (nq * nk) != 0 {
+        return (want.clone(), None);
+    }
+    let mut out = want.clone();
+    let mut check = vec![true; want.data.len()];
+    for (n, v) in out.data.iter_mut().enumerate() {
+        let q = (n / nk) % nq;
+        let k = n % nk;
+        if inputs.keys[k] > inputs.queries[q] {
+            match future {
+                FutureKeys::Zero => *v = 0.0,
+                FutureKeys::Masked => *v = f64::NEG_INFINITY,
+                FutureKeys::Negated => check[n] = false,
+                FutureKeys::Mirrored => {}
+            }
+        }
+    }
+    (out, Some(check))
+}
+
+/// Only the causal elements: the mask that checks `key ≤ query` and nothing else.
+pub fn causal_only(kind: Kind, inputs: &Inputs, want: &Tensor) -> Option<Vec<bool>> {
+    adjust(kind, inputs, want, FutureKeys::Negated).1
+}

@@ -1,0 +1,157 @@
+//! What the harness runs: anything that answers a request for one case with one reply.
+//!
+//! In-process implementations (the reference, variant test doubles, the accelerated crate) and
+//! subprocesses speaking the JSON-lines protocol all sit behind this one trait, so the runner,
+//! the comparison and the reports never know which kind they check. spec: [proto.request],
+//! [proto.reply]
+
+use std::collections::BTreeMap;
+
+use crate::vectors::format::{Case, Encoding, Inputs, Kind, Tensor};
+
+/// How an implementation treats keys after the query. spec: [conv.future], [proto.hello]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FutureKeys {
+    /// Appendix E: the mirrored distance, normalised by the query (the reference).
+    #[default]
+    Mirrored,
+    /// Exactly 0.
+    Zero,
+    /// −∞ (the mask folded into the bias).
+    Masked,
+    /// Signed distances; the upper triangle is not checked.
+    Negated,
+}
+
+impl FutureKeys {
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "mirrored" => Self::Mirrored,
+            "zero" => Self::Zero,
+            "masked" => Self::Masked,
+            "negated" => Self::Negated,
+            _ => return None,
+        })
+    }
+
+    /// The wire name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mirrored => "mirrored",
+            Self::Zero => "zero",
+            Self::Masked => "masked",
+            Self::Negated => "negated",
+        }
+    }
+}
+
+/// Where the bias enters the logits. spec: [attn.placement], [proto.hello]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Placement {
+    /// `q·kᵀ/√d + b` (normative).
+    #[default]
+    AfterScaling,
+    /// `(q·kᵀ + b)/√d`.
+    BeforeScaling,
+}
+
+impl Placement {
+    /// Parses a wire name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "after-scaling" => Self::AfterScaling,
+            "before-scaling" => Self::BeforeScaling,
+            _ => return None,
+        })
+    }
+
+    /// The wire name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::AfterScaling => "after-scaling",
+            Self::BeforeScaling => "before-scaling",
+        }
+    }
+}
+
+/// What an implementation declares about itself (the handshake). spec: [proto.hello]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Capabilities {
+    /// A human name for reports.
+    pub name: String,
+    /// Family globs it supports (`*` for all); other cases are skipped, not failed.
+    pub families: Vec<String>,
+    /// The dtypes it computes in, most precise first; the run uses the first.
+    pub dtypes: Vec<String>,
+    /// Keys after the query.
+    pub future_keys: FutureKeys,
+    /// Bias placement in attention.
+    pub placement: Placement,
+}
+
+/// One case as an implementation sees it: inputs only, never the expected values.
+/// spec: [proto.request]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The case id; the reply must echo it.
+    pub id: String,
+    /// What to compute.
+    pub kind: Kind,
+    /// The dtype to compute in.
+    pub dtype: String,
+    /// The encoding and all parameters.
+    pub encoding: Encoding,
+    /// Positions and the kind's extra inputs.
+    pub inputs: Inputs,
+    /// The names of the outputs the reply must carry.
+    pub outputs: Vec<String>,
+}
+
+impl Request {
+    /// The request for `case`, computed in `dtype`.
+    pub fn for_case(case: &Case, dtype: &str) -> Self {
+        Self {
+            id: case.id.clone(),
+            kind: case.kind,
+            dtype: dtype.to_owned(),
+            encoding: case.encoding.clone(),
+            inputs: case.inputs.clone(),
+            outputs: output_names(case),
+        }
+    }
+}
+
+/// The output names a case's reply carries: its expected outputs, or for invalid cases what a
+/// valid one of its kind would carry.
+pub fn output_names(case: &Case) -> Vec<String> {
+    match &case.expected {
+        Some(e) => e.keys().cloned().collect(),
+        None => match case.kind {
+            Kind::Bias => vec!["bias".into()],
+            Kind::Attention => vec!["output".into()],
+            Kind::Vjp => vec![],
+        },
+    }
+}
+
+/// Exactly one reply per request. spec: [proto.reply]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The computed outputs by name.
+    Output(BTreeMap<String, Tensor>),
+    /// The implementation does not support this case, and says why.
+    Skipped(String),
+    /// The implementation refused or failed (the right answer for an invalid case).
+    Errored(String),
+    /// The harness could not get a well-formed reply (crash, hang, garbage, flood, wrong id).
+    Broken(String),
+}
+
+/// Anything the harness can check. spec: [proto.request]
+pub trait Implementation {
+    /// The handshake: called once before any request.
+    fn capabilities(&mut self) -> anyhow::Result<Capabilities>;
+    /// Answers one request.
+    fn run(&mut self, request: &Request) -> Reply;
+}

@@ -1,0 +1,324 @@
+//! An implementation in another process, spoken to in JSON lines over stdin/stdout.
+//!
+//! The process is hostile until proven otherwise: a crash restarts it and fails the case, a hang
+//! times out, garbage, a wrong shape or a reply for another case fails the case, and a flood of
+//! output hits a size cap. None of them takes the harness down. spec: [proto.framing],
+//! [proto.lifecycle]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use crate::implementation::{Capabilities, Implementation, Reply, Request};
+use crate::protocol;
+
+/// Time and size limits. spec: [proto.lifecycle]
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Per case.
+    pub case: Duration,
+    /// For start-up and the handshake.
+    pub startup: Duration,
+    /// The longest line accepted, in bytes.
+    pub max_line: usize,
+    /// Consecutive failed (re)starts before every remaining case fails at once.
+    pub max_failed_starts: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            case: Duration::from_secs(30),
+            startup: Duration::from_secs(120),
+            max_line: 16 << 20,
+            max_failed_starts: 3,
+        }
+    }
+}
+
+enum Line {
+    Text(String),
+    TooLong,
+    Eof,
+    Failed(String),
+}
+
+struct Process {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Line>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+const STDERR_TAIL: usize = 2000;
+
+fn read_lines(out: impl Read, cap: usize, tx: mpsc::Sender<Line>) {
+    let mut r = BufReader::new(out);
+    loop {
+        let mut line = Vec::new();
+        let done = loop {
+            let buf = match r.fill_buf() {
+                Ok(b) => b,
+                Err(e) => break Some(Line::Failed(e.to_string())),
+            };
+            if buf.is_empty() {
+                break Some(if line.is_empty() { Line::Eof } else { Line::Text(String::from_utf8_lossy(&line).into_owned()) });
+            }
+            let (take, end) = match buf.iter().position(|&b| b == b'\n') {
+                Some(n) => (n + 1, true),
+                None => (buf.len(), false),
+            };
+            line.extend_from_slice(&buf[..take]);
+            r.consume(take);
+            if line.len() > cap {
+                break Some(Line::TooLong);
+            }
+            if end {
+                line.pop();
+                break None;
+            }
+        };
+        let stop = done.is_some();
+        let msg = done.unwrap_or_else(|| Line::Text(String::from_utf8_lossy(&line).into_owned()));
+        let stop = stop || matches!(msg, Line::TooLong);
+        if tx.send(msg).is_err() || stop {
+            return;
+        }
+    }
+}
+
+fn drain_stderr(err: impl Read, keep: Arc<Mutex<Vec<u8>>>) {
+    let mut r = BufReader::new(err);
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = r.read(&mut buf) {
+        if n == 0 {
+            return;
+        }
+        if let Ok(mut k) = keep.lock() {
+            k.extend_from_slice(&buf[..n]);
+            let excess = k.len().saturating_sub(STDERR_TAIL);
+            k.drain(..excess);
+        }
+    }
+}
+
+impl Process {
+    fn spawn(cmd: &str, cap: usize) -> std::io::Result<Self> {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.spawn()?;
+        let (tx, lines) = mpsc::channel();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        if let Some(out) = child.stdout.take() {
+            thread::spawn(move || read_lines(out, cap, tx));
+        }
+        if let Some(err) = child.stderr.take() {
+            let keep = Arc::clone(&stderr);
+            thread::spawn(move || drain_stderr(err, keep));
+        }
+        Ok(Self {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr,
+        })
+    }
+
+    fn send(&mut self, line: &str) -> std::io::Result<()> {
+        let stdin = self.stdin.as_mut().ok_or_else(|| std::io::Error::other("stdin closed"))?;
+        stdin.write_all(line.as_bytes())?;
+        stdin.write_all(b"\n")?;
+        stdin.flush()
+    }
+
+    fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().map(|k| String::from_utf8_lossy(&k).into_owned()).unwrap_or_default();
+        let tail = tail.trim();
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; stderr ends: {}", tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | "))
+        }
+    }
+
+    fn kill(&mut self) {
+        // The whole process group: `sh -c` and whatever it started.
+        let _ = Command::new("kill").arg("-KILL").arg(format!("-{}", self.child.id())).stderr(Stdio::null()).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for one line; `Err` carries why none came.
+    fn receive(&mut self, timeout: Duration) -> Result<String, String> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(Line::Text(t)) => Ok(t),
+            Ok(Line::TooLong) => Err("reply exceeds the size cap (flood?); the implementation was restarted".into()),
+            Ok(Line::Failed(e)) => Err(format!("reading the implementation's output failed: {e}")),
+            Ok(Line::Eof) | Err(RecvTimeoutError::Disconnected) => {
+                thread::sleep(Duration::from_millis(50));
+                let status = self.child.try_wait().ok().flatten().map_or("still running".into(), |s| s.to_string());
+                Err(format!("the implementation closed its output (crashed? exit: {status}){}", self.stderr_tail()))
+            }
+            Err(RecvTimeoutError::Timeout) => Err(format!("no reply within {:.1}s (hang?); the implementation was restarted", timeout.as_secs_f64())),
+        }
+    }
+}
+
+/// A subprocess implementation.
+pub struct External {
+    cmd: String,
+    limits: Limits,
+    process: Option<Process>,
+    failed_starts: usize,
+    suite_version: String,
+}
+
+impl std::fmt::Debug for External {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("External").field("cmd", &self.cmd).finish()
+    }
+}
+
+impl External {
+    /// An implementation started by `sh -c cmd` when first needed.
+    pub fn new(cmd: &str, limits: Limits) -> Self {
+        Self {
+            cmd: cmd.into(),
+            limits,
+            process: None,
+            failed_starts: 0,
+            suite_version: crate::vectors::manifest::SUITE_VERSION.into(),
+        }
+    }
+
+    fn start(&mut self) -> Result<Capabilities, String> {
+        let mut p = Process::spawn(&self.cmd, self.limits.max_line).map_err(|e| format!("cannot start `{}`: {e}", self.cmd))?;
+        let hello = p
+            .send(&protocol::hello(&self.suite_version))
+            .map_err(|e| format!("cannot write the handshake: {e}"))
+            .and_then(|()| p.receive(self.limits.startup))
+            .and_then(|line| protocol::parse_hello(&line));
+        match hello {
+            Ok(caps) => {
+                self.process = Some(p);
+                self.failed_starts = 0;
+                Ok(caps)
+            }
+            Err(e) => {
+                p.kill();
+                self.failed_starts += 1;
+                Err(format!("handshake failed: {e}"))
+            }
+        }
+    }
+
+    fn drop_process(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill();
+        }
+    }
+}
+
+impl Implementation for External {
+    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+        self.start().map_err(|e| anyhow::anyhow!("`{}`: {e}", self.cmd))
+    }
+
+    fn run(&mut self, request: &Request) -> Reply {
+        if self.process.is_none() {
+            if self.failed_starts >= self.limits.max_failed_starts {
+                return Reply::Broken(format!("gave up after {} failed restarts", self.failed_starts));
+            }
+            if let Err(e) = self.start() {
+                return Reply::Broken(format!("restart failed: {e}"));
+            }
+        }
+        let Some(p) = self.process.as_mut() else {
+            return Reply::Broken("no process".into());
+        };
+        let line = match p.send(&protocol::request(request)) {
+            Ok(()) => p.receive(self.limits.case),
+            Err(_) => p.receive(Duration::from_millis(500)).and_then(|_| Err("the implementation stopped reading its input (crashed?)".into())),
+        };
+        let reply = match line {
+            Ok(line) => protocol::parse_reply(&line, &request.id),
+            Err(e) => Reply::Broken(e),
+        };
+        if let Reply::Broken(_) = reply {
+            // The stream may be out of step: start afresh for the next case.
+            self.drop_process();
+        }
+        reply
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            let _ = p.send(&protocol::bye());
+            p.stdin = None;
+            for _ in 0..20 {
+                if let Ok(Some(_)) = p.child.try_wait() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(25));
+            }
+            p.kill();
+        }
+    }
+}
+
+/// Replies recorded in a file (`check --results`): an optional hello line, then result lines.
+/// spec: [proto.results]
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    caps: Capabilities,
+    replies: BTreeMap<String, Reply>,
+}
+
+impl Recorded {
+    /// Reads a results file; a malformed line is an error naming its number.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let mut caps = Capabilities {
+            name: "results file".into(),
+            families: vec!["*".into()],
+            dtypes: vec!["f64".into()],
+            future_keys: Default::default(),
+            placement: Default::default(),
+        };
+        let mut replies = BTreeMap::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            if n == 0 && line.contains("\"hello\"") {
+                caps = protocol::parse_hello(line).map_err(|e| anyhow::anyhow!("line 1: {e}"))?;
+                continue;
+            }
+            let (id, reply) = protocol::parse_result(line).map_err(|e| anyhow::anyhow!("line {}: {e}", n + 1))?;
+            if replies.insert(id.clone(), reply).is_some() {
+                anyhow::bail!("line {}: a second result for `{id}`", n + 1);
+            }
+        }
+        Ok(Self { caps, replies })
+    }
+}
+
+impl Implementation for Recorded {
+    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+        Ok(self.caps.clone())
+    }
+
+    fn run(&mut self, request: &Request) -> Reply {
+        self.replies
+            .get(&request.id)
+            .cloned()
+            .unwrap_or_else(|| Reply::Skipped("no result in the file".into()))
+    }
+}

@@ -1,0 +1,5 @@
+//! The implementations the harness knows how to drive.
+
+pub mod external;
+pub mod reference;
+pub mod variant;

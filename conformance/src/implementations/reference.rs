@@ -1,0 +1,234 @@
+//! The built-in reference implementation: `fire-reference`, in process.
+//!
+//! This is also the code path the generator uses to compute expected outputs, so "the reference
+//! passes every vector" checks serialisation and loading end to end. spec: [vec.generation]
+
+use std::collections::BTreeMap;
+
+use nalgebra::DMatrix;
+
+use fire_reference::attention::{self, HeadInputs};
+use fire_reference::bias::{evaluate, AdditiveBias, Bias};
+use fire_reference::fire::grad;
+use fire_reference::fire::variants::{Deviating, Variant};
+use fire_reference::{Error, Fire, Position, Result};
+
+use crate::implementation::{Capabilities, Implementation, Reply, Request};
+use crate::vectors::format::{Encoding, Inputs, Kind, Tensor};
+use crate::vectors::params::{self, check_tensor, layer_name};
+
+/// The reference as an [`Implementation`].
+#[derive(Debug, Default)]
+pub struct Reference;
+
+impl Implementation for Reference {
+    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+        Ok(Capabilities {
+            name: "fire-reference".into(),
+            families: vec!["*".into()],
+            dtypes: vec!["f64".into()],
+            future_keys: Default::default(),
+            placement: Default::default(),
+        })
+    }
+
+    fn run(&mut self, request: &Request) -> Reply {
+        match evaluate_request(&request.encoding, request.kind, &request.inputs, None) {
+            Ok(out) => Reply::Output(out),
+            Err(e) => Reply::Errored(e.to_string()),
+        }
+    }
+}
+
+fn bias_tensor(b: &Bias) -> Tensor {
+    Tensor::new(b.shape().to_vec(), b.to_row_major())
+}
+
+fn stacked(layers: &[Bias]) -> Tensor {
+    let mut shape = vec![layers.len()];
+    shape.extend(layers.first().map(|b| b.shape().to_vec()).unwrap_or_default());
+    Tensor::new(shape, layers.iter().flat_map(Bias::to_row_major).collect())
+}
+
+/// A FIRE module, possibly seen through a named deviation.
+fn eval_fire(
+    fire: &Fire,
+    variant: Option<&Variant>,
+    q: &[Position],
+    k: &[Position],
+) -> Result<Bias> {
+    match variant {
+        Some(v) => evaluate(&Deviating { fire, variant: v }, q, k),
+        None => evaluate(fire as &dyn AdditiveBias, q, k),
+    }
+}
+
+/// The bias of any encoding; FIRE-S and per-layer FIRE give one bias per layer.
+fn layer_biases(
+    encoding: &Encoding,
+    variant: Option<&Variant>,
+    q: &[Position],
+    k: &[Position],
+) -> Result<Vec<Bias>> {
+    match encoding {
+        Encoding::Fire(p) => Ok(vec![eval_fire(&params::to_fire(p)?, variant, q, k)?]),
+        Encoding::FireShared(s) => {
+            if s.layers == 0 {
+                return Err(Error::Empty {
+                    what: "FIRE-S layers".into(),
+                });
+            }
+            let once = eval_fire(&params::to_fire(&s.module)?, variant, q, k)?;
+            Ok(vec![once; s.layers])
+        }
+        Encoding::FirePerLayer(p) => {
+            if p.modules.is_empty() {
+                return Err(Error::Empty {
+                    what: "FIRE layers".into(),
+                });
+            }
+            p.modules
+                .iter()
+                .map(|m| eval_fire(&params::to_fire(m)?, variant, q, k))
+                .collect()
+        }
+        Encoding::Baseline(b) => {
+            let enc = crate::vectors::baselines::build(b)?;
+            Ok(vec![evaluate(enc.as_ref(), q, k)?])
+        }
+    }
+}
+
+fn head_inputs(inputs: &Inputs, heads: usize) -> Result<Vec<HeadInputs>> {
+    let get = |name: &str, t: &Option<Tensor>| -> Result<Tensor> {
+        let t = t.clone().ok_or_else(|| Error::Invalid {
+            what: "attention inputs".into(),
+            reason: format!("`{name}` is missing"),
+        })?;
+        check_tensor(name, &t)?;
+        if t.shape.len() != 3 || t.shape[0] != heads {
+            return Err(Error::Shape {
+                what: format!("attention input `{name}`"),
+                expected: format!("[{heads}, rows, dim]"),
+                got: format!("{:?}", t.shape),
+            });
+        }
+        Ok(t)
+    };
+    let (q, k, v) = (get("q", &inputs.q)?, get("k", &inputs.k)?, get("v", &inputs.v)?);
+    let head = |t: &Tensor, h: usize| {
+        let (r, c) = (t.shape[1], t.shape[2]);
+        DMatrix::from_row_slice(r, c, &t.data[h * r * c..(h + 1) * r * c])
+    };
+    Ok((0..heads)
+        .map(|h| HeadInputs {
+            q: head(&q, h),
+            k: head(&k, h),
+            v: head(&v, h),
+        })
+        .collect())
+}
+
+/// Causal attention outputs `[H, Q, d_v]` of `bias` (normative placement unless told).
+pub fn attention_output(
+    inputs: &Inputs,
+    bias: &Bias,
+    placement: attention::Placement,
+) -> Result<Tensor> {
+    let q = params::positions("query positions", &inputs.queries)?;
+    let k = params::positions("key positions", &inputs.keys)?;
+    let heads = head_inputs(inputs, bias.heads())?;
+    let outs = attention::causal(&heads, bias, &q, &k, placement)?;
+    let (rows, dv) = outs.first().map_or((0, 0), |m| m.shape());
+    let data = outs
+        .iter()
+        .flat_map(|m| (0..rows).flat_map(move |r| m.row(r).iter().copied().collect::<Vec<_>>()))
+        .collect();
+    Ok(Tensor::new(vec![outs.len(), rows, dv], data))
+}
+
+fn vjp(fire: &Fire, q: &[Position], k: &[Position], cot: &Option<Tensor>) -> Result<BTreeMap<String, Tensor>> {
+    let cot = cot.as_ref().ok_or_else(|| Error::Invalid {
+        what: "vjp inputs".into(),
+        reason: "`cotangent` is missing".into(),
+    })?;
+    check_tensor("cotangent", cot)?;
+    let want = [fire.mlp.heads(), q.len(), k.len()];
+    if cot.shape != want {
+        return Err(Error::Shape {
+            what: "cotangent".into(),
+            expected: format!("{want:?}"),
+            got: format!("{:?}", cot.shape),
+        });
+    }
+    let heads = (0..want[0])
+        .map(|h| DMatrix::from_row_slice(want[1], want[2], &cot.data[h * want[1] * want[2]..(h + 1) * want[1] * want[2]]))
+        .collect();
+    let g = grad::vjp(fire, q, k, &Bias::from_heads(heads)?)?;
+    let mut out = BTreeMap::new();
+    for (n, (w, b)) in g.layers.iter().enumerate() {
+        out.insert(format!("{}.weight", layer_name(n)), params::from_matrix(w));
+        out.insert(format!("{}.bias", layer_name(n)), Tensor::new(vec![b.len()], b.iter().copied().collect()));
+    }
+    out.insert("c".into(), Tensor::new(vec![], vec![g.c]));
+    if fire.threshold == fire_reference::fire::Threshold::Learnable {
+        out.insert("L_multiplier".into(), Tensor::new(vec![], vec![g.l_multiplier]));
+    }
+    Ok(out)
+}
+
+/// Evaluates one case's request with the reference, optionally through a named deviation.
+/// spec: [vec.generation]
+pub fn evaluate_request(
+    encoding: &Encoding,
+    kind: Kind,
+    inputs: &Inputs,
+    variant: Option<&Variant>,
+) -> Result<BTreeMap<String, Tensor>> {
+    evaluate_placed(encoding, kind, inputs, variant, attention::Placement::AfterScaling)
+}
+
+/// [`evaluate_request`] with an explicit bias placement for attention cases.
+pub fn evaluate_placed(
+    encoding: &Encoding,
+    kind: Kind,
+    inputs: &Inputs,
+    variant: Option<&Variant>,
+    placement: attention::Placement,
+) -> Result<BTreeMap<String, Tensor>> {
+    let q = params::positions("query positions", &inputs.queries)?;
+    let k = params::positions("key positions", &inputs.keys)?;
+    let mut out = BTreeMap::new();
+    match kind {
+        Kind::Bias => {
+            let layers = layer_biases(encoding, variant, &q, &k)?;
+            let t = match encoding {
+                Encoding::Fire(_) | Encoding::Baseline(_) => bias_tensor(&layers[0]),
+                _ => stacked(&layers),
+            };
+            out.insert("bias".into(), t);
+        }
+        Kind::Attention => {
+            let layers = layer_biases(encoding, variant, &q, &k)?;
+            if layers.len() != 1 {
+                return Err(Error::Invalid {
+                    what: "attention case".into(),
+                    reason: "attention cases take a single-layer encoding".into(),
+                });
+            }
+            out.insert("output".into(), attention_output(inputs, &layers[0], placement)?);
+        }
+        Kind::Vjp => match encoding {
+            Encoding::Fire(p) if variant.is_none() => {
+                out = vjp(&params::to_fire(p)?, &q, &k, &inputs.cotangent)?;
+            }
+            _ => {
+                return Err(Error::Invalid {
+                    what: "vjp case".into(),
+                    reason: "gradients are defined for a single FIRE module".into(),
+                })
+            }
+        },
+    }
+    Ok(out)
+}

@@ -1,0 +1,36 @@
+//! Test doubles: the reference seen through one named deviation, so a mutation test can prove
+//! the suite catches and names every catalogue entry. spec: [variants.catalogue]
+
+use fire_reference::fire::variants::Variant;
+
+use crate::implementation::{Capabilities, Implementation, Reply, Request};
+use crate::implementations::reference::evaluate_request;
+use crate::vectors::format::{Encoding, Kind};
+
+/// An implementation that makes exactly one catalogued mistake.
+#[derive(Debug, Clone, Copy)]
+pub struct Mistaken(pub &'static Variant);
+
+impl Implementation for Mistaken {
+    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+        Ok(Capabilities {
+            name: format!("variant {}", self.0.name),
+            families: vec!["*".into()],
+            dtypes: vec!["f64".into()],
+            future_keys: Default::default(),
+            placement: Default::default(),
+        })
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let fire_like = matches!(r.encoding, Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_));
+        if r.kind == Kind::Vjp && fire_like {
+            return Reply::Skipped("the test double does not model gradients".into());
+        }
+        let variant = fire_like.then_some(self.0);
+        match evaluate_request(&r.encoding, r.kind, &r.inputs, variant) {
+            Ok(out) => Reply::Output(out),
+            Err(e) => Reply::Errored(e.to_string()),
+        }
+    }
+}

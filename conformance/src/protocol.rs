@@ -1,0 +1,225 @@
+//! The JSON-lines wire format between the harness and an external implementation.
+//!
+//! Reading is defensive: every malformed line becomes a message for a failed case, never a
+//! panic (the protocol reader is a fuzz target). spec: [proto.framing], [proto.hello],
+//! [proto.request], [proto.reply], [proto.numbers]
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Number, Value};
+
+use crate::implementation::{Capabilities, FutureKeys, Placement, Reply, Request};
+use crate::vectors::format::Tensor;
+use crate::vectors::yaml::Node;
+
+/// The protocol version this harness speaks. spec: [proto.hello]
+pub const VERSION: i64 = 1;
+
+/// A number on the wire: a JSON number, or `"nan"`, `"inf"`, `"-inf"` for the values JSON
+/// cannot write. spec: [proto.numbers]
+pub fn number(v: f64) -> Value {
+    match Number::from_f64(v) {
+        Some(n) => Value::Number(n),
+        None if v.is_nan() => Value::String("nan".into()),
+        None if v > 0.0 => Value::String("inf".into()),
+        None => Value::String("-inf".into()),
+    }
+}
+
+/// Reads a wire number. spec: [proto.numbers]
+pub fn read_number(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "nan" => Some(f64::NAN),
+            "inf" => Some(f64::INFINITY),
+            "-inf" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A vector-tree node as JSON.
+pub fn to_json(n: &Node) -> Value {
+    match n {
+        Node::Map(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect::<Map<_, _>>()),
+        Node::Seq(s) => Value::Array(s.iter().map(to_json).collect()),
+        Node::Str(s) => Value::String(s.clone()),
+        Node::Int(i) => json!(i),
+        Node::Float(f) => number(*f),
+        Node::Bool(b) => Value::Bool(*b),
+    }
+}
+
+/// The harness's first line. spec: [proto.hello]
+pub fn hello(suite_version: &str) -> String {
+    json!({"type": "hello", "protocol": VERSION, "suite_version": suite_version}).to_string()
+}
+
+/// The line that asks for one case: inputs only. spec: [proto.request]
+pub fn request(r: &Request) -> String {
+    json!({
+        "type": "case",
+        "id": r.id,
+        "kind": r.kind.name(),
+        "dtype": r.dtype,
+        "outputs": r.outputs,
+        "encoding": to_json(&r.encoding.to_node()),
+        "inputs": to_json(&r.inputs.to_node()),
+    })
+    .to_string()
+}
+
+/// The harness's last line.
+pub fn bye() -> String {
+    json!({"type": "bye"}).to_string()
+}
+
+fn parse_object(line: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str::<Value>(line) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err("the line is JSON but not an object".into()),
+        Err(e) => {
+            let hint = if line.contains("NaN") || line.contains("Infinity") {
+                " (bare NaN/Infinity are not JSON: write \"nan\", \"inf\", \"-inf\")"
+            } else {
+                ""
+            };
+            Err(format!("invalid JSON: {e}{hint}: {}", excerpt(line)))
+        }
+    }
+}
+
+/// The first 120 characters of a line, for messages.
+pub fn excerpt(line: &str) -> String {
+    let cut: String = line.chars().take(120).collect();
+    if cut.len() < line.len() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
+    match v {
+        None => Ok(vec![]),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_str().map(str::to_owned).ok_or_else(|| format!("`{what}` must be a list of strings")))
+            .collect(),
+        Some(_) => Err(format!("`{what}` must be a list of strings")),
+    }
+}
+
+/// Reads the implementation's handshake. spec: [proto.hello]
+pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
+    let m = parse_object(line)?;
+    if m.get("type").and_then(Value::as_str) != Some("hello") {
+        return Err(format!("expected a hello line, got: {}", excerpt(line)));
+    }
+    match m.get("protocol").and_then(Value::as_i64) {
+        Some(VERSION) => {}
+        other => return Err(format!("protocol version {other:?}; this harness speaks {VERSION}")),
+    }
+    let name = m.get("name").and_then(Value::as_str).ok_or("hello needs a `name`")?.to_owned();
+    let mut families = strings(m.get("families"), "families")?;
+    if families.is_empty() {
+        families.push("*".into());
+    }
+    let mut dtypes = strings(m.get("dtypes"), "dtypes")?;
+    if dtypes.is_empty() {
+        dtypes.push("f64".into());
+    }
+    let conv = m.get("conventions").and_then(Value::as_object);
+    let get = |k: &str| conv.and_then(|c| c.get(k)).and_then(Value::as_str);
+    let future_keys = match get("future_keys") {
+        None => FutureKeys::default(),
+        Some(s) => FutureKeys::parse(s).ok_or_else(|| format!("unknown future_keys `{s}` (mirrored, zero, masked, negated)"))?,
+    };
+    let placement = match get("placement") {
+        None => Placement::default(),
+        Some(s) => Placement::parse(s).ok_or_else(|| format!("unknown placement `{s}` (after-scaling, before-scaling)"))?,
+    };
+    Ok(Capabilities {
+        name,
+        families,
+        dtypes,
+        future_keys,
+        placement,
+    })
+}
+
+fn tensor(name: &str, v: &Value) -> Result<Tensor, String> {
+    let m = v.as_object().ok_or_else(|| format!("output `{name}` must be an object with shape and data"))?;
+    let shape = m
+        .get("shape")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("output `{name}` has no `shape` list"))?
+        .iter()
+        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| format!("output `{name}`: shape entries must be non-negative integers"))?;
+    let data = m
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("output `{name}` has no flat `data` list"))?
+        .iter()
+        .map(read_number)
+        .collect::<Option<Vec<f64>>>()
+        .ok_or_else(|| format!("output `{name}`: data must be numbers or \"nan\"/\"inf\"/\"-inf\" (a flat, row-major list)"))?;
+    let t = Tensor::new(shape, data);
+    if t.numel() != Some(t.data.len()) {
+        return Err(format!("output `{name}`: shape {:?} needs {:?} values, got {}", t.shape, t.numel(), t.data.len()));
+    }
+    Ok(t)
+}
+
+/// Reads one reply line for case `id`. Anything malformed is a [`Reply::Broken`] with the reason.
+/// spec: [proto.reply]
+pub fn parse_reply(line: &str, id: &str) -> Reply {
+    match parse_result(line) {
+        Err(e) => Reply::Broken(e),
+        Ok((got, _)) if got != id => Reply::Broken(format!("reply for case `{got}` while `{id}` was asked (replies must answer the current case)")),
+        Ok((_, reply)) => reply,
+    }
+}
+
+/// Reads a result line: its id and reply. spec: [proto.reply]
+pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
+    let m = parse_object(line)?;
+    if m.get("type").and_then(Value::as_str) != Some("result") {
+        return Err(format!("expected a result line, got: {}", excerpt(line)));
+    }
+    let id = m.get("id").and_then(Value::as_str).ok_or("a result needs a string `id`")?.to_owned();
+    let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let reply = match m.get("status").and_then(Value::as_str) {
+        Some("output") => {
+            let outs = m.get("outputs").and_then(Value::as_object).ok_or("an output result needs an `outputs` object")?;
+            let mut map = BTreeMap::new();
+            for (k, v) in outs {
+                map.insert(k.clone(), tensor(k, v)?);
+            }
+            Reply::Output(map)
+        }
+        Some("skipped") => Reply::Skipped(text("reason")),
+        Some("errored") => Reply::Errored(text("message")),
+        other => return Err(format!("unknown status {other:?} (output, skipped, errored)")),
+    };
+    Ok((id, reply))
+}
+
+/// A result line, as an implementation (or a results file) writes it.
+pub fn result_line(id: &str, reply: &Reply) -> String {
+    match reply {
+        Reply::Output(outs) => {
+            let outputs: Map<String, Value> = outs
+                .iter()
+                .map(|(k, t)| (k.clone(), json!({"shape": t.shape, "data": t.data.iter().map(|&v| number(v)).collect::<Vec<_>>()})))
+                .collect();
+            json!({"type": "result", "id": id, "status": "output", "outputs": outputs}).to_string()
+        }
+        Reply::Skipped(r) => json!({"type": "result", "id": id, "status": "skipped", "reason": r}).to_string(),
+        Reply::Errored(m) | Reply::Broken(m) => json!({"type": "result", "id": id, "status": "errored", "message": m}).to_string(),
+    }
+}

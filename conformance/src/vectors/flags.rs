@@ -1,0 +1,95 @@
+//! The closed set of case flags, each explained once (the Wycheproof habit).
+//!
+//! A flag says *why* a case exists, so a failure report can say which property an
+//! implementation gets wrong. An unknown flag in a file is a load error. spec: [vec.flags]
+
+use serde::Deserialize;
+
+macro_rules! flags {
+    ($($variant:ident = $name:literal : $doc:literal,)*) => {
+        /// A case flag. spec: [vec.flags]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+        pub enum Flag {
+            $(#[doc = $doc] #[serde(rename = $name)] $variant,)*
+        }
+
+        impl Flag {
+            /// Every flag, in the order the spec lists them.
+            pub const ALL: &'static [Flag] = &[$(Flag::$variant,)*];
+
+            /// The name written in vector files.
+            pub fn name(self) -> &'static str {
+                match self { $(Flag::$variant => $name,)* }
+            }
+
+            /// What the flag means.
+            pub fn meaning(self) -> &'static str {
+                match self { $(Flag::$variant => $doc,)* }
+            }
+        }
+    };
+}
+
+flags! {
+    DefaultInit = "default-init": "Parameters are Appendix E's defaults with seeded nn.Linear-style MLP weights.",
+    RandomParams = "random-params": "θ, c and m are drawn at random away from their defaults.",
+    Depth0 = "depth-0": "The MLP has no hidden layer (a linear map of x per head).",
+    Depth2 = "depth-2": "The MLP has two hidden layers (Appendix B's default approximator).",
+    Gelu = "gelu": "The hidden activation is the exact GeLU.",
+    Ablation = "ablation": "An Appendix B ablation of FIRE (no log, no or fixed threshold, final activation).",
+    Shared = "shared": "FIRE-S: one module, the same bias in every layer.",
+    PerLayer = "per-layer": "One independent FIRE module per layer.",
+    FutureKeys = "future-keys": "Some keys come after their query; those entries are checked under the declared convention.",
+    QueryZero = "query-zero": "Query position 0, where the normaliser is ψ(L) + ε and only key 0 is causal.",
+    ThresholdBoundary = "threshold-boundary": "Query positions at L − 1, L and L + 1, where max(i, L) switches branch.",
+    LargePositions = "large-positions": "Positions up to 10^6, far beyond the threshold.",
+    TinyC = "tiny-c": "|c| so small that ψ(L) is comparable to ε, which makes ε visible.",
+    NegativeC = "negative-c": "c < 0; only |c| matters.",
+    NegativeMultiplier = "negative-multiplier": "m < 0; only |m·L_init| matters.",
+    NonContiguous = "non-contiguous": "Position lists with gaps (not 0..n).",
+    Unsorted = "unsorted": "Position lists out of order or with repeats.",
+    KvCache = "kv-cache": "One query row against all earlier keys, as in a decoding step.",
+    RandomPositions = "random-positions": "Sorted random positions, as in randomised-position training.",
+    Gradient = "gradient": "The expected output is a vector-Jacobian product over the parameters.",
+    OneHotCotangent = "one-hot-cotangent": "The cotangent selects a single bias element: one Jacobian row.",
+    Kink = "kink": "A point where a derivative is defined by the sub-gradient convention (max tie, |0|).",
+    Attention = "attention": "The expected output is causal attention, not the bias.",
+    Placement = "placement": "The case separates a bias added after the 1/√d scaling from one added before it.",
+    Baseline = "baseline": "A baseline encoding of the paper (T5, Alibi, Kerple, Sandwich, RoPE, NoPE).",
+    Construction = "construction": "A Theorem 3.1 construction: a FIRE module that reproduces a baseline.",
+    InvalidParams = "invalid-params": "A parameter is out of range; the case must be rejected.",
+    NonFinite = "non-finite": "A parameter or input is NaN or infinite; the case must be rejected.",
+    InvalidShape = "invalid-shape": "Shapes do not chain; the case must be rejected.",
+    InvalidPositions = "invalid-positions": "A position list is empty, negative or too large; the case must be rejected.",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_kebab_case() {
+        let mut names: Vec<_> = Flag::ALL.iter().map(|f| f.name()).collect();
+        assert!(names
+            .iter()
+            .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')));
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Flag::ALL.len());
+    }
+
+    #[test]
+    fn the_spec_defines_exactly_these_flags() {
+        let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/vectors.md"))
+            .unwrap();
+        let listed: Vec<&str> = spec
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split_once('`').map(|(n, _)| n))
+            .filter(|n| Flag::ALL.iter().any(|f| f.name() == *n) || !n.contains(' '))
+            .collect();
+        for f in Flag::ALL {
+            assert!(listed.contains(&f.name()), "flag `{}` missing from spec/vectors.md", f.name());
+        }
+    }
+}

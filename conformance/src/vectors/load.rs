@@ -1,0 +1,224 @@
+//! Reading a suite: every file verified against the manifest, every case checked for the
+//! invariants of the format. Malformed or tampered files are clear errors, never panics.
+//! spec: [vec.manifest], [vec.file], [vec.case]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use super::format::{Case, Tensor, Verdict, VectorFile, FORMAT};
+use super::manifest::{sha256, Manifest, MANIFEST};
+use crate::compare;
+
+/// Why a suite could not be loaded.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file is not valid YAML of the expected shape (bad syntax, unknown field or flag).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A file's bytes do not hash to the manifest's SHA-256.
+    #[error("{path}: SHA-256 {got} does not match the manifest's {want} (edited or corrupted)")]
+    Hash {
+        /// The file.
+        path: String,
+        /// From the manifest.
+        want: String,
+        /// Of the bytes.
+        got: String,
+    },
+    /// A rule of spec/vectors.md is broken.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file (and case).
+        path: String,
+        /// Which rule.
+        message: String,
+    },
+}
+
+/// A loaded suite.
+#[derive(Debug, Clone)]
+pub struct Suite {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The files, in manifest order, with their relative paths.
+    pub files: Vec<(String, VectorFile)>,
+}
+
+impl Suite {
+    /// Every case, in order.
+    pub fn cases(&self) -> impl Iterator<Item = &Case> {
+        self.files.iter().flat_map(|(_, f)| f.cases.iter())
+    }
+}
+
+/// Parses YAML the way every vector file is read: non-finite floats (`.nan`, `.inf`) pass
+/// through serde's buffering of the tagged `encoding` (serde-saphyr rejects them there by
+/// default). spec: [vec.yaml]
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    let mut options = serde_saphyr::Options::default();
+    options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
+    serde_saphyr::from_str_with_options(text, options)
+}
+
+fn bad(path: &str, message: impl Into<String>) -> LoadError {
+    LoadError::Invalid {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+/// Parses one vector file's text (no hash check) and checks its invariants.
+/// spec: [vec.file], [vec.case], [vec.tensor]
+pub fn parse_file(path: &str, text: &str) -> Result<VectorFile, LoadError> {
+    let file: VectorFile = from_yaml(text).map_err(|e| LoadError::Parse {
+        path: path.into(),
+        message: e.to_string(),
+    })?;
+    check_file(path, &file)?;
+    Ok(file)
+}
+
+fn clause_ok(id: &str) -> bool {
+    !id.is_empty()
+        && id.split('.').all(|part| {
+            !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+}
+
+fn check_tensor(at: &str, t: &Tensor) -> Result<(), LoadError> {
+    if t.dtype != "f64" {
+        return Err(bad(at, format!("dtype `{}` (only f64 is written)", t.dtype)));
+    }
+    if t.numel() != Some(t.data.len()) {
+        return Err(bad(at, format!("shape {:?} needs {:?} values, data has {}", t.shape, t.numel(), t.data.len())));
+    }
+    if let Some(s) = t.scale {
+        if !(s.is_finite() && s >= 0.0) {
+            return Err(bad(at, format!("scale {s} must be finite and ≥ 0")));
+        }
+    }
+    Ok(())
+}
+
+fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
+    let at = format!("{path}: case `{}`", case.id);
+    if !case.id.starts_with(stem) || case.id.len() <= stem.len() {
+        return Err(bad(&at, format!("id must start with `{stem}`")));
+    }
+    if case.clauses.is_empty() || !case.clauses.iter().all(|c| clause_ok(c)) {
+        return Err(bad(&at, format!("clause ids must be non-empty, lowercase and dotted: {:?}", case.clauses)));
+    }
+    if compare::profile(&case.profile).is_none() {
+        return Err(bad(&at, format!("unknown profile `{}`", case.profile)));
+    }
+    for t in [&case.inputs.cotangent, &case.inputs.q, &case.inputs.k, &case.inputs.v].into_iter().flatten() {
+        check_tensor(&at, t)?;
+    }
+    match (case.result, &case.expected) {
+        (Verdict::Valid, Some(e)) if !e.is_empty() => {
+            for t in e.values().chain(case.expected_under.iter().flat_map(|u| u.values().flat_map(|m| m.values()))) {
+                check_tensor(&at, t)?;
+                if t.scale.is_none() {
+                    return Err(bad(&at, "an expected tensor has no scale"));
+                }
+            }
+        }
+        (Verdict::Valid, _) => return Err(bad(&at, "a valid case needs expected outputs")),
+        (Verdict::Invalid, None) if case.expected_under.is_none() => {}
+        (Verdict::Invalid, _) => return Err(bad(&at, "an invalid case carries no expected output")),
+    }
+    Ok(())
+}
+
+/// Checks a parsed file's invariants.
+pub fn check_file(path: &str, file: &VectorFile) -> Result<(), LoadError> {
+    if file.format != FORMAT {
+        return Err(bad(path, format!("format {} (this harness reads {FORMAT})", file.format)));
+    }
+    let stem = format!("{}/", path.strip_suffix(".yaml").unwrap_or(path));
+    if !path.starts_with(&format!("{}/", file.family)) {
+        return Err(bad(path, format!("family `{}` does not match the folder", file.family)));
+    }
+    let mut covered = BTreeSet::new();
+    for case in &file.cases {
+        check_case(path, &stem, case)?;
+        covered.extend(case.clauses.iter().cloned());
+    }
+    let listed: BTreeSet<String> = file.clauses.iter().cloned().collect();
+    if listed != covered {
+        return Err(bad(path, "the file's clauses must be the union of its cases' clauses"));
+    }
+    Ok(())
+}
+
+fn read(dir: &Path, rel: &str) -> Result<Vec<u8>, LoadError> {
+    let path = dir.join(rel);
+    std::fs::read(&path).map_err(|source| LoadError::Io { path, source })
+}
+
+/// Parses a manifest's text.
+pub fn parse_manifest(text: &str) -> Result<Manifest, LoadError> {
+    let m: Manifest = from_yaml(text).map_err(|e| LoadError::Parse {
+        path: MANIFEST.into(),
+        message: e.to_string(),
+    })?;
+    if m.format != FORMAT {
+        return Err(bad(MANIFEST, format!("format {} (this harness reads {FORMAT})", m.format)));
+    }
+    Ok(m)
+}
+
+/// Loads the suite rooted at `dir`. spec: [vec.manifest]
+pub fn load(dir: &Path) -> Result<Suite, LoadError> {
+    let text = String::from_utf8_lossy(&read(dir, MANIFEST)?).into_owned();
+    let manifest = parse_manifest(&text)?;
+    let on_disk = super::generate::list(dir).map_err(|e| bad(&dir.display().to_string(), e.to_string()))?;
+    for p in &on_disk {
+        if p != MANIFEST && !manifest.files.iter().any(|e| &e.path == p) {
+            return Err(bad(p, "not listed in MANIFEST.yaml"));
+        }
+    }
+    let mut files = Vec::new();
+    let mut ids = BTreeSet::new();
+    for entry in &manifest.files {
+        if entry.path.contains("..") || entry.path.starts_with('/') {
+            return Err(bad(&entry.path, "paths must stay inside the suite"));
+        }
+        let bytes = read(dir, &entry.path)?;
+        let got = sha256(&bytes);
+        if got != entry.sha256 {
+            return Err(LoadError::Hash {
+                path: entry.path.clone(),
+                want: entry.sha256.clone(),
+                got,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|_| bad(&entry.path, "not UTF-8"))?;
+        let file = parse_file(&entry.path, &text)?;
+        if file.cases.len() != entry.cases {
+            return Err(bad(&entry.path, format!("{} cases, manifest says {}", file.cases.len(), entry.cases)));
+        }
+        for c in &file.cases {
+            if !ids.insert(c.id.clone()) {
+                return Err(bad(&entry.path, format!("duplicate case id `{}`", c.id)));
+            }
+        }
+        files.push((entry.path.clone(), file));
+    }
+    Ok(Suite { manifest, files })
+}
