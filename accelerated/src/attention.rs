@@ -1,0 +1,156 @@
+//! Causal multi-head self-attention with a pluggable positional encoding:
+//! softmax(q·kᵀ/√d + b + mask)·v, the bias added after the 1/√d scaling.
+//! spec: [attn.logits], [attn.placement], [attn.causal]
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::encodings::PositionEncoding;
+use crate::error::{ensure, Result};
+use crate::nn::{softmax_last, Linear};
+use crate::params::Path;
+
+/// The keys and values a layer has already seen (for chunked evaluation and decoding).
+///
+/// Entries are detached: the cache is an inference device, so earlier chunks' autograd graphs
+/// are released as soon as they are done.
+#[derive(Debug, Clone, Default)]
+pub struct LayerCache {
+    /// `[B, H, K, d]`, already rotated when the encoding is rotary.
+    pub k: Option<Tensor>,
+    /// `[B, H, K, d]`.
+    pub v: Option<Tensor>,
+}
+
+impl LayerCache {
+    /// The number of cached positions.
+    pub fn len(&self) -> usize {
+        self.k.as_ref().map_or(0, |k| k.dims()[2])
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `0` where key `j ≤ i`, `−∞` where `j > i`, `[Q, K]`. spec: [attn.causal]
+pub fn causal_mask(queries: &[u64], keys: &[u64], device: &Device) -> Result<Tensor> {
+    let mut m = Vec::with_capacity(queries.len() * keys.len());
+    for &i in queries {
+        for &j in keys {
+            m.push(if j <= i { 0f32 } else { f32::NEG_INFINITY });
+        }
+    }
+    Ok(Tensor::from_vec(m, (queries.len(), keys.len()), device)?)
+}
+
+/// One head's causal attention output at arbitrary positions, the conformance entry point:
+/// `q: [Q, d]`, `k, v: [K, d]` row-major, `bias: [Q, K]` row-major; returns `[Q, d_v]`.
+/// A query that sees no key is an error, as in the reference.
+pub fn causal_head(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    bias: &[f32],
+    queries: &[u64],
+    keys: &[u64],
+    device: &Device,
+) -> Result<Vec<f32>> {
+    let (nq, nk) = (queries.len(), keys.len());
+    ensure(nq > 0 && nk > 0, || "empty position lists".into())?;
+    ensure(q.len() % nq == 0 && k.len() % nk == 0 && v.len() % nk == 0, || {
+        "q, k, v lengths are not multiples of the position counts".into()
+    })?;
+    let d = q.len() / nq;
+    ensure(d > 0 && k.len() == nk * d && bias.len() == nq * nk, || {
+        format!("q [{nq}, {d}] does not match k ({} values) or bias ({} values)", k.len(), bias.len())
+    })?;
+    if let Some(&i) = queries.iter().find(|&&i| !keys.iter().any(|&j| j <= i)) {
+        return Err(crate::Error::Input(format!(
+            "query position {i} sees no key (every key is after it)"
+        )));
+    }
+    let dv = v.len() / nk;
+    let q = Tensor::from_slice(q, (nq, d), device)?;
+    let k = Tensor::from_slice(k, (nk, d), device)?;
+    let v = Tensor::from_slice(v, (nk, dv), device)?;
+    let b = Tensor::from_slice(bias, (nq, nk), device)?;
+    let logits = ((q.matmul(&k.t()?)? / (d as f64).sqrt())? + b)?;
+    let logits = (logits + causal_mask(queries, keys, device)?)?;
+    let out = softmax_last(&logits)?.matmul(&v)?;
+    Ok(out.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
+}
+
+/// Multi-head causal self-attention (no biases on the projections, as in most modern LMs).
+#[derive(Debug, Clone)]
+pub struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    /// Projections `q_proj`, `k_proj`, `v_proj`, `o_proj` under `path`.
+    pub fn new(path: &mut Path<'_>, d_model: usize, heads: usize, std: f64, layers: usize) -> Result<Self> {
+        // GPT-2 scales the residual projections by 1/√(2·layers).
+        let out_std = std / (2.0 * layers as f64).sqrt();
+        Ok(Self {
+            q: Linear::normal(&mut path.pp("q_proj"), d_model, d_model, false, std)?,
+            k: Linear::normal(&mut path.pp("k_proj"), d_model, d_model, false, std)?,
+            v: Linear::normal(&mut path.pp("v_proj"), d_model, d_model, false, std)?,
+            o: Linear::normal(&mut path.pp("o_proj"), d_model, d_model, false, out_std)?,
+            heads,
+            head_dim: d_model / heads,
+        })
+    }
+
+    fn split(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        Ok(x.reshape((b, t, self.heads, self.head_dim))?.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// `x: [B, T, D]` at `positions` (`[T]`), `bias: [H, T, K]`, `mask: [T, K]` where the keys
+    /// are the cached positions followed by `positions`.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        positions: &[u64],
+        encoding: &dyn PositionEncoding,
+        bias: Option<&Tensor>,
+        mask: &Tensor,
+        cache: Option<&mut LayerCache>,
+    ) -> Result<Tensor> {
+        let (b, t, d_model) = x.dims3()?;
+        let q = encoding.rotate(&self.split(&self.q.forward(x)?)?, positions)?;
+        let k = encoding.rotate(&self.split(&self.k.forward(x)?)?, positions)?;
+        let v = self.split(&self.v.forward(x)?)?;
+        let (k, v) = match cache {
+            None => (k, v),
+            Some(c) => {
+                let k = match &c.k {
+                    Some(old) => Tensor::cat(&[old, &k], 2)?,
+                    None => k,
+                };
+                let v = match &c.v {
+                    Some(old) => Tensor::cat(&[old, &v], 2)?,
+                    None => v,
+                };
+                c.k = Some(k.detach());
+                c.v = Some(v.detach());
+                (k, v)
+            }
+        };
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let mut logits = (q.matmul(&k.t()?)? * scale)?;
+        if let Some(bias) = bias {
+            logits = logits.broadcast_add(bias)?;
+        }
+        logits = logits.broadcast_add(mask)?;
+        let out = softmax_last(&logits)?.matmul(&v)?;
+        let out = out.transpose(1, 2)?.reshape((b, t, d_model))?;
+        self.o.forward(&out)
+    }
+}

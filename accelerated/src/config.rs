@@ -1,0 +1,325 @@
+//! The model configuration: a serde document (JSON or YAML) that fully determines a model's
+//! shape; with a seed it determines the initial weights too.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{io, Error, Result};
+
+/// ψ of FIRE. spec: [fire.psi], [fire.ablation.no-log]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transform {
+    /// ψ(x) = ln(|c|·x + 1).
+    #[default]
+    Log,
+    /// ψ(x) = x (the "no log" ablation).
+    Identity,
+}
+
+/// The threshold L of FIRE. spec: [fire.threshold], [fire.ablation.no-threshold],
+/// [fire.ablation.fixed-threshold]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Threshold {
+    /// L = |m·L_init|, m trained.
+    #[default]
+    Learnable,
+    /// L = |m·L_init|, m frozen.
+    Fixed,
+    /// No threshold: normaliser ψ(i) + ε.
+    Disabled,
+}
+
+/// Activations the FIRE MLP may use. spec: [fire.activation]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// max(z, 0).
+    #[default]
+    Relu,
+    /// The exact (erf) GeLU, PyTorch's default.
+    Gelu,
+    /// z.
+    Identity,
+}
+
+/// FIRE's hyper-parameters; defaults are Appendix E's. spec: [fire.defaults]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FireConfig {
+    /// Hidden width of f_θ.
+    pub width: usize,
+    /// Hidden layers of f_θ (0 = linear, 1 = Appendix E, 2 = the paper's experiments).
+    pub depth: usize,
+    /// Initial c.
+    pub c: f64,
+    /// The frozen initial threshold `init_L`.
+    pub l_init: f64,
+    /// Initial `L_multiplier`.
+    pub l_multiplier: f64,
+    /// ε added to the log-normaliser.
+    pub eps: f64,
+    /// ψ.
+    pub transform: Transform,
+    /// The threshold's role.
+    pub threshold: Threshold,
+    /// σ of the hidden layers.
+    pub activation: Activation,
+    /// An activation on the output (an ablation; FIRE has none).
+    pub final_activation: Option<Activation>,
+}
+
+impl Default for FireConfig {
+    fn default() -> Self {
+        Self {
+            width: 32,
+            depth: 1,
+            c: 0.1,
+            l_init: 512.0,
+            l_multiplier: 1.0,
+            eps: 1e-6,
+            transform: Transform::Log,
+            threshold: Threshold::Learnable,
+            activation: Activation::Relu,
+            final_activation: None,
+        }
+    }
+}
+
+/// The positional encoding and its hyper-parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum EncodingConfig {
+    /// FIRE, one module per layer. spec: [fire.per-layer]
+    Fire(FireConfig),
+    /// FIRE-S, one module shared by all layers. spec: [fire.shared]
+    FireS(FireConfig),
+    /// No positional encoding.
+    Nope,
+    /// Rotary embeddings.
+    Rope {
+        /// The base θ (10 000).
+        #[serde(default = "default_theta")]
+        theta: f64,
+    },
+    /// RoPE with position interpolation: positions divided by `scale`.
+    RopePi {
+        /// The base θ.
+        #[serde(default = "default_theta")]
+        theta: f64,
+        /// Target length / training length.
+        scale: f64,
+    },
+    /// Alibi: −r_h·|i − j| with the standard geometric slopes.
+    Alibi,
+    /// Kerple-log: −r1·ln(1 + r2·|i − j|), per head and layer.
+    KerpleLog,
+    /// Kerple-power: −r1·|i − j|^r2, per head and layer.
+    KerplePower,
+    /// T5's log-binned relative buckets (causal), one table shared by all layers.
+    T5 {
+        /// The number of buckets.
+        #[serde(default = "default_buckets")]
+        num_buckets: usize,
+        /// Distances at or beyond this share the last bucket.
+        #[serde(default = "default_max_distance")]
+        max_distance: u64,
+    },
+    /// Sandwich (NeMo's form).
+    Sandwich,
+}
+
+fn default_theta() -> f64 {
+    10_000.0
+}
+fn default_buckets() -> usize {
+    32
+}
+fn default_max_distance() -> u64 {
+    128
+}
+
+impl EncodingConfig {
+    /// The command-line / file name of the encoding.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Fire(_) => "fire",
+            Self::FireS(_) => "fire-s",
+            Self::Nope => "nope",
+            Self::Rope { .. } => "rope",
+            Self::RopePi { .. } => "rope-pi",
+            Self::Alibi => "alibi",
+            Self::KerpleLog => "kerple-log",
+            Self::KerplePower => "kerple-power",
+            Self::T5 { .. } => "t5",
+            Self::Sandwich => "sandwich",
+        }
+    }
+
+    /// The encoding `name` with default hyper-parameters (`rope-pi` gets `scale`).
+    pub fn from_name(name: &str, rope_pi_scale: f64) -> Result<Self> {
+        Ok(match name {
+            "fire" => Self::Fire(FireConfig::default()),
+            "fire-s" => Self::FireS(FireConfig::default()),
+            "nope" => Self::Nope,
+            "rope" => Self::Rope {
+                theta: default_theta(),
+            },
+            "rope-pi" => Self::RopePi {
+                theta: default_theta(),
+                scale: rope_pi_scale,
+            },
+            "alibi" => Self::Alibi,
+            "kerple-log" => Self::KerpleLog,
+            "kerple-power" => Self::KerplePower,
+            "t5" => Self::T5 {
+                num_buckets: default_buckets(),
+                max_distance: default_max_distance(),
+            },
+            "sandwich" => Self::Sandwich,
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown encoding `{other}`; expected one of {}",
+                    ENCODINGS.join(", ")
+                )))
+            }
+        })
+    }
+}
+
+/// Every encoding name.
+pub const ENCODINGS: [&str; 10] = [
+    "fire",
+    "fire-s",
+    "nope",
+    "rope",
+    "rope-pi",
+    "alibi",
+    "kerple-log",
+    "kerple-power",
+    "t5",
+    "sandwich",
+];
+
+/// A decoder-only Transformer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Vocabulary size (256 for the byte tokenizer).
+    pub vocab_size: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Number of blocks.
+    pub n_layers: usize,
+    /// Attention heads per block.
+    pub n_heads: usize,
+    /// Hidden width of the feed-forward block.
+    pub d_ff: usize,
+    /// Share the embedding matrix with the output head.
+    #[serde(default = "yes")]
+    pub tie_embeddings: bool,
+    /// LayerNorm ε.
+    #[serde(default = "default_ln_eps")]
+    pub layer_norm_eps: f64,
+    /// Standard deviation of the embedding and projection initialisation.
+    #[serde(default = "default_init_std")]
+    pub init_std: f64,
+    /// The positional encoding.
+    pub encoding: EncodingConfig,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_ln_eps() -> f64 {
+    1e-5
+}
+fn default_init_std() -> f64 {
+    0.02
+}
+
+impl ModelConfig {
+    /// A tiny model (for tests and the demo).
+    pub fn tiny(encoding: EncodingConfig) -> Self {
+        Self {
+            vocab_size: 256,
+            d_model: 64,
+            n_layers: 2,
+            n_heads: 4,
+            d_ff: 256,
+            tie_embeddings: true,
+            layer_norm_eps: 1e-5,
+            init_std: 0.02,
+            encoding,
+        }
+    }
+
+    /// Per-head width.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads.max(1)
+    }
+
+    /// Checks the shape is buildable.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.vocab_size == 0 || self.d_model == 0 || self.n_layers == 0 || self.d_ff == 0 {
+            return bad("vocab_size, d_model, n_layers and d_ff must be positive".into());
+        }
+        if self.n_heads == 0 || self.d_model % self.n_heads != 0 {
+            return bad(format!(
+                "d_model {} is not divisible by n_heads {}",
+                self.d_model, self.n_heads
+            ));
+        }
+        let rotary = matches!(
+            self.encoding,
+            EncodingConfig::Rope { .. } | EncodingConfig::RopePi { .. }
+        );
+        if rotary && self.head_dim() % 2 != 0 {
+            return bad("RoPE needs an even head dimension".into());
+        }
+        if let EncodingConfig::RopePi { scale, .. } = self.encoding {
+            if !(scale.is_finite() && scale > 0.0) {
+                return bad(format!("rope-pi scale must be positive, got {scale}"));
+            }
+        }
+        if let EncodingConfig::Fire(f) | EncodingConfig::FireS(f) = &self.encoding {
+            if f.width == 0 || f.depth > 2 {
+                return bad("FIRE needs width > 0 and depth 0, 1 or 2".into());
+            }
+            if !(f.l_init > 0.0 && f.eps >= 0.0 && f.c.is_finite() && f.l_multiplier.is_finite())
+            {
+                return bad("FIRE needs l_init > 0, eps >= 0, finite c and L_multiplier".into());
+            }
+        }
+        if let EncodingConfig::T5 {
+            num_buckets,
+            max_distance,
+        } = self.encoding
+        {
+            if num_buckets < 2 || max_distance <= (num_buckets / 2) as u64 {
+                return bad("t5 needs num_buckets >= 2 and max_distance > num_buckets/2".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a config from JSON (`.json`) or YAML (anything else).
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(io(path))?;
+        let parsed: std::result::Result<Self, String> =
+            if path.extension().is_some_and(|e| e == "json") {
+                serde_json::from_str(&text).map_err(|e| e.to_string())
+            } else {
+                serde_saphyr::from_str(&text).map_err(|e| e.to_string())
+            };
+        let cfg = parsed.map_err(|reason| Error::Parse {
+            path: path.display().to_string(),
+            reason,
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}

@@ -1,0 +1,279 @@
+//! Corpora, the byte-level tokenizer, the document split, training batches and evaluation
+//! windows. Nothing here touches the network.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+
+use crate::error::{io, Error, Result};
+use crate::rng::SplitMix64;
+
+/// The Python 3.11 tutorial (PSF licence), embedded in the binary; see `data/README.md`.
+const EMBEDDED: [(&str, &str); 17] = [
+    ("appendix.rst", include_str!("../data/python-tutorial/appendix.rst")),
+    ("appetite.rst", include_str!("../data/python-tutorial/appetite.rst")),
+    ("classes.rst", include_str!("../data/python-tutorial/classes.rst")),
+    ("controlflow.rst", include_str!("../data/python-tutorial/controlflow.rst")),
+    ("datastructures.rst", include_str!("../data/python-tutorial/datastructures.rst")),
+    ("errors.rst", include_str!("../data/python-tutorial/errors.rst")),
+    ("floatingpoint.rst", include_str!("../data/python-tutorial/floatingpoint.rst")),
+    ("index.rst", include_str!("../data/python-tutorial/index.rst")),
+    ("inputoutput.rst", include_str!("../data/python-tutorial/inputoutput.rst")),
+    ("interactive.rst", include_str!("../data/python-tutorial/interactive.rst")),
+    ("interpreter.rst", include_str!("../data/python-tutorial/interpreter.rst")),
+    ("introduction.rst", include_str!("../data/python-tutorial/introduction.rst")),
+    ("modules.rst", include_str!("../data/python-tutorial/modules.rst")),
+    ("stdlib.rst", include_str!("../data/python-tutorial/stdlib.rst")),
+    ("stdlib2.rst", include_str!("../data/python-tutorial/stdlib2.rst")),
+    ("venv.rst", include_str!("../data/python-tutorial/venv.rst")),
+    ("whatnow.rst", include_str!("../data/python-tutorial/whatnow.rst")),
+];
+
+/// The byte-level tokenizer: token = byte, vocabulary 256. Needs no files and no downloads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByteTokenizer;
+
+impl ByteTokenizer {
+    /// The vocabulary size.
+    pub const VOCAB: usize = 256;
+
+    /// Bytes of `text` as tokens.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        text.bytes().map(u32::from).collect()
+    }
+
+    /// Tokens back to text (invalid UTF-8 becomes U+FFFD).
+    pub fn decode(&self, tokens: &[u32]) -> String {
+        let bytes: Vec<u8> = tokens.iter().map(|&t| t.min(255) as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// One document: a name (its path in the corpus) and its tokens.
+#[derive(Debug, Clone)]
+pub struct Document {
+    /// Name, unique in the corpus.
+    pub name: String,
+    /// Tokens.
+    pub tokens: Vec<u32>,
+}
+
+/// A set of documents.
+#[derive(Debug, Clone)]
+pub struct Corpus {
+    /// Sorted by name.
+    pub documents: Vec<Document>,
+}
+
+/// FNV-1a: a stable hash for the document split (independent of Rust's hasher seeds).
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl Corpus {
+    /// The embedded corpus.
+    pub fn embedded() -> Self {
+        let tok = ByteTokenizer;
+        Self {
+            documents: EMBEDDED
+                .iter()
+                .map(|(name, text)| Document {
+                    name: (*name).to_owned(),
+                    tokens: tok.encode(text),
+                })
+                .collect(),
+        }
+    }
+
+    /// Every regular file under `dir` (recursively), read as UTF-8 (lossily), sorted by path.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let mut files = Vec::new();
+        walk(dir, &mut files)?;
+        files.sort();
+        let tok = ByteTokenizer;
+        let mut documents = Vec::with_capacity(files.len());
+        for f in files {
+            let bytes = std::fs::read(&f).map_err(io(&f))?;
+            let text = String::from_utf8_lossy(&bytes);
+            let name = f.strip_prefix(dir).unwrap_or(&f).display().to_string();
+            documents.push(Document {
+                name,
+                tokens: tok.encode(&text),
+            });
+        }
+        if documents.is_empty() {
+            return Err(Error::Data(format!("no files under {}", dir.display())));
+        }
+        Ok(Self { documents })
+    }
+
+    /// The embedded corpus, or the files under `dir`.
+    pub fn load(dir: Option<&Path>) -> Result<Self> {
+        match dir {
+            Some(d) => Self::from_dir(d),
+            None => Ok(Self::embedded()),
+        }
+    }
+
+    /// Total tokens.
+    pub fn tokens(&self) -> usize {
+        self.documents.iter().map(|d| d.tokens.len()).sum()
+    }
+
+    /// Splits by document: a document is held out when the FNV-1a hash of its name falls in
+    /// the lowest `held_out` fraction. Deterministic, independent of the document order, and
+    /// stable when documents are added. At least one document lands on each side.
+    pub fn split(&self, held_out: f64) -> Result<Split> {
+        if self.documents.len() < 2 {
+            return Err(Error::Data("the split needs at least two documents".into()));
+        }
+        let cut = (held_out.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
+        let (mut eval, mut train): (Vec<Document>, Vec<Document>) = self
+            .documents
+            .iter()
+            .cloned()
+            .partition(|d| fnv1a(&d.name) < cut);
+        let key = |d: &Document| fnv1a(&d.name);
+        if eval.is_empty() {
+            let i = (0..train.len()).min_by_key(|&i| key(&train[i])).unwrap_or(0);
+            eval.push(train.remove(i));
+        }
+        if train.is_empty() {
+            let i = (0..eval.len()).max_by_key(|&i| key(&eval[i])).unwrap_or(0);
+            train.push(eval.remove(i));
+        }
+        Ok(Split { train, eval })
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(io(dir))?;
+    for e in entries {
+        let e = e.map_err(io(dir))?;
+        let p = e.path();
+        let ft = e.file_type().map_err(io(&p))?;
+        if ft.is_dir() {
+            walk(&p, out)?;
+        } else if ft.is_file() {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Training and held-out documents; the held-out ones are never trained on.
+#[derive(Debug, Clone)]
+pub struct Split {
+    /// Training documents.
+    pub train: Vec<Document>,
+    /// Held-out documents.
+    pub eval: Vec<Document>,
+}
+
+/// Random training windows from the training documents, concatenated into one stream with a
+/// blank line between documents.
+#[derive(Debug, Clone)]
+pub struct Batcher {
+    stream: Vec<u32>,
+    seq_len: usize,
+    batch: usize,
+}
+
+impl Batcher {
+    /// A batcher of `batch` windows of `seq_len + 1` tokens.
+    pub fn new(train: &[Document], seq_len: usize, batch: usize) -> Result<Self> {
+        let sep = ByteTokenizer.encode("\n\n");
+        let mut stream = Vec::new();
+        for d in train {
+            stream.extend_from_slice(&d.tokens);
+            stream.extend_from_slice(&sep);
+        }
+        if seq_len == 0 || batch == 0 {
+            return Err(Error::Data("seq_len and batch must be positive".into()));
+        }
+        if stream.len() < seq_len + 2 {
+            return Err(Error::Data(format!(
+                "training stream has {} tokens, fewer than seq_len + 2 = {}",
+                stream.len(),
+                seq_len + 2
+            )));
+        }
+        Ok(Self {
+            stream,
+            seq_len,
+            batch,
+        })
+    }
+
+    /// Tokens in the stream.
+    pub fn len(&self) -> usize {
+        self.stream.len()
+    }
+
+    /// True if the stream is empty (never, once built).
+    pub fn is_empty(&self) -> bool {
+        self.stream.is_empty()
+    }
+
+    /// One batch `(inputs, targets)`, each `[B, T]` u32, drawn with `rng`.
+    pub fn next(&self, rng: &mut SplitMix64, device: &Device) -> Result<(Tensor, Tensor)> {
+        let span = (self.stream.len() - self.seq_len - 1) as u64;
+        let mut x = Vec::with_capacity(self.batch * self.seq_len);
+        let mut y = Vec::with_capacity(self.batch * self.seq_len);
+        for _ in 0..self.batch {
+            let s = rng.below(span + 1) as usize;
+            x.extend_from_slice(&self.stream[s..s + self.seq_len]);
+            y.extend_from_slice(&self.stream[s + 1..s + 1 + self.seq_len]);
+        }
+        let shape = (self.batch, self.seq_len);
+        Ok((
+            Tensor::from_vec(x, shape, device)?,
+            Tensor::from_vec(y, shape, device)?,
+        ))
+    }
+}
+
+/// Non-overlapping windows of `len + 1` tokens from the held-out documents that are at least
+/// `min_doc_tokens` long, stopping once `max_windows` windows are taken. Every evaluation
+/// length draws from the same documents.
+pub fn eval_windows(
+    eval: &[Document],
+    len: usize,
+    min_doc_tokens: usize,
+    max_windows: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let mut out = Vec::new();
+    let eligible: Vec<&Document> = eval
+        .iter()
+        .filter(|d| d.tokens.len() >= min_doc_tokens.max(len + 1))
+        .collect();
+    if eligible.is_empty() {
+        let longest = eval.iter().map(|d| d.tokens.len()).max().unwrap_or(0);
+        return Err(Error::Data(format!(
+            "no held-out document has {} tokens (longest: {longest}); use shorter lengths or a \
+             larger corpus",
+            min_doc_tokens.max(len + 1)
+        )));
+    }
+    // Round-robin over documents so a cap still samples every document.
+    let mut k = 0;
+    loop {
+        let mut any = false;
+        for d in &eligible {
+            let s = k * len;
+            if s + len < d.tokens.len() {
+                any = true;
+                out.push(d.tokens[s..s + len + 1].to_vec());
+                if out.len() >= max_windows {
+                    return Ok(out);
+                }
+            }
+        }
+        if !any {
+            return Ok(out);
+        }
+        k += 1;
+    }
+}

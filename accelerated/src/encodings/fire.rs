@@ -1,0 +1,289 @@
+//! FIRE: b(i, j) = f_θ( ψ(|i − j|) / (ψ(max(i, L)) + ε) ), ψ(x) = ln(|c|·x + 1), L = |m·L_init|.
+//!
+//! Parameter names are Appendix E's (`mlp.0.weight`, `mlp.0.bias`, `mlp.2.weight`, `mlp.2.bias`,
+//! `c`, `init_L`, `L_multiplier`; a second hidden layer is `mlp.2` and the output `mlp.4`, as
+//! `nn.Sequential(Linear, ReLU, Linear, ReLU, Linear)` numbers them), so a PyTorch state dict maps
+//! 1:1. `init_L` is frozen; `L_multiplier` is trained unless the threshold is fixed.
+//! spec: [fire.bias], [fire.params]
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::config::{Activation, FireConfig, Threshold, Transform};
+use crate::encodings::{Grid, PositionEncoding};
+use crate::error::{ensure, Error, Result};
+use crate::params::{Init, ParamStore, Path};
+
+/// One FIRE module: f_θ and the position transformation.
+#[derive(Debug, Clone)]
+pub struct Fire {
+    /// `(weight [out, in], bias [out])` per layer of f_θ, hidden layers first.
+    pub layers: Vec<(Tensor, Tensor)>,
+    /// σ after every hidden layer.
+    pub activation: Activation,
+    /// An optional activation on the output.
+    pub final_activation: Option<Activation>,
+    /// c (scalar).
+    pub c: Tensor,
+    /// The frozen `init_L` (scalar).
+    pub init_l: Tensor,
+    /// `L_multiplier` (scalar).
+    pub l_multiplier: Tensor,
+    /// ε.
+    pub eps: f64,
+    /// ψ.
+    pub transform: Transform,
+    /// The threshold's role.
+    pub threshold: Threshold,
+}
+
+/// Explicit FIRE parameters, for building a module outside a model (conformance, tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FireParams {
+    /// Per layer of f_θ: `(weight [out·in] row-major, out, in, bias [out])`.
+    pub layers: Vec<(Vec<f32>, usize, usize, Vec<f32>)>,
+    /// σ of the hidden layers.
+    pub activation: Activation,
+    /// Optional output activation.
+    pub final_activation: Option<Activation>,
+    /// c.
+    pub c: f64,
+    /// `init_L`.
+    pub l_init: f64,
+    /// `L_multiplier`.
+    pub l_multiplier: f64,
+    /// ε.
+    pub eps: f64,
+    /// ψ.
+    pub transform: Transform,
+    /// Threshold role.
+    pub threshold: Threshold,
+}
+
+/// The state-dict index of layer `n` of f_θ inside `nn.Sequential` (activations take slots).
+fn sequential_index(n: usize) -> usize {
+    2 * n
+}
+
+impl Fire {
+    /// A module with Appendix E's initialisation (`nn.Linear` defaults for f_θ, c = 0.1,
+    /// `init_L` = 512, `L_multiplier` = 1 unless configured otherwise). spec: [fire.defaults]
+    pub fn new(cfg: &FireConfig, heads: usize, path: &mut Path<'_>) -> Result<Self> {
+        let mut layers = Vec::with_capacity(cfg.depth + 1);
+        let mut fan_in = 1;
+        for n in 0..=cfg.depth {
+            let fan_out = if n == cfg.depth { heads } else { cfg.width };
+            let bound = 1.0 / (fan_in as f64).sqrt();
+            let mut p = path.pp(format!("mlp.{}", sequential_index(n)));
+            let w = p.param("weight", &[fan_out, fan_in], Init::Uniform(-bound, bound))?;
+            let b = p.param("bias", &[fan_out], Init::Uniform(-bound, bound))?;
+            layers.push((w, b));
+            fan_in = fan_out;
+        }
+        let c = path.param("c", &[], Init::Const(cfg.c))?;
+        let init_l = path.frozen("init_L", &[], Init::Const(cfg.l_init))?;
+        let l_multiplier = match cfg.threshold {
+            Threshold::Learnable => path.param("L_multiplier", &[], Init::Const(cfg.l_multiplier))?,
+            Threshold::Fixed | Threshold::Disabled => {
+                path.frozen("L_multiplier", &[], Init::Const(cfg.l_multiplier))?
+            }
+        };
+        Ok(Self {
+            layers,
+            activation: cfg.activation,
+            final_activation: cfg.final_activation,
+            c,
+            init_l,
+            l_multiplier,
+            eps: cfg.eps,
+            transform: cfg.transform,
+            threshold: cfg.threshold,
+        })
+    }
+
+    /// A module from explicit parameters (the conformance harness's entry point).
+    pub fn from_params(p: &FireParams, device: &Device) -> Result<Self> {
+        ensure(!p.layers.is_empty(), || "FIRE needs at least one layer".into())?;
+        let mut width = 1;
+        let mut layers = Vec::with_capacity(p.layers.len());
+        for (n, (w, out, inp, b)) in p.layers.iter().enumerate() {
+            ensure(*inp == width && *out > 0, || {
+                format!("FIRE layer {n}: weight [{out}, {inp}] does not follow width {width}")
+            })?;
+            ensure(w.len() == out * inp && b.len() == *out, || {
+                format!("FIRE layer {n}: {} weights and {} biases for [{out}, {inp}]", w.len(), b.len())
+            })?;
+            ensure(w.iter().chain(b).all(|v| v.is_finite()), || {
+                format!("FIRE layer {n}: non-finite parameter")
+            })?;
+            layers.push((
+                Tensor::from_vec(w.clone(), (*out, *inp), device)?,
+                Tensor::from_vec(b.clone(), *out, device)?,
+            ));
+            width = *out;
+        }
+        ensure(p.c.is_finite() && p.l_multiplier.is_finite(), || {
+            "FIRE c and L_multiplier must be finite".into()
+        })?;
+        ensure(p.l_init > 0.0 && p.eps >= 0.0, || {
+            "FIRE needs init_L > 0 and eps >= 0".into()
+        })?;
+        let scalar = |v: f64| Tensor::new(v as f32, device);
+        Ok(Self {
+            layers,
+            activation: p.activation,
+            final_activation: p.final_activation,
+            c: scalar(p.c)?,
+            init_l: scalar(p.l_init)?,
+            l_multiplier: scalar(p.l_multiplier)?,
+            eps: p.eps,
+            transform: p.transform,
+            threshold: p.threshold,
+        })
+    }
+
+    /// H, the output width of f_θ.
+    pub fn heads(&self) -> usize {
+        self.layers.last().map_or(0, |(w, _)| w.dims()[0])
+    }
+
+    /// ψ applied elementwise. spec: [fire.psi]
+    fn psi(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(match self.transform {
+            Transform::Log => (x.broadcast_mul(&self.c.abs()?)? + 1.0)?.log()?,
+            Transform::Identity => x.clone(),
+        })
+    }
+
+    /// The threshold L = |m·L_init|. spec: [fire.threshold]
+    pub fn threshold_value(&self) -> Result<Tensor> {
+        Ok((&self.l_multiplier * &self.init_l)?.abs()?)
+    }
+
+    /// ψ(max(i, L)) + ε for each query position `[Q]`. spec: [fire.normalizer]
+    pub fn normalizer(&self, query: &Tensor) -> Result<Tensor> {
+        let i = match self.threshold {
+            Threshold::Disabled => query.clone(),
+            Threshold::Learnable | Threshold::Fixed => {
+                query.broadcast_maximum(&self.threshold_value()?)?
+            }
+        };
+        Ok((self.psi(&i)? + self.eps)?)
+    }
+
+    /// The MLP input x(i, j), `[Q, K]`. spec: [fire.input], [conv.future]
+    pub fn input(&self, grid: &Grid) -> Result<Tensor> {
+        let numerator = self.psi(&grid.distance)?;
+        let denominator = self.normalizer(&grid.query)?.unsqueeze(1)?;
+        Ok(numerator.broadcast_div(&denominator)?)
+    }
+
+    /// f_θ applied to every element of `x` (`[Q, K]`), giving `[H, Q, K]`. spec: [fire.mlp]
+    pub fn mlp(&self, x: &Tensor) -> Result<Tensor> {
+        let (q, k) = x.dims2()?;
+        let mut h = x.reshape((q * k, 1))?;
+        let last = self.layers.len() - 1;
+        for (n, (w, b)) in self.layers.iter().enumerate() {
+            h = h.matmul(&w.t()?)?.broadcast_add(b)?;
+            let sigma = if n < last {
+                Some(self.activation)
+            } else {
+                self.final_activation
+            };
+            if let Some(s) = sigma {
+                h = activate(&h, s)?;
+            }
+        }
+        let heads = h.dims()[1];
+        Ok(h.t()?.reshape((heads, q, k))?)
+    }
+
+    /// b(i, j) for every pair of `grid`, `[H, Q, K]` (keys after the query included: they get
+    /// the mirrored value through |i − j|). spec: [fire.bias]
+    pub fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
+        self.mlp(&self.input(grid)?)
+    }
+
+    /// b(i, j) at two arbitrary position lists, row-major `[H, Q, K]` as f32.
+    pub fn bias(&self, queries: &[u64], keys: &[u64]) -> Result<Vec<f32>> {
+        let grid = Grid::new(queries, keys, self.c.device())?;
+        Ok(self
+            .bias_tensor(&grid)?
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1()?)
+    }
+
+    /// The module's parameters as a PyTorch-style state dict (names relative to the module).
+    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::new();
+        for (n, (w, b)) in self.layers.iter().enumerate() {
+            let i = sequential_index(n);
+            out.push((format!("mlp.{i}.weight"), w.clone()));
+            out.push((format!("mlp.{i}.bias"), b.clone()));
+        }
+        out.push(("c".into(), self.c.clone()));
+        out.push(("init_L".into(), self.init_l.clone()));
+        out.push(("L_multiplier".into(), self.l_multiplier.clone()));
+        out
+    }
+}
+
+/// σ. spec: [fire.activation]
+pub fn activate(x: &Tensor, a: Activation) -> Result<Tensor> {
+    Ok(match a {
+        Activation::Relu => x.relu()?,
+        Activation::Gelu => x.gelu_erf()?,
+        Activation::Identity => x.clone(),
+    })
+}
+
+/// Standard FIRE: one module per layer. spec: [fire.per-layer]
+#[derive(Debug, Clone)]
+pub struct PerLayer {
+    /// Module of layer `l`.
+    pub modules: Vec<Fire>,
+}
+
+impl PositionEncoding for PerLayer {
+    fn name(&self) -> &'static str {
+        "fire"
+    }
+    fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
+        if layers != self.modules.len() {
+            return Err(Error::Config(format!(
+                "FIRE has {} modules for {layers} layers",
+                self.modules.len()
+            )));
+        }
+        self.modules
+            .iter()
+            .map(|m| m.bias_tensor(grid).map(Some))
+            .collect()
+    }
+}
+
+/// FIRE-S: one module shared by all layers; its bias is computed once per call and the same
+/// tensor is handed to every layer. spec: [fire.shared]
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// The one module.
+    pub module: Fire,
+}
+
+impl PositionEncoding for Shared {
+    fn name(&self) -> &'static str {
+        "fire-s"
+    }
+    fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
+        let once = self.module.bias_tensor(grid)?;
+        Ok(vec![Some(once); layers])
+    }
+}
+
+/// Builds a standalone FIRE module with Appendix E's initialisation from `seed` (for tests and
+/// `fire-lm bias` on fresh models).
+pub fn standalone(cfg: &FireConfig, heads: usize, seed: u64, device: &Device) -> Result<Fire> {
+    let mut store = ParamStore::fresh(device, seed);
+    let mut root = store.root();
+    Fire::new(cfg, heads, &mut root)
+}

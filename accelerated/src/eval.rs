@@ -1,0 +1,123 @@
+//! Perplexity at a list of lengths on held-out documents (the paper's Figure 1 measurement).
+//!
+//! Every length uses the same held-out documents — those at least as long as the longest
+//! length — cut into non-overlapping windows. Long sequences go through the model in query
+//! chunks with a key/value cache, so no `[H, N, N]` tensor is ever built.
+
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+use crate::data::{eval_windows, Document};
+use crate::error::{ensure, Result};
+use crate::model::Model;
+use crate::nn::nll_sum;
+
+/// Evaluation settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalConfig {
+    /// Sequence lengths to evaluate.
+    pub lengths: Vec<usize>,
+    /// At most this many windows per length.
+    pub max_windows: usize,
+    /// Query-chunk size (memory is `[B, H, chunk, N]` per layer).
+    pub chunk: usize,
+    /// Windows per forward pass.
+    pub batch: usize,
+}
+
+/// The result at one length.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LengthResult {
+    /// Sequence length.
+    pub length: usize,
+    /// Windows evaluated.
+    pub windows: usize,
+    /// Predicted tokens.
+    pub tokens: usize,
+    /// Mean negative log-likelihood per token (nats): the log-perplexity.
+    pub log_ppl: f64,
+    /// exp(log_ppl).
+    pub ppl: f64,
+}
+
+/// One checkpoint's evaluation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// A label (the run directory's name by default).
+    pub label: String,
+    /// The encoding.
+    pub encoding: String,
+    /// Training length.
+    pub train_len: usize,
+    /// Optimizer steps of the checkpoint.
+    pub step: u64,
+    /// One entry per length.
+    pub results: Vec<LengthResult>,
+}
+
+/// Evaluates `model` on `docs` at every length of `cfg`.
+pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Vec<LengthResult>> {
+    ensure(!cfg.lengths.is_empty(), || "no evaluation lengths".into())?;
+    ensure(cfg.lengths.iter().all(|&l| l > 0), || "lengths must be positive".into())?;
+    let longest = cfg.lengths.iter().copied().max().unwrap_or(1);
+    let mut out = Vec::with_capacity(cfg.lengths.len());
+    for &len in &cfg.lengths {
+        let windows = eval_windows(docs, len, longest + 1, cfg.max_windows.max(1))?;
+        let mut total = 0f64;
+        let mut tokens = 0usize;
+        for group in windows.chunks(cfg.batch.max(1)) {
+            let b = group.len();
+            let mut x = Vec::with_capacity(b * len);
+            let mut y = Vec::with_capacity(b * len);
+            for w in group {
+                x.extend_from_slice(&w[..len]);
+                y.extend_from_slice(&w[1..]);
+            }
+            let x = Tensor::from_vec(x, (b, len), model.device())?;
+            let y = Tensor::from_vec(y, b * len, model.device())?;
+            let mut cache = model.new_cache();
+            let logits = model.forward(&x, Some(&mut cache), cfg.chunk)?;
+            total += nll_sum(&logits.reshape((b * len, ()))?, &y)?;
+            tokens += b * len;
+        }
+        let log_ppl = total / tokens as f64;
+        out.push(LengthResult {
+            length: len,
+            windows: windows.len(),
+            tokens,
+            log_ppl,
+            ppl: log_ppl.exp(),
+        });
+    }
+    Ok(out)
+}
+
+/// A plain-text table of several reports: one row per length, one column per report.
+pub fn table(reports: &[Report]) -> String {
+    let mut lengths: Vec<usize> = reports
+        .iter()
+        .flat_map(|r| r.results.iter().map(|x| x.length))
+        .collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    let mut s = format!("{:>8}", "length");
+    for r in reports {
+        s.push_str(&format!(" {:>14}", truncate(&r.label, 14)));
+    }
+    s.push_str("   (log-perplexity, nats/token)\n");
+    for len in lengths {
+        s.push_str(&format!("{len:>8}"));
+        for r in reports {
+            match r.results.iter().find(|x| x.length == len) {
+                Some(x) => s.push_str(&format!(" {:>14.4}", x.log_ppl)),
+                None => s.push_str(&format!(" {:>14}", "-")),
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}

@@ -1,0 +1,173 @@
+//! The decoder-only Transformer: token embedding, pre-LayerNorm blocks (causal self-attention
+//! with a pluggable positional encoding, then a GeLU MLP), a final LayerNorm and a tied or
+//! untied LM head. State-dict names: `embed.weight`, `layers.{l}.{ln1,attn,ln2,mlp}.…`,
+//! `ln_f.…`, `lm_head.weight`.
+
+use candle_core::{Device, Tensor};
+
+use crate::attention::{causal_mask, Attention, LayerCache};
+use crate::config::ModelConfig;
+use crate::encodings::{self, Grid, PositionEncoding};
+use crate::error::{ensure, Result};
+use crate::nn::{LayerNorm, Linear};
+use crate::params::{Init, ParamStore};
+
+/// One pre-LayerNorm block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`.
+#[derive(Debug, Clone)]
+pub struct Block {
+    ln1: LayerNorm,
+    attn: Attention,
+    ln2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+/// Per-layer key/value caches for chunked evaluation and incremental decoding.
+#[derive(Debug, Clone, Default)]
+pub struct Cache {
+    /// One entry per layer.
+    pub layers: Vec<LayerCache>,
+}
+
+impl Cache {
+    /// The number of positions already processed.
+    pub fn len(&self) -> usize {
+        self.layers.first().map_or(0, LayerCache::len)
+    }
+
+    /// True when nothing has been processed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The model.
+#[derive(Debug)]
+pub struct Model {
+    /// Its configuration.
+    pub cfg: ModelConfig,
+    embed: Tensor,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+    head: Option<Linear>,
+    /// The positional encoding.
+    pub encoding: Box<dyn PositionEncoding>,
+    device: Device,
+}
+
+impl Model {
+    /// Builds the model, taking (or initialising) its parameters from `store`.
+    pub fn new(cfg: &ModelConfig, store: &mut ParamStore) -> Result<Self> {
+        cfg.validate()?;
+        let device = store.device().clone();
+        let mut root = store.root();
+        let d = cfg.d_model;
+        let std = cfg.init_std;
+        let embed = root.pp("embed").param("weight", &[cfg.vocab_size, d], Init::Normal(std))?;
+        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            let mut p = root.pp(format!("layers.{l}"));
+            let ln1 = LayerNorm::new(&mut p.pp("ln1"), d, cfg.layer_norm_eps)?;
+            let attn = Attention::new(&mut p.pp("attn"), d, cfg.n_heads, std, cfg.n_layers)?;
+            let ln2 = LayerNorm::new(&mut p.pp("ln2"), d, cfg.layer_norm_eps)?;
+            let out_std = std / (2.0 * cfg.n_layers as f64).sqrt();
+            let fc1 = Linear::normal(&mut p.pp("mlp.fc1"), d, cfg.d_ff, true, std)?;
+            let fc2 = Linear::normal(&mut p.pp("mlp.fc2"), cfg.d_ff, d, true, out_std)?;
+            blocks.push(Block {
+                ln1,
+                attn,
+                ln2,
+                fc1,
+                fc2,
+            });
+        }
+        let ln_f = LayerNorm::new(&mut root.pp("ln_f"), d, cfg.layer_norm_eps)?;
+        let head = if cfg.tie_embeddings {
+            None
+        } else {
+            Some(Linear::normal(&mut root.pp("lm_head"), d, cfg.vocab_size, false, std)?)
+        };
+        let encoding = encodings::build(cfg, &mut root)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed,
+            blocks,
+            ln_f,
+            head,
+            encoding,
+            device,
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// An empty cache with one slot per layer.
+    pub fn new_cache(&self) -> Cache {
+        Cache {
+            layers: vec![LayerCache::default(); self.blocks.len()],
+        }
+    }
+
+    /// Logits `[B, T, V]` for `tokens` (`[B, T]`, u32).
+    ///
+    /// Without a cache the whole sequence is one attention call (training). With a cache the
+    /// tokens continue the cached sequence at positions `cache.len()..`, processed in query
+    /// chunks of at most `chunk` tokens: each layer materialises at most `[B, H, chunk, K]`
+    /// logits, never `[H, N, N]`.
+    pub fn forward(&self, tokens: &Tensor, cache: Option<&mut Cache>, chunk: usize) -> Result<Tensor> {
+        let (_, t) = tokens.dims2()?;
+        ensure(t > 0, || "empty token sequence".into())?;
+        match cache {
+            None => self.forward_chunk(tokens, 0, None),
+            Some(cache) => {
+                ensure(cache.layers.len() == self.blocks.len(), || {
+                    "cache does not belong to this model".into()
+                })?;
+                let chunk = chunk.max(1);
+                let mut outs = Vec::with_capacity(t.div_ceil(chunk));
+                let mut s = 0;
+                while s < t {
+                    let len = chunk.min(t - s);
+                    let start = cache.len() as u64;
+                    let piece = tokens.narrow(1, s, len)?;
+                    outs.push(self.forward_chunk(&piece, start, Some(cache))?);
+                    s += len;
+                }
+                Ok(Tensor::cat(&outs, 1)?)
+            }
+        }
+    }
+
+    fn forward_chunk(&self, tokens: &Tensor, start: u64, mut cache: Option<&mut Cache>) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        let grid = Grid::causal(start, t as u64, &self.device)?;
+        let biases = self.encoding.biases(&grid, self.blocks.len())?;
+        let mask = causal_mask(&grid.queries, &grid.keys, &self.device)?;
+        let mut x = self
+            .embed
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, self.cfg.d_model))?;
+        for (l, block) in self.blocks.iter().enumerate() {
+            let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
+            let h = block.attn.forward(
+                &block.ln1.forward(&x)?,
+                &grid.queries,
+                self.encoding.as_ref(),
+                biases[l].as_ref(),
+                &mask,
+                layer_cache,
+            )?;
+            x = (x + h)?;
+            let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
+            x = (&x + block.fc2.forward(&m)?)?;
+        }
+        let x = self.ln_f.forward(&x)?;
+        match &self.head {
+            Some(head) => head.forward(&x),
+            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Differentiable building blocks.
+//!
+//! candle-nn's fused `softmax_last_dim`, `layer_norm` and `rms_norm` are custom ops with no
+//! backward pass: a model trained through them silently stops learning the layers below. Every
+//! op here is a composition of primitive tensor ops, all of which candle differentiates.
+
+use candle_core::{Tensor, D};
+
+use crate::error::Result;
+use crate::params::{Init, Path};
+
+/// `y = x·Wᵀ + b`, PyTorch's `nn.Linear` layout (`weight: [out, in]`) and initialisation
+/// (U(−1/√in, 1/√in) for both weight and bias).
+#[derive(Debug, Clone)]
+pub struct Linear {
+    /// `[out, in]`.
+    pub weight: Tensor,
+    /// `[out]`, if any.
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    /// A layer named `weight`/`bias` under `path`.
+    pub fn new(path: &mut Path<'_>, fan_in: usize, fan_out: usize, bias: bool) -> Result<Self> {
+        let bound = 1.0 / (fan_in as f64).sqrt();
+        let weight = path.param("weight", &[fan_out, fan_in], Init::Uniform(-bound, bound))?;
+        let bias = if bias {
+            Some(path.param("bias", &[fan_out], Init::Uniform(-bound, bound))?)
+        } else {
+            None
+        };
+        Ok(Self { weight, bias })
+    }
+
+    /// A layer whose weight uses N(0, std²) and whose bias starts at zero (GPT-2's scheme for
+    /// the transformer's own matrices).
+    pub fn normal(
+        path: &mut Path<'_>,
+        fan_in: usize,
+        fan_out: usize,
+        bias: bool,
+        std: f64,
+    ) -> Result<Self> {
+        let weight = path.param("weight", &[fan_out, fan_in], Init::Normal(std))?;
+        let bias = if bias {
+            Some(path.param("bias", &[fan_out], Init::Const(0.0))?)
+        } else {
+            None
+        };
+        Ok(Self { weight, bias })
+    }
+
+    /// Applies the layer to the last dimension of `x`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.broadcast_matmul(&self.weight.t()?)?;
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// Layer normalisation over the last dimension, with weight and bias.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    /// γ, `[d]`.
+    pub weight: Tensor,
+    /// β, `[d]`.
+    pub bias: Tensor,
+    /// ε.
+    pub eps: f64,
+}
+
+impl LayerNorm {
+    /// γ = 1, β = 0.
+    pub fn new(path: &mut Path<'_>, dim: usize, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight: path.param("weight", &[dim], Init::Const(1.0))?,
+            bias: path.param("bias", &[dim], Init::Const(0.0))?,
+            eps,
+        })
+    }
+
+    /// `(x − mean) / √(var + ε) · γ + β`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mean = x.mean_keepdim(D::Minus1)?;
+        let centred = x.broadcast_sub(&mean)?;
+        let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = centred.broadcast_div(&(var + self.eps)?.sqrt()?)?;
+        Ok(normed
+            .broadcast_mul(&self.weight)?
+            .broadcast_add(&self.bias)?)
+    }
+}
+
+/// Softmax over the last dimension. The row maximum is subtracted for stability and detached:
+/// softmax is shift-invariant, so the shift needs no gradient. Entries of `−∞` (masked keys)
+/// get probability exactly 0 and gradient exactly 0.
+pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let e = x.broadcast_sub(&max)?.exp()?;
+    let total = e.sum_keepdim(D::Minus1)?;
+    Ok(e.broadcast_div(&total)?)
+}
+
+/// log-softmax over the last dimension (same stabilisation as [`softmax_last`]).
+pub fn log_softmax_last(x: &Tensor) -> Result<Tensor> {
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let shifted = x.broadcast_sub(&max)?;
+    let lse = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    Ok(shifted.broadcast_sub(&lse)?)
+}
+
+/// Mean negative log-likelihood of `targets` (`[N]`, u32) under `logits` (`[N, V]`).
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let logp = log_softmax_last(logits)?;
+    let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
+    Ok(picked.neg()?.mean_all()?)
+}
+
+/// Sum of negative log-likelihoods, as f64 (for perplexity over many windows).
+pub fn nll_sum(logits: &Tensor, targets: &Tensor) -> Result<f64> {
+    let logp = log_softmax_last(logits)?;
+    let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
+    let v: Vec<f32> = picked.flatten_all()?.to_vec1()?;
+    Ok(-v.iter().map(|&x| f64::from(x)).sum::<f64>())
+}
