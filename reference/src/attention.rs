@@ -108,7 +108,12 @@ fn check(x: &HeadInputs, nq: usize, nk: usize) -> Result<()> {
     if x.q.ncols() == 0 || x.q.ncols() != x.k.ncols() {
         return Err(shape("head dim of q and k", x.q.ncols(), x.k.ncols()));
     }
-    if let Some(v) = x.q.iter().chain(x.k.iter()).chain(x.v.iter()).find(|v| !v.is_finite()) {
+    if let Some(v) =
+        x.q.iter()
+            .chain(x.k.iter())
+            .chain(x.v.iter())
+            .find(|v| !v.is_finite())
+    {
         return Err(Error::NonFinite {
             name: "attention input".into(),
             value: *v,

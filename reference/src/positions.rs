@@ -64,5 +64,10 @@ pub fn validate(what: &str, positions: &[Position]) -> Result<()> {
 /// The context length implied by a set of positions: one more than the largest.
 /// Only the named deviation "normalise by sequence length" uses it. spec: [conv.length]
 pub fn context_length(queries: &[Position], keys: &[Position]) -> Position {
-    queries.iter().chain(keys).copied().max().map_or(0, |p| p + 1)
+    queries
+        .iter()
+        .chain(keys)
+        .copied()
+        .max()
+        .map_or(0, |p| p + 1)
 }

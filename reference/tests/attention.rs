@@ -1,8 +1,8 @@
 //! spec/attention.md: where the bias enters and the causal output.
 
 use fire_reference::attention::{causal, causal_head, HeadInputs, Placement};
-use fire_reference::fire::init::{self, SplitMix64, Shape};
 use fire_reference::evaluate;
+use fire_reference::fire::init::{self, Shape, SplitMix64};
 use nalgebra::DMatrix;
 
 fn inputs(seed: u64, nq: usize, nk: usize, d: usize) -> HeadInputs {
@@ -63,7 +63,10 @@ fn outputs_are_convex_combinations() {
         for (r, &i) in q.iter().enumerate() {
             let visible = &k[..=(i as usize)];
             for c in 0..4 {
-                let col: Vec<f64> = visible.iter().map(|&j| heads[h].v[(j as usize, c)]).collect();
+                let col: Vec<f64> = visible
+                    .iter()
+                    .map(|&j| heads[h].v[(j as usize, c)])
+                    .collect();
                 let lo = col.iter().copied().fold(f64::INFINITY, f64::min);
                 let hi = col.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 assert!(o[(r, c)] >= lo - 1e-12 && o[(r, c)] <= hi + 1e-12);

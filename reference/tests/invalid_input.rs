@@ -43,7 +43,10 @@ fn non_positive_l_init() {
         let mut f = fire();
         f.l_init = bad;
         let e = rejects(&f);
-        assert!(matches!(e, Error::OutOfRange { ref name, .. } if name == "L_init"), "{e}");
+        assert!(
+            matches!(e, Error::OutOfRange { ref name, .. } if name == "L_init"),
+            "{e}"
+        );
         assert!(e.to_string().contains("L_init > 0"));
     }
 }
@@ -108,12 +111,24 @@ fn bad_attention_inputs() {
     };
     // Two heads of bias but one head of inputs.
     assert!(matches!(
-        causal(&[head.clone()], &bias, &[1], &[0, 2], Placement::AfterScaling),
+        causal(
+            std::slice::from_ref(&head),
+            &bias,
+            &[1],
+            &[0, 2],
+            Placement::AfterScaling
+        ),
         Err(Error::Shape { .. })
     ));
     // A query that sees no key.
     let bias = evaluate(&f, &[1], &[2, 3]).unwrap();
-    let r = causal(&[head.clone(), head.clone()], &bias, &[1], &[2, 3], Placement::AfterScaling);
+    let r = causal(
+        &[head.clone(), head.clone()],
+        &bias,
+        &[1],
+        &[2, 3],
+        Placement::AfterScaling,
+    );
     assert!(matches!(r, Err(Error::Invalid { .. })));
     // NaN in q.
     let mut nan = head.clone();

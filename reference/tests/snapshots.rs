@@ -16,12 +16,16 @@ fn fire_bias_at_default_initialisation() {
     let bias = evaluate(&fire, &queries, &keys).unwrap();
     let mut out = String::new();
     for h in 0..4 {
-        writeln!(out, "head {h}: rows = queries {queries:?}, columns = keys {keys:?}").unwrap();
-        for q in 0..queries.len() {
+        writeln!(
+            out,
+            "head {h}: rows = queries {queries:?}, columns = keys {keys:?}"
+        )
+        .unwrap();
+        for (q, i) in queries.iter().enumerate() {
             let row: Vec<String> = (0..keys.len())
                 .map(|k| format!("{:+.9}", bias.get(h, q, k)))
                 .collect();
-            writeln!(out, "  i={:<5} {}", queries[q], row.join("  ")).unwrap();
+            writeln!(out, "  i={i:<5} {}", row.join("  ")).unwrap();
         }
     }
     writeln!(out, "inputs x(i, j):").unwrap();

@@ -28,9 +28,9 @@ fn ids(text: &str) -> Vec<String> {
                 let linked = bytes.get(n + 1) == Some(&b'(');
                 let well_formed = id.contains('.')
                     && !id.starts_with('.')
-                    && id
-                        .bytes()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b".-".contains(&c));
+                    && id.bytes().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || b".-".contains(&c)
+                    });
                 if well_formed && !linked && !id.ends_with(".md") && !id.ends_with(".rs") {
                     out.push(id.to_owned());
                 }
@@ -60,7 +60,11 @@ fn clauses() -> BTreeMap<String, String> {
                 }
                 if let Some(rest) = line.strip_prefix("### [") {
                     let id = rest.split(']').next().unwrap_or_default().to_owned();
-                    let file = path.file_name().unwrap().to_string_lossy().into_owned();
+                    let file = path
+                        .file_name()
+                        .expect("file name")
+                        .to_string_lossy()
+                        .into_owned();
                     assert!(
                         out.insert(id.clone(), file.clone()).is_none(),
                         "clause [{id}] is defined twice (second time in {file})"
@@ -113,8 +117,7 @@ fn citations() -> BTreeMap<String, String> {
                 Vec::new()
             };
             for id in cited {
-                out.entry(id)
-                    .or_insert_with(|| file.display().to_string());
+                out.entry(id).or_insert_with(|| file.display().to_string());
             }
         }
     }
@@ -124,14 +127,21 @@ fn citations() -> BTreeMap<String, String> {
 #[test]
 fn every_clause_is_cited_by_code() {
     let clauses = clauses();
-    assert!(clauses.len() > 30, "spec/ defines only {} clauses", clauses.len());
+    assert!(
+        clauses.len() > 30,
+        "spec/ defines only {} clauses",
+        clauses.len()
+    );
     let cited = citations();
     let uncited: Vec<_> = clauses
         .iter()
         .filter(|(id, _)| !cited.contains_key(*id))
         .map(|(id, file)| format!("[{id}] ({file})"))
         .collect();
-    assert!(uncited.is_empty(), "clauses with no citing code: {uncited:?}");
+    assert!(
+        uncited.is_empty(),
+        "clauses with no citing code: {uncited:?}"
+    );
 }
 
 #[test]
@@ -142,7 +152,10 @@ fn every_citation_names_a_clause() {
         .filter(|(id, _)| !clauses.contains_key(id))
         .map(|(id, file)| format!("[{id}] cited in {file}"))
         .collect();
-    assert!(dangling.is_empty(), "citations of missing clauses: {dangling:?}");
+    assert!(
+        dangling.is_empty(),
+        "citations of missing clauses: {dangling:?}"
+    );
 }
 
 #[test]
@@ -159,11 +172,17 @@ fn every_reference_in_the_spec_resolves() {
             }
         }
     }
-    assert!(missing.is_empty(), "spec refers to undefined clauses: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "spec refers to undefined clauses: {missing:?}"
+    );
 }
 
 #[test]
 fn the_id_parser_finds_what_it_should() {
-    assert_eq!(ids("spec: [fire.psi], [grad.kinks]"), ["fire.psi", "grad.kinks"]);
+    assert_eq!(
+        ids("spec: [fire.psi], [grad.kinks]"),
+        ["fire.psi", "grad.kinks"]
+    );
     assert!(ids("[fire.md](fire.md) and [x] and [T5.x]").is_empty());
 }

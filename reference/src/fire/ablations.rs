@@ -21,6 +21,7 @@ pub struct Ablation {
 }
 
 /// Every ablation of Appendix B.
+#[rustfmt::skip]
 pub const ABLATIONS: &[Ablation] = &[
     Ablation { name: "no-log", clause: "fire.ablation.no-log", build: no_log },
     Ablation { name: "no-threshold", clause: "fire.ablation.no-threshold", build: no_threshold },

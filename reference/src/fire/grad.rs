@@ -11,12 +11,15 @@ use crate::fire::transform::{dpsi_dc, dpsi_dx, psi, sign, thresholded};
 use crate::fire::{Fire, Mlp, Threshold};
 use crate::positions::{self, as_real, Position};
 
+/// The gradient with respect to one layer: `(∂/∂W, ∂/∂b)`, shaped like the layer.
+pub type LayerGradient = (DMatrix<f64>, DVector<f64>);
+
 /// The gradient of a scalar with respect to every trainable FIRE parameter, in Appendix E's
 /// order: `mlp.0.weight, mlp.0.bias, …, c, L_multiplier`. spec: [grad.layout]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FireGradient {
     /// `(∂/∂W_l, ∂/∂b_l)` per layer, shaped like the layer.
-    pub layers: Vec<(DMatrix<f64>, DVector<f64>)>,
+    pub layers: Vec<LayerGradient>,
     /// ∂/∂c.
     pub c: f64,
     /// ∂/∂m (zero when the threshold is fixed or disabled).
@@ -68,7 +71,7 @@ impl FireGradient {
 
 /// Backpropagates cotangent `g ∈ R^H` through f_θ at input `x`: returns the parameter
 /// gradients of `gᵀ f_θ(x)` and its derivative with respect to `x`. spec: [grad.theta]
-pub fn backprop(mlp: &Mlp, x: f64, g: &DVector<f64>) -> (Vec<(DMatrix<f64>, DVector<f64>)>, f64) {
+pub fn backprop(mlp: &Mlp, x: f64, g: &DVector<f64>) -> (Vec<LayerGradient>, f64) {
     let (pre, act) = mlp.trace(x);
     let last = mlp.layers.len() - 1;
     let mut delta = match mlp.final_activation {

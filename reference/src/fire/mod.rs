@@ -99,7 +99,9 @@ impl Fire {
         let last = &self.mlp.layers[self.mlp.layers.len() - 1];
         let a = &act[act.len() - 2];
         DVector::from_fn(last.weight.nrows(), |h, _| {
-            let terms: f64 = (0..a.len()).map(|m| (last.weight[(h, m)] * a[m]).abs()).sum();
+            let terms: f64 = (0..a.len())
+                .map(|m| (last.weight[(h, m)] * a[m]).abs())
+                .sum();
             terms + last.bias[h].abs()
         })
     }

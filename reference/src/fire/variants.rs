@@ -26,6 +26,7 @@ pub struct Variant {
 }
 
 /// Every known deviation, in the order the harness tries them. spec: [variants.catalogue]
+#[rustfmt::skip]
 pub const CATALOGUE: &[Variant] = &[
     v("one-based-positions", "positions start at 1 (the paper's prose) instead of 0", "conv.indexing", one_based),
     v("normalize-by-length", "normalises by the context length instead of the query position", "fire.normalizer", by_length),

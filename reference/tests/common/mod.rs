@@ -23,23 +23,25 @@ pub fn any_fire() -> impl Strategy<Value = Fire> {
             Just(Threshold::Disabled)
         ],
     )
-        .prop_map(|(heads, width, depth, seed, c, m, l_init, act, transform, threshold)| {
-            let mut fire = init::appendix_e(
-                Shape {
-                    heads,
-                    width,
-                    depth,
-                },
-                seed,
-            );
-            fire.c = c;
-            fire.l_multiplier = m;
-            fire.l_init = l_init;
-            fire.mlp.activation = act;
-            fire.transform = transform;
-            fire.threshold = threshold;
-            fire
-        })
+        .prop_map(
+            |(heads, width, depth, seed, c, m, l_init, act, transform, threshold)| {
+                let mut fire = init::appendix_e(
+                    Shape {
+                        heads,
+                        width,
+                        depth,
+                    },
+                    seed,
+                );
+                fire.c = c;
+                fire.l_multiplier = m;
+                fire.l_init = l_init;
+                fire.mlp.activation = act;
+                fire.transform = transform;
+                fire.threshold = threshold;
+                fire
+            },
+        )
 }
 
 /// A causal pair `j ≤ i` with positions up to `max`.
