@@ -15,4 +15,5 @@ pub mod implementations;
 pub mod protocol;
 pub mod report;
 pub mod runner;
+pub mod serve;
 pub mod vectors;

@@ -42,6 +42,16 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Serve a built-in implementation over the protocol on stdin/stdout (for testing the
+    /// subprocess path: `run --impl "fire-conformance serve"`).
+    Serve {
+        /// Serve the reference through this catalogued variant (a deliberate mistake).
+        #[arg(long)]
+        variant: Option<String>,
+        /// Misbehave on every case: crash, hang, garbage, nan, wrong-shape, wrong-id, flood, bare-nan.
+        #[arg(long)]
+        misbehave: Option<String>,
+    },
     /// Export the suite with a minimal pytest loader example.
     Copy {
         /// Target folder (created).
@@ -189,6 +199,22 @@ fn main() -> ExitCode {
             let mut imp = external::Recorded::parse(&text)?;
             let report = runner::run(&suite, &mut imp, &options(&common)?)?;
             finish(&report, &common)
+        })(),
+        Command::Serve { variant, misbehave } => (|| {
+            let misbehave = match misbehave {
+                None => None,
+                Some(m) => Some(fire_conformance::serve::Misbehaviour::parse(&m).ok_or_else(|| anyhow::anyhow!("unknown misbehaviour `{m}`"))?),
+            };
+            let mut imp: Box<dyn Implementation> = match variant {
+                None => Box::new(Reference),
+                Some(v) => {
+                    let v = fire_reference::fire::variants::find(&v).ok_or_else(|| anyhow::anyhow!("unknown variant `{v}`"))?;
+                    Box::new(fire_conformance::implementations::variant::Mistaken(v))
+                }
+            };
+            let stdin = std::io::stdin();
+            fire_conformance::serve::serve(imp.as_mut(), stdin.lock(), std::io::stdout().lock(), misbehave)?;
+            Ok(ExitCode::SUCCESS)
         })(),
         Command::Copy { dir, vectors } => fire_conformance::export::copy(&suite_dir(vectors), &dir).map(|n| {
             println!("exported {n} files to {}", dir.display());

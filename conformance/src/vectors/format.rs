@@ -6,10 +6,45 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use super::flags::Flag;
 use super::yaml::Node;
+
+/// A real number as a file or the protocol writes it: a number, or (the protocol's spelling of
+/// non-finite values) `"nan"`, `"inf"`, `"-inf"`. spec: [vec.floats], [proto.numbers]
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Real {
+    Number(f64),
+    Text(String),
+}
+
+impl Real {
+    fn value<E: serde::de::Error>(self) -> Result<f64, E> {
+        match self {
+            Real::Number(v) => Ok(v),
+            Real::Text(t) => match t.as_str() {
+                "nan" | ".nan" => Ok(f64::NAN),
+                "inf" | ".inf" => Ok(f64::INFINITY),
+                "-inf" | "-.inf" => Ok(f64::NEG_INFINITY),
+                _ => Err(E::custom(format!("expected a number, got the string `{t}`"))),
+            },
+        }
+    }
+}
+
+fn real<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Real::deserialize(d)?.value()
+}
+
+fn reals<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Vec::<Real>::deserialize(d)?.into_iter().map(Real::value).collect()
+}
+
+fn opt_real<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    Option::<Real>::deserialize(d)?.map(Real::value).transpose()
+}
 
 /// The version of the file format; a reader refuses any other. spec: [vec.file]
 pub const FORMAT: i64 = 1;
@@ -23,9 +58,10 @@ pub struct Tensor {
     /// The extent of each axis; `[]` is a scalar.
     pub shape: Vec<usize>,
     /// Expected outputs only: the magnitude bound `scale` of the comparison rule.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_real")]
     pub scale: Option<f64>,
     /// `product(shape)` values, row-major.
+    #[serde(deserialize_with = "reals")]
     pub data: Vec<f64>,
 }
 
@@ -113,12 +149,16 @@ pub struct FireParams {
     /// f_θ.
     pub mlp: MlpParams,
     /// c of ψ_c.
+    #[serde(deserialize_with = "real")]
     pub c: f64,
     /// The frozen `init_L`.
+    #[serde(deserialize_with = "real")]
     pub l_init: f64,
     /// The learnable `L_multiplier`.
+    #[serde(deserialize_with = "real")]
     pub l_multiplier: f64,
     /// ε.
+    #[serde(deserialize_with = "real")]
     pub eps: f64,
     /// `log` (FIRE) or `identity` (the no-log ablation).
     pub transform: String,
