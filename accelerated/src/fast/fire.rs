@@ -1,0 +1,379 @@
+//! FIRE as a tile bias source: b_h(i, j) = f_θ,h( ψ(|i − j|) / (ψ(max(i, L)) + ε) ).
+//!
+//! Three things make a FIRE tile cheap:
+//! 1. ψ depends on the distance only: a table `ψ(n)` for `n < capacity` is built once per
+//!    module (it depends on `c` alone), stored reversed so that a row of keys reads it forwards.
+//! 2. The normaliser depends on the query only: one reciprocal per query per call.
+//! 3. f_θ is compiled ([`PiecewiseLinear`]). For a query `i`, `x` grows with the distance, so
+//!    each breakpoint `t` becomes a distance threshold "the first `n` with `x(i, n) ≥ t`"
+//!    (a binary search in the ψ table, once per query per breakpoint in `(0, 1]` — on the
+//!    causal part `x ≤ 1`). A tile row is then a few runs, each `A·ψ(n) + C`: one
+//!    multiply-add per entry, vectorised, no lookup in the inner loop.
+//!
+//! FIRE-S is the same source shared by every layer: build one [`FireBias`] and one plan per
+//! forward pass, and hand the plan to every layer.
+//!
+//! Non-piecewise-linear f_θ (GeLU) falls back to evaluating the MLP per entry (hidden layers
+//! once, then only the requested head's output row).
+//!
+//! spec: [fire.bias], [fire.psi], [fire.threshold], [fire.normalizer], [fire.input],
+//! [fire.shared], [conv.future]
+
+use std::ops::Range;
+
+use crate::fast::compile::PiecewiseLinear;
+use crate::fast::error::{finite, Error, Result};
+use crate::fast::mlp::Mlp;
+use crate::fast::tile::{check_keys, visible, BiasPlan, Position, TileBias};
+
+/// Which ψ. spec: [fire.psi], [fire.ablation.no-log]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transform {
+    /// ψ(x) = ln(|c|·x + 1).
+    #[default]
+    Log,
+    /// ψ(x) = x.
+    Identity,
+}
+
+/// FIRE's scalar parameters. spec: [fire.params]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FireParams {
+    /// c of ψ_c (only |c| matters).
+    pub c: f64,
+    /// The frozen initial threshold L_init.
+    pub l_init: f64,
+    /// The learnable multiplier m.
+    pub l_multiplier: f64,
+    /// ε of the normaliser.
+    pub eps: f64,
+    /// ψ.
+    pub transform: Transform,
+    /// Whether the threshold L = |m·L_init| is used (false: normaliser ψ(i) + ε).
+    pub threshold: bool,
+}
+
+impl FireParams {
+    /// Appendix E's initial values: c = 0.1, L_init = 512, m = 1, ε = 1e-6. spec: [fire.defaults]
+    pub fn appendix_e() -> Self {
+        Self {
+            c: 0.1,
+            l_init: 512.0,
+            l_multiplier: 1.0,
+            eps: 1e-6,
+            transform: Transform::Log,
+            threshold: true,
+        }
+    }
+
+    /// Rejects values the spec rejects. spec: [fire.params], [num.errors]
+    pub fn validate(&self) -> Result<()> {
+        finite("c", self.c)?;
+        finite("L_init", self.l_init)?;
+        finite("L_multiplier", self.l_multiplier)?;
+        finite("eps", self.eps)?;
+        let bad = |name: &str, reason: &str| {
+            Err(Error::Parameter {
+                name: name.into(),
+                reason: reason.into(),
+            })
+        };
+        if self.l_init <= 0.0 {
+            return bad("L_init", "must be > 0");
+        }
+        if self.eps < 0.0 {
+            return bad("eps", "must be >= 0");
+        }
+        if self.transform == Transform::Log && self.c == 0.0 {
+            return bad("c", "must be != 0 with the log transform");
+        }
+        if self.eps == 0.0 && (!self.threshold || self.l_multiplier == 0.0) {
+            return bad("eps", "eps = 0 with no threshold divides 0 by 0 at query 0");
+        }
+        Ok(())
+    }
+
+    /// ψ(x). spec: [fire.psi]
+    pub fn psi(&self, x: f64) -> f64 {
+        match self.transform {
+            Transform::Log => (self.c.abs() * x).ln_1p(),
+            Transform::Identity => x,
+        }
+    }
+
+    /// ψ(max(i, L)) + ε. spec: [fire.threshold], [fire.normalizer]
+    pub fn normaliser(&self, i: f64) -> f64 {
+        let t = if self.threshold {
+            i.max((self.l_multiplier * self.l_init).abs())
+        } else {
+            i
+        };
+        self.psi(t) + self.eps
+    }
+
+    /// x(i, j) in f64. spec: [fire.input], [conv.future]
+    pub fn input(&self, i: Position, j: Position) -> f64 {
+        self.psi(i.abs_diff(j) as f64) / self.normaliser(i as f64)
+    }
+}
+
+/// How f_θ is evaluated.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FireFunction {
+    /// Exact piecewise-linear form (ReLU / identity MLPs).
+    Compiled(PiecewiseLinear),
+    /// Direct evaluation (GeLU).
+    Direct(Mlp),
+}
+
+/// A FIRE module ready for the fused kernel.
+#[derive(Debug, Clone)]
+pub struct FireBias {
+    function: FireFunction,
+    params: FireParams,
+    heads: usize,
+    /// `psi_rev[capacity − 1 − n] = ψ(n)`, f32.
+    psi_rev: Vec<f32>,
+}
+
+impl FireBias {
+    /// Compiles `mlp` when it is piecewise linear and tabulates ψ for distances below
+    /// `capacity` (e.g. the longest context the model will see; longer distances still work,
+    /// on a slower per-entry path).
+    pub fn new(mlp: Mlp, params: FireParams, capacity: usize) -> Result<Self> {
+        params.validate()?;
+        let heads = mlp.heads();
+        let function = if mlp.is_piecewise_linear() {
+            FireFunction::Compiled(PiecewiseLinear::compile(&mlp)?)
+        } else {
+            FireFunction::Direct(mlp)
+        };
+        let capacity = capacity.clamp(1, u32::MAX as usize);
+        let psi_rev = (0..capacity)
+            .rev()
+            .map(|n| params.psi(n as f64) as f32)
+            .collect();
+        Ok(Self {
+            function,
+            params,
+            heads,
+            psi_rev,
+        })
+    }
+
+    /// The scalar parameters.
+    pub fn params(&self) -> &FireParams {
+        &self.params
+    }
+
+    /// How f_θ is evaluated.
+    pub fn function(&self) -> &FireFunction {
+        &self.function
+    }
+
+    fn capacity(&self) -> usize {
+        self.psi_rev.len()
+    }
+
+    /// ψ(n) from the table; `n < capacity`.
+    fn psi_at(&self, n: usize) -> f32 {
+        self.psi_rev[self.capacity() - 1 - n]
+    }
+
+    /// ψ(n) in f32: from the table when it holds `n`.
+    fn psi(&self, n: u64) -> f32 {
+        let m = self.capacity() as u64;
+        if n < m {
+            self.psi_rev[(m - 1 - n) as usize]
+        } else {
+            self.params.psi(n as f64) as f32
+        }
+    }
+}
+
+impl TileBias for FireBias {
+    fn heads(&self) -> usize {
+        self.heads
+    }
+
+    fn plan<'a>(
+        &'a self,
+        queries: &'a [Position],
+        keys: &'a [Position],
+    ) -> Result<Box<dyn BiasPlan + 'a>> {
+        let contiguous = check_keys(keys)?;
+        let inv: Vec<f32> = queries
+            .iter()
+            .map(|&i| (1.0 / self.params.normaliser(i as f64)) as f32)
+            .collect();
+        let (first, count, thresholds) = match &self.function {
+            FireFunction::Compiled(pl) => {
+                let bps = pl.breakpoints();
+                let first = pl.segment(0.0);
+                let count = bps[first..].partition_point(|&t| t <= 1.0);
+                let m = self.capacity();
+                let mut thr = Vec::with_capacity(queries.len() * count);
+                for &inv_i in &inv {
+                    for &t in &bps[first..first + count] {
+                        // The first distance whose x reaches t, in the kernel's own f32
+                        // arithmetic; `m` when none in the table does.
+                        let found = partition(m, |n| f64::from(self.psi_at(n) * inv_i) < t);
+                        thr.push(found as u32);
+                    }
+                }
+                (first, count, thr)
+            }
+            FireFunction::Direct(_) => (0, 0, Vec::new()),
+        };
+        Ok(Box::new(FirePlan {
+            fire: self,
+            queries,
+            keys,
+            contiguous,
+            inv,
+            first,
+            count,
+            thresholds,
+        }))
+    }
+}
+
+/// The first `n` in `0..m` where `below(n)` turns false (`below` is true then false); `m` when
+/// it never does.
+fn partition(m: usize, below: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, m);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// One call's FIRE state: per-query reciprocal normalisers and, for compiled f_θ, the
+/// distance at which each row crosses each breakpoint in `(0, 1]`.
+struct FirePlan<'a> {
+    fire: &'a FireBias,
+    queries: &'a [Position],
+    keys: &'a [Position],
+    contiguous: bool,
+    inv: Vec<f32>,
+    /// Index of the segment holding x = 0.
+    first: usize,
+    /// Breakpoints in `(0, 1]`.
+    count: usize,
+    /// `[queries, count]`.
+    thresholds: Vec<u32>,
+}
+
+impl FirePlan<'_> {
+    /// One entry the slow, general way: any distance, any key order, keys after the query.
+    fn entry(&self, head: usize, inv: f32, n: u64, scratch: &mut [Vec<f64>; 2]) -> f32 {
+        let x = self.fire.psi(n) * inv;
+        match &self.fire.function {
+            FireFunction::Compiled(pl) => {
+                let (a, c) = pl.piece(head, pl.segment(f64::from(x)));
+                a * x + c
+            }
+            FireFunction::Direct(mlp) => mlp.eval_head(f64::from(x), head, scratch) as f32,
+        }
+    }
+
+    /// The causal part of one row on the fast path: contiguous keys whose distances the ψ
+    /// table holds. `psi` is ψ at distances `nhi, nhi − 1, …` (one per visible key).
+    fn runs(
+        &self,
+        pl: &PiecewiseLinear,
+        head: usize,
+        q: usize,
+        nhi: usize,
+        psi: &[f32],
+        row: &mut [f32],
+    ) {
+        let vis = psi.len();
+        let inv = self.inv[q];
+        let thr = &self.thresholds[q * self.count..(q + 1) * self.count];
+        let (slopes, intercepts) = pl.head_pieces(head);
+        let mut k = thr.partition_point(|&t| t as usize <= nhi);
+        let mut start = 0;
+        loop {
+            let end = if k == 0 {
+                vis
+            } else {
+                vis.min(nhi - thr[k - 1] as usize + 1)
+            };
+            if end > start {
+                let a = slopes[self.first + k] * inv;
+                let c = intercepts[self.first + k];
+                for (o, p) in row[start..end].iter_mut().zip(&psi[start..end]) {
+                    *o = a * p + c;
+                }
+                start = end;
+            }
+            if k == 0 || start >= vis {
+                break;
+            }
+            k -= 1;
+        }
+    }
+}
+
+impl BiasPlan for FirePlan<'_> {
+    fn fill(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        let width = cols.len();
+        let mut scratch = [Vec::new(), Vec::new()];
+        let m = self.fire.capacity();
+        for (r, q) in rows.enumerate() {
+            let i = self.queries[q];
+            let inv = self.inv[q];
+            let row = &mut out[r * stride..r * stride + width];
+            let vis = visible(self.keys, &cols, i);
+            let p0 = self.keys[cols.start];
+            let fast = match &self.fire.function {
+                FireFunction::Compiled(pl) if self.contiguous && vis > 0 && i - p0 < m as u64 => {
+                    Some(pl)
+                }
+                _ => None,
+            };
+            if let Some(pl) = fast {
+                let nhi = (i - p0) as usize;
+                let base = m - 1 - nhi;
+                self.runs(
+                    pl,
+                    head,
+                    q,
+                    nhi,
+                    &self.fire.psi_rev[base..base + vis],
+                    &mut row[..vis],
+                );
+            } else {
+                for (o, &j) in row[..vis]
+                    .iter_mut()
+                    .zip(&self.keys[cols.start..cols.start + vis])
+                {
+                    *o = self.entry(head, inv, i - j, &mut scratch);
+                }
+            }
+            for (o, &j) in row[vis..]
+                .iter_mut()
+                .zip(&self.keys[cols.start + vis..cols.end])
+            {
+                *o = self.entry(head, inv, j - i, &mut scratch);
+            }
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        4 * (self.inv.len() + self.thresholds.len())
+    }
+}

@@ -1,0 +1,158 @@
+//! The inner loops of the fused attention: a vectorisable exp and register-blocked tile
+//! products, in safe Rust written so the compiler keeps the accumulators in SIMD registers.
+
+/// Rows per register block of the score product.
+pub(crate) const ROWS: usize = 4;
+/// Keys per register block of the score product (keys are padded to a multiple).
+pub(crate) const KEYS: usize = 8;
+/// Head dims per register block of the value product.
+const DIMS: usize = 8;
+
+/// `e^x` for `x ≤ 0` (softmax weights after the max is subtracted), Cephes-style: round
+/// `x·log2 e` to `n`, reduce by `n·ln 2` in two parts, a degree-6 polynomial on the rest, and
+/// scale by `2^n` through the exponent bits. Relative error ~2 ulp; below `−87.3` it returns
+/// ~1e-38 instead of 0 (masked keys never reach it: the kernel zeroes them). Branch-free so
+/// loops over it vectorise.
+#[inline(always)]
+pub(crate) fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
+        + 1.666_666_5e-1)
+        * r
+        + 0.5;
+    let y = p * r * r + r + 1.0;
+    let bits = ((n as i32 + 127) as u32) << 23;
+    y * f32::from_bits(bits)
+}
+
+/// Packs `n` rows of `src` (`[n, d]` row-major), times `scale`, into blocks of `B` rows:
+/// block `b` is `[d, B]` (dimension-major), the last one zero-padded.
+pub(crate) fn pack<const B: usize>(
+    src: &[f32],
+    n: usize,
+    d: usize,
+    scale: f32,
+    dst: &mut Vec<f32>,
+) {
+    dst.clear();
+    dst.resize(n.div_ceil(B) * d * B, 0.0);
+    for (r, row) in src.chunks_exact(d).take(n).enumerate() {
+        let block = &mut dst[(r / B) * d * B..(r / B + 1) * d * B];
+        for (c, &v) in row.iter().enumerate() {
+            block[c * B + r % B] = v * scale;
+        }
+    }
+}
+
+/// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` over the packed tiles; `s` is `[row blocks·ROWS,
+/// key blocks·KEYS]` row-major. With `accumulate` the scores start from what `s` holds (the
+/// bias); without, from zero.
+pub(crate) fn scores(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], accumulate: bool) {
+    let kblocks = kp.len() / (d * KEYS);
+    let stride = kblocks * KEYS;
+    for (rb, qb) in qp.chunks_exact(d * ROWS).enumerate() {
+        for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate() {
+            let mut acc = [[0f32; KEYS]; ROWS];
+            if accumulate {
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let at = (rb * ROWS + r) * stride + kb * KEYS;
+                    a.copy_from_slice(&s[at..at + KEYS]);
+                }
+            }
+            for (qc, kc) in qb.chunks_exact(ROWS).zip(kblk.chunks_exact(KEYS)) {
+                for (a, &qv) in acc.iter_mut().zip(qc) {
+                    for (x, &kv) in a.iter_mut().zip(kc) {
+                        *x += qv * kv;
+                    }
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                let at = (rb * ROWS + r) * stride + kb * KEYS;
+                s[at..at + KEYS].copy_from_slice(a);
+            }
+        }
+    }
+}
+
+/// `acc[r, :] += Σ_t p[r, t]·v[t, :]` for `rows` rows; `p` has row stride `stride`, `v` is
+/// `[keys, d]` row-major, `acc` is `[rows, d]`.
+pub(crate) fn weighted_values(
+    p: &[f32],
+    stride: usize,
+    rows: usize,
+    v: &[f32],
+    keys: usize,
+    d: usize,
+    acc: &mut [f32],
+) {
+    let full = d / DIMS * DIMS;
+    for r0 in (0..rows).step_by(ROWS) {
+        let nr = ROWS.min(rows - r0);
+        for c0 in (0..full).step_by(DIMS) {
+            let mut a = [[0f32; DIMS]; ROWS];
+            for t in 0..keys {
+                let vt = &v[t * d + c0..t * d + c0 + DIMS];
+                for (r, ar) in a.iter_mut().enumerate().take(nr) {
+                    let w = p[(r0 + r) * stride + t];
+                    for (x, &vv) in ar.iter_mut().zip(vt) {
+                        *x += w * vv;
+                    }
+                }
+            }
+            for (r, ar) in a.iter().enumerate().take(nr) {
+                let dst = &mut acc[(r0 + r) * d + c0..(r0 + r) * d + c0 + DIMS];
+                for (x, y) in dst.iter_mut().zip(ar) {
+                    *x += y;
+                }
+            }
+        }
+        if full < d {
+            for r in r0..r0 + nr {
+                for t in 0..keys {
+                    let w = p[r * stride + t];
+                    for c in full..d {
+                        acc[r * d + c] += w * v[t * d + c];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The largest of a non-empty slice (eight running maxima so it vectorises).
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut m = [f32::NEG_INFINITY; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &b) in m.iter_mut().zip(c) {
+            *a = if b > *a { b } else { *a };
+        }
+    }
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    m.iter().fold(tail, |a, &b| a.max(b))
+}
+
+/// Replaces every `x` by `e^{x − shift}` and returns their sum (eight partial sums).
+pub(crate) fn exp_sum(x: &mut [f32], shift: f32) -> f32 {
+    let mut s = [0f32; 8];
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        for (a, v) in s.iter_mut().zip(c.iter_mut()) {
+            *v = exp(*v - shift);
+            *a += *v;
+        }
+    }
+    let mut tail = 0.0;
+    for v in chunks.into_remainder() {
+        *v = exp(*v - shift);
+        tail += *v;
+    }
+    s.iter().sum::<f32>() + tail
+}

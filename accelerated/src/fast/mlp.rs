@@ -1,0 +1,231 @@
+//! f_θ as plain numbers: the MLP of one scalar input that FIRE evaluates, kept free of any model
+//! type so the kernels can be wired to whatever holds the trained weights.
+//!
+//! Layout follows PyTorch's `nn.Linear`: `weight` is `[out, in]` row-major, `bias` is `[out]`.
+//! spec: [fire.mlp]
+
+use crate::fast::error::{finite, shape, Error, Result};
+
+/// The activation σ between layers. Only the piecewise-linear ones compile exactly
+/// (see [`crate::fast::compile`]); GeLU is evaluated directly. spec: [fire.activation]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `max(z, 0)`: FIRE's default; piecewise linear.
+    Relu,
+    /// `z`: piecewise linear (one piece).
+    Identity,
+    /// The exact GeLU `z·Φ(z)` (PyTorch's default `nn.GELU()`): not piecewise linear.
+    Gelu,
+}
+
+impl Activation {
+    /// σ(z) in f64.
+    pub fn apply(self, z: f64) -> f64 {
+        match self {
+            Activation::Relu => z.max(0.0),
+            Activation::Identity => z,
+            Activation::Gelu => 0.5 * z * (1.0 + erf(z / std::f64::consts::SQRT_2)),
+        }
+    }
+
+    /// True when σ is piecewise linear, so an MLP built from it compiles exactly.
+    pub fn is_piecewise_linear(self) -> bool {
+        matches!(self, Activation::Relu | Activation::Identity)
+    }
+}
+
+/// erf by Abramowitz & Stegun 7.1.26: absolute error below 1.5e-7, inside f32 tolerance. Only
+/// the GeLU fallback uses it.
+fn erf(x: f64) -> f64 {
+    let sign = if x < 0.0 { -1.0 } else { 1.0 };
+    let a = x.abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    sign * (1.0 - poly * (-a * a).exp())
+}
+
+/// One affine layer `z = W·x + b`, `W: [out, in]` row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Linear {
+    /// `[out, in]`, row-major, as `nn.Linear.weight`.
+    pub weight: Vec<f64>,
+    /// `[out]`.
+    pub bias: Vec<f64>,
+    /// Input width.
+    pub inputs: usize,
+    /// Output width.
+    pub outputs: usize,
+}
+
+impl Linear {
+    /// A layer from its row-major weight `[outputs, inputs]` and bias `[outputs]`.
+    pub fn new(weight: Vec<f64>, bias: Vec<f64>, inputs: usize, outputs: usize) -> Result<Self> {
+        if weight.len() != inputs * outputs {
+            return Err(shape(
+                "linear weight",
+                format!("[{outputs}, {inputs}]"),
+                weight.len(),
+            ));
+        }
+        if bias.len() != outputs {
+            return Err(shape("linear bias", outputs, bias.len()));
+        }
+        for v in weight.iter().chain(&bias) {
+            finite("MLP parameter", *v)?;
+        }
+        Ok(Self {
+            weight,
+            bias,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// A layer from candle tensors `weight: [out, in]`, `bias: [out]` (any float dtype).
+    pub fn from_tensors(weight: &candle_core::Tensor, bias: &candle_core::Tensor) -> Result<Self> {
+        let bad = |e: candle_core::Error| Error::Invalid {
+            what: "linear layer tensors".into(),
+            reason: e.to_string(),
+        };
+        let (outputs, inputs) = weight.dims2().map_err(bad)?;
+        let w = weight
+            .to_dtype(candle_core::DType::F64)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f64>())
+            .map_err(bad)?;
+        let b = bias
+            .to_dtype(candle_core::DType::F64)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f64>())
+            .map_err(bad)?;
+        Self::new(w, b, inputs, outputs)
+    }
+
+    /// Row `o` of the weight.
+    pub fn row(&self, o: usize) -> &[f64] {
+        &self.weight[o * self.inputs..(o + 1) * self.inputs]
+    }
+}
+
+/// f_θ: R → R^H. Hidden layers with σ, then the output layer (one unit per head), then an
+/// optional final activation. spec: [fire.mlp]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mlp {
+    /// Hidden layers followed by the output layer.
+    pub layers: Vec<Linear>,
+    /// σ after every hidden layer.
+    pub activation: Activation,
+    /// Applied to the output (FIRE has none).
+    pub final_activation: Option<Activation>,
+}
+
+impl Mlp {
+    /// Checks that the layers chain from one input to `H` outputs.
+    pub fn new(
+        layers: Vec<Linear>,
+        activation: Activation,
+        final_activation: Option<Activation>,
+    ) -> Result<Self> {
+        if layers.is_empty() {
+            return Err(Error::Empty {
+                what: "MLP layers".into(),
+            });
+        }
+        let mut width = 1;
+        for (n, l) in layers.iter().enumerate() {
+            if l.inputs != width || l.outputs == 0 {
+                return Err(shape(
+                    &format!("MLP layer {n}"),
+                    format!("[>0, {width}]"),
+                    format!("[{}, {}]", l.outputs, l.inputs),
+                ));
+            }
+            width = l.outputs;
+        }
+        Ok(Self {
+            layers,
+            activation,
+            final_activation,
+        })
+    }
+
+    /// `H`, the output width.
+    pub fn heads(&self) -> usize {
+        self.layers.last().map_or(0, |l| l.outputs)
+    }
+
+    /// True when every activation is piecewise linear, so [`crate::fast::compile`] is exact.
+    pub fn is_piecewise_linear(&self) -> bool {
+        self.activation.is_piecewise_linear()
+            && self
+                .final_activation
+                .map_or(true, Activation::is_piecewise_linear)
+    }
+
+    /// f_θ(x) into `out` (`H` values), literally, layer by layer, in f64. `scratch` holds two
+    /// buffers reused between calls.
+    pub fn eval_into(&self, x: f64, scratch: &mut [Vec<f64>; 2], out: &mut [f64]) {
+        let [a, b] = scratch;
+        a.clear();
+        a.push(x);
+        let last = self.layers.len() - 1;
+        for (n, layer) in self.layers.iter().enumerate() {
+            b.clear();
+            let sigma = if n < last {
+                Some(self.activation)
+            } else {
+                self.final_activation
+            };
+            for o in 0..layer.outputs {
+                let z = layer
+                    .row(o)
+                    .iter()
+                    .zip(a.iter())
+                    .fold(layer.bias[o], |s, (w, v)| s + w * v);
+                b.push(sigma.map_or(z, |s| s.apply(z)));
+            }
+            std::mem::swap(a, b);
+        }
+        out.copy_from_slice(a);
+    }
+
+    /// f_θ(x) ∈ R^H, allocating; for tests and one-off use.
+    pub fn eval(&self, x: f64) -> Vec<f64> {
+        let mut out = vec![0.0; self.heads()];
+        self.eval_into(x, &mut [Vec::new(), Vec::new()], &mut out);
+        out
+    }
+}
+
+impl Mlp {
+    /// Head `h` of f_θ(x) only: the hidden layers in full, then one row of the output layer.
+    /// The direct (GeLU) fallback's per-entry evaluation.
+    pub fn eval_head(&self, x: f64, h: usize, scratch: &mut [Vec<f64>; 2]) -> f64 {
+        let [a, b] = scratch;
+        a.clear();
+        a.push(x);
+        let last = self.layers.len() - 1;
+        for layer in &self.layers[..last] {
+            b.clear();
+            for o in 0..layer.outputs {
+                let z = layer
+                    .row(o)
+                    .iter()
+                    .zip(a.iter())
+                    .fold(layer.bias[o], |s, (w, v)| s + w * v);
+                b.push(self.activation.apply(z));
+            }
+            std::mem::swap(a, b);
+        }
+        let out = &self.layers[last];
+        let z = out
+            .row(h)
+            .iter()
+            .zip(a.iter())
+            .fold(out.bias[h], |s, (w, v)| s + w * v);
+        self.final_activation.map_or(z, |s| s.apply(z))
+    }
+}

@@ -1,0 +1,70 @@
+//! The bias-source abstraction of the fused kernel: an additive encoding fills one
+//! `[rows, cols]` tile of one head at a time, so the `[H, N, N]` bias never exists.
+//!
+//! An encoding ([`TileBias`]) first builds a [`BiasPlan`] for one call's position lists: the
+//! per-query and per-distance quantities it needs (FIRE's normaliser and segment thresholds,
+//! a baseline's distance table), O(N·H) at most. The kernel then asks the plan for tiles.
+//! spec: [conv.layout], [attn.logits]
+
+use std::ops::Range;
+
+use crate::fast::error::Result;
+
+/// A token position, 0-based, as in Appendix E. spec: [conv.positions]
+pub type Position = u64;
+
+/// An additive relative position encoding that can fill bias tiles.
+pub trait TileBias: Send + Sync + std::fmt::Debug {
+    /// `H`.
+    fn heads(&self) -> usize;
+
+    /// Prepares the per-call state for these positions. Keys must be non-decreasing (a KV
+    /// cache is); queries are arbitrary.
+    fn plan<'a>(
+        &'a self,
+        queries: &'a [Position],
+        keys: &'a [Position],
+    ) -> Result<Box<dyn BiasPlan + 'a>>;
+}
+
+/// One call's bias, ready to fill tiles.
+pub trait BiasPlan: Send + Sync {
+    /// Writes `b_head(queries[r], keys[c])` for `r ∈ rows`, `c ∈ cols` into `out`, row-major
+    /// with row stride `stride ≥ cols.len()`. Every entry is written, including keys after the query
+    /// (each encoding's own rule for them, [conv.future]); the causal kernel masks those.
+    fn fill(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    );
+
+    /// Bytes this plan holds (its O(N) state), for the memory accounting of benchmarks.
+    fn bytes(&self) -> usize;
+}
+
+/// Checks a key list is non-empty and non-decreasing; returns whether it is contiguous
+/// (`keys[t] = keys[0] + t`), which enables the table-walking fast paths.
+pub(crate) fn check_keys(keys: &[Position]) -> Result<bool> {
+    use crate::fast::error::Error;
+    if keys.is_empty() {
+        return Err(Error::Empty {
+            what: "key positions".into(),
+        });
+    }
+    if keys.windows(2).any(|w| w[1] < w[0]) {
+        return Err(Error::Invalid {
+            what: "key positions".into(),
+            reason: "must be non-decreasing (as in a KV cache)".into(),
+        });
+    }
+    Ok(keys.windows(2).all(|w| w[1] == w[0] + 1))
+}
+
+/// How many of `keys[cols]` (non-decreasing) are visible to a query at `i` (`j ≤ i`): they
+/// form a prefix of the tile.
+pub(crate) fn visible(keys: &[Position], cols: &Range<usize>, i: Position) -> usize {
+    keys[cols.clone()].partition_point(|&j| j <= i)
+}
