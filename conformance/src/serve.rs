@@ -23,7 +23,7 @@ pub enum Misbehaviour {
     Garbage,
     /// Reply with NaN in every output.
     Nan,
-    /// Reply with the output's shape reversed.
+    /// Reply with an extra leading axis (Appendix E's batch axis left in).
     WrongShape,
     /// Reply for another case id.
     WrongId,
@@ -131,7 +131,7 @@ fn act(m: Misbehaviour, id: &str, reply: Reply, out: &mut impl Write) -> anyhow:
         },
         Misbehaviour::Garbage => "this is not JSON {".into(),
         Misbehaviour::Nan => protocol::result_line(id, &mangle(&|t| t.data.iter_mut().for_each(|v| *v = f64::NAN))),
-        Misbehaviour::WrongShape => protocol::result_line(id, &mangle(&|t| t.shape.reverse())),
+        Misbehaviour::WrongShape => protocol::result_line(id, &mangle(&|t| t.shape.insert(0, 1))),
         Misbehaviour::WrongId => protocol::result_line("some/other/case", &reply),
         Misbehaviour::BareNan => json!({"type": "result", "id": id, "status": "output", "outputs": {}})
             .to_string()

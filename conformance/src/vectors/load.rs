@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::format::{Case, Tensor, Verdict, VectorFile, FORMAT};
+use super::format::{Case, Encoding, FireParams, Tensor, Verdict, VectorFile, FORMAT};
 use super::manifest::{sha256, Manifest, MANIFEST};
 use crate::compare;
 
@@ -115,6 +115,20 @@ fn check_tensor(at: &str, t: &Tensor) -> Result<(), LoadError> {
     Ok(())
 }
 
+fn fire_tensors(p: &FireParams) -> Vec<&Tensor> {
+    p.mlp.layers.iter().flat_map(|l| [&l.weight, &l.bias]).collect()
+}
+
+fn encoding_tensors(e: &Encoding) -> Vec<&Tensor> {
+    let fire = fire_tensors;
+    match e {
+        Encoding::Fire(p) => fire(p),
+        Encoding::FireShared(s) => fire(&s.module),
+        Encoding::FirePerLayer(p) => p.modules.iter().flat_map(fire).collect(),
+        Encoding::Baseline(b) => b.params.values().collect(),
+    }
+}
+
 fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     let at = format!("{path}: case `{}`", case.id);
     if !case.id.starts_with(stem) || case.id.len() <= stem.len() {
@@ -127,6 +141,9 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
         return Err(bad(&at, format!("unknown profile `{}`", case.profile)));
     }
     for t in [&case.inputs.cotangent, &case.inputs.q, &case.inputs.k, &case.inputs.v].into_iter().flatten() {
+        check_tensor(&at, t)?;
+    }
+    for t in encoding_tensors(&case.encoding) {
         check_tensor(&at, t)?;
     }
     match (case.result, &case.expected) {

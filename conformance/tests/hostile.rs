@@ -1,0 +1,116 @@
+//! Hostile implementations never take the harness down: each misbehaviour becomes a failed case
+//! with a clear message, and the next case still runs. spec: [proto.lifecycle]
+
+use std::path::Path;
+use std::time::Duration;
+
+use fire_conformance::implementation::Implementation;
+use fire_conformance::implementations::external::{External, Limits};
+use fire_conformance::runner::{self, Options, Status};
+use fire_conformance::vectors::load::{self, Suite};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fire-conformance");
+
+fn suite() -> Suite {
+    load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap()
+}
+
+fn limits() -> Limits {
+    Limits {
+        case: Duration::from_millis(1500),
+        startup: Duration::from_secs(20),
+        max_line: 1 << 20,
+        max_failed_starts: 3,
+    }
+}
+
+/// Runs two cases against `cmd`; returns each outcome's status and joined details.
+fn two_cases(cmd: &str) -> Vec<(Status, String)> {
+    let mut imp = External::new(cmd, limits());
+    let opts = Options {
+        run: vec!["edge/positions/query-zero".into(), "edge/positions/kv-cache-row".into()],
+        diagnose: true,
+        ..Options::default()
+    };
+    let report = runner::run(&suite(), &mut imp, &opts).unwrap();
+    assert_eq!(report.outcomes.len(), 2);
+    report.outcomes.iter().map(|o| (o.status, o.details.join("\n"))).collect()
+}
+
+fn misbehaving(kind: &str, needle: &str) {
+    let outcomes = two_cases(&format!("{BIN} serve --misbehave {kind}"));
+    for (status, details) in outcomes {
+        assert_eq!(status, Status::Failed, "{kind}: {details}");
+        assert!(details.contains(needle), "{kind}: expected `{needle}` in: {details}");
+    }
+}
+
+#[test]
+fn a_well_behaved_subprocess_passes() {
+    for (status, details) in two_cases(&format!("{BIN} serve")) {
+        assert_eq!(status, Status::Passed, "{details}");
+    }
+}
+
+#[test]
+fn a_crash_fails_the_case_and_the_next_case_runs_on_a_restart() {
+    misbehaving("crash", "closed its output");
+}
+
+#[test]
+fn a_hang_times_out() {
+    misbehaving("hang", "no reply within 1.5s");
+}
+
+#[test]
+fn garbage_is_invalid_json() {
+    misbehaving("garbage", "invalid JSON");
+}
+
+#[test]
+fn bare_nan_tokens_are_explained() {
+    misbehaving("bare-nan", "bare NaN");
+}
+
+#[test]
+fn nan_outputs_fail_the_comparison() {
+    misbehaving("nan", "got NaN");
+}
+
+#[test]
+fn a_wrong_shape_is_named() {
+    misbehaving("wrong-shape", "has shape");
+}
+
+#[test]
+fn a_reply_for_another_case_is_refused() {
+    misbehaving("wrong-id", "reply for case `some/other/case`");
+}
+
+#[test]
+fn a_flood_hits_the_size_cap() {
+    misbehaving("flood", "size cap");
+}
+
+#[test]
+fn an_implementation_that_cannot_start_is_a_clear_error() {
+    let mut imp = External::new("exec /nonexistent/fire-impl", limits());
+    let e = imp.capabilities().unwrap_err().to_string();
+    assert!(e.contains("handshake failed"), "{e}");
+    let mut imp = External::new("echo '{\"type\": \"hello\", \"protocol\": 99, \"name\": \"x\"}'", limits());
+    let e = imp.capabilities().unwrap_err().to_string();
+    assert!(e.contains("protocol version"), "{e}");
+}
+
+#[test]
+fn the_cli_prints_the_summary_and_exits_non_zero_on_failure() {
+    let out = std::process::Command::new(BIN)
+        .args(["run", "--run", "fire/depth/*", "--impl"])
+        .arg(format!("{BIN} serve --variant heads-reversed"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(text.lines().last().unwrap().ends_with("0 passed, 3 failed, 0 skipped"), "{text}");
+    assert!(text.contains("matches variant `heads-reversed`"), "{text}");
+}
