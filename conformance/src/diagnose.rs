@@ -73,6 +73,11 @@ pub fn diagnose(case: &Case, got: &BTreeMap<String, Tensor>, profile: Profile, c
         return finding;
     }
     finding.variants = CATALOGUE.iter().filter(|v| explains(v, case, got, profile, caps)).collect();
+    if finding.variants.is_empty() && case.flags.contains(&crate::vectors::flags::Flag::TinyC) {
+        finding.notes.push(
+            "tiny-c cases are ill-conditioned: computing ψ as log(1 + |c|·x) (Appendix E) instead of log1p(|c|·x) loses about u/ψ(L) of relative precision, even in f64 [num.profiles]".into(),
+        );
+    }
     if let Some(expected) = &case.expected {
         if case.kind == Kind::Bias && case.flags.contains(&crate::vectors::flags::Flag::FutureKeys) {
             let reference = expected.clone();
