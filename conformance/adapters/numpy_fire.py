@@ -223,4 +223,4 @@ def build(case):
 
 if __name__ == "__main__":
     fire_kit.serve(build, name="numpy-fire (independent, from the spec)",
-                   families=["fire", "fire-s", "fire-grad", "variants", "edge", "attention", "invalid"])
+                   families=["fire", "fire-s", "fire-grad", "variants", "edge", "attention", "invalid", "theorem-3-1"])

@@ -177,6 +177,44 @@ fn vjp(fire: &Fire, q: &[Position], k: &[Position], cot: &Option<Tensor>) -> Res
     Ok(out)
 }
 
+fn is_rope(e: &Encoding) -> bool {
+    matches!(e, Encoding::Baseline(b) if b.name == "rope")
+}
+
+/// Causal attention with RoPE applied to every query and key row and no additive bias.
+/// spec: [rope.score], [attn.causal]
+fn rope_attention(
+    encoding: &Encoding,
+    inputs: &Inputs,
+    q: &[Position],
+    k: &[Position],
+    placement: attention::Placement,
+) -> Result<Tensor> {
+    let Encoding::Baseline(b) = encoding else {
+        return Err(Error::Invalid { what: "rope".into(), reason: "not a RoPE encoding".into() });
+    };
+    let rope = crate::vectors::baselines::rope(b)?;
+    let heads = inputs.q.as_ref().map_or(0, |t| t.shape.first().copied().unwrap_or(0));
+    let mut rotated = inputs.clone();
+    for (name, positions) in [("q", q), ("k", k)] {
+        let t = if name == "q" { &mut rotated.q } else { &mut rotated.k };
+        let Some(t) = t.as_mut() else { continue };
+        check_tensor(name, t)?;
+        if t.shape.len() != 3 || t.shape[1] != positions.len() {
+            return Err(Error::Shape { what: format!("attention input `{name}`"), expected: format!("[H, {}, d]", positions.len()), got: format!("{:?}", t.shape) });
+        }
+        let d = t.shape[2];
+        for row in 0..t.shape[0] * t.shape[1] {
+            let p = positions[row % t.shape[1]];
+            let x = nalgebra::DVector::from_column_slice(&t.data[row * d..(row + 1) * d]);
+            let y = rope.rotate(&x, fire_reference::positions::as_real(p))?;
+            t.data[row * d..(row + 1) * d].copy_from_slice(y.as_slice());
+        }
+    }
+    let zero = Bias::from_heads(vec![DMatrix::zeros(q.len(), k.len()); heads.max(1)])?;
+    attention_output(&rotated, &zero, placement)
+}
+
 /// Evaluates one case's request with the reference, optionally through a named deviation.
 /// spec: [vec.generation]
 pub fn evaluate_request(
@@ -207,6 +245,9 @@ pub fn evaluate_placed(
                 _ => stacked(&layers),
             };
             out.insert("bias".into(), t);
+        }
+        Kind::Attention if is_rope(encoding) => {
+            out.insert("output".into(), rope_attention(encoding, inputs, &q, &k, placement)?);
         }
         Kind::Attention => {
             let layers = layer_biases(encoding, variant, &q, &k)?;
