@@ -148,8 +148,17 @@ impl Process {
     }
 
     fn kill(&mut self) {
-        // The whole process group: `sh -c` and whatever it started.
-        let _ = Command::new("kill").arg("-KILL").arg(format!("-{}", self.child.id())).stderr(Stdio::null()).status();
+        // The whole process group (`sh -c` and whatever it started), but only while its leader
+        // is alive and unreaped: a reaped pid may already name someone else's group. The `--`
+        // matters: without it procps `kill` does not read `-PGID` as a process group.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
