@@ -122,7 +122,7 @@ impl Request {
     }
 }
 
-/// The output names a case's reply carries: its expected outputs, or for invalid cases what a
+/// The output names a case's reply carries (spec: [vec.outputs]): its expected outputs, or for invalid cases what a
 /// valid one of its kind would carry.
 pub fn output_names(case: &Case) -> Vec<String> {
     match &case.expected {

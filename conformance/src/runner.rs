@@ -161,12 +161,12 @@ fn compare_outputs(case: &Case, got: &BTreeMap<String, Tensor>, profile: Profile
             }
             Err(Mismatch::Values { count, checked, worst, first }) => {
                 details.push(format!(
-                    "output `{name}` {:?}: {count} of {checked} elements differ (profile {}: |got − want| ≤ {} + {}·{})",
+                    "output `{name}` {:?}: {count} of {checked} elements differ (profile {}: |got − want| ≤ {:e} + {:e} · scale {})",
                     want.shape,
                     profile.name,
                     profile.atol,
                     profile.rtol,
-                    want.scale.map_or_else(|| "max|want|".into(), |s| format!("{s:e}"))
+                    want.scale.map_or_else(|| "max|want|".into(), |s| format!("{s:.4e}"))
                 ));
                 details.push(format!("  worst {}", Shown(&worst, &want.shape)));
                 for e in first.iter().filter(|e| e.flat != worst.flat) {

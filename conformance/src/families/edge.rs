@@ -46,7 +46,7 @@ pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
     neg_both.l_multiplier = -1.0;
     let params = vec![
         Draft::bias("tiny-c", "c = 1e-7: ψ(L) ≈ 8e-7 is comparable to ε, so where ε goes shows", fire_enc(&tiny), range(12), range(12))
-            .clauses(CORE).clauses(&["fire.psi", "conv.future"]).flags(&[Flag::TinyC, Flag::RandomParams, Flag::FutureKeys]).profile("f64"),
+            .clauses(CORE).clauses(&["fire.psi", "conv.future"]).clauses(&["num.compare", "num.profiles"]).flags(&[Flag::TinyC, Flag::RandomParams, Flag::FutureKeys]).profile("f64"),
         Draft::bias("tiny-negative-c", "c = −1e-9 at default init: ε dominates the normaliser", fire_enc(&tiny_neg), range(8), range(8))
             .clauses(CORE).clauses(&["fire.psi", "conv.future"]).flags(&[Flag::TinyC, Flag::NegativeC, Flag::DefaultInit, Flag::FutureKeys]).profile("f64"),
         Draft::bias("negative-c", "c = −0.7 equals c = 0.7", fire_enc(&neg_c), range(12), range(12))

@@ -31,7 +31,7 @@ pub fn fire() -> anyhow::Result<Vec<(String, VectorFile)>> {
         let f = random_fire(4, 8, 1, 100 + seed, Activation::Relu);
         random.push(
             Draft::bias(&format!("seed-{seed}-square-16"), "random θ, c, m with L ≈ 8: positions 0..16 cross the threshold", fire_enc(&f), range(16), range(16))
-                .clauses(CORE).clauses(&["fire.params"]).flags(&[Flag::RandomParams, Flag::FutureKeys]),
+                .clauses(CORE).clauses(&["fire.params", "variants.catalogue", "conv.length"]).flags(&[Flag::RandomParams, Flag::FutureKeys]),
         );
     }
     let mut depth = Vec::new();

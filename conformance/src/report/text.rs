@@ -1,5 +1,5 @@
 //! The human report: failures with their id, clauses, flags, worst element and diagnosis, then
-//! the summary line `N passed, M failed, K skipped`.
+//! the summary line `N passed, M failed, K skipped`. spec: [proto.report]
 
 use std::fmt::Write;
 

@@ -1,0 +1,34 @@
+//! Snapshots of the human report, for a passing and a failing implementation: the report is the
+//! interface a newcomer reads first, so its shape is reviewed like code.
+
+use std::path::Path;
+
+use fire_conformance::implementations::reference::Reference;
+use fire_conformance::implementations::variant::Mistaken;
+use fire_conformance::report::text;
+use fire_conformance::runner::{self, Options};
+use fire_conformance::vectors::load;
+use fire_reference::fire::variants;
+
+fn options() -> Options {
+    Options {
+        run: vec!["fire/depth/*".into(), "edge/positions/query-zero".into(), "invalid/inputs/empty-*".into()],
+        diagnose: true,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn report_of_a_passing_implementation() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let report = runner::run(&suite, &mut Reference, &options()).unwrap();
+    insta::assert_snapshot!(text::render(&report, true));
+}
+
+#[test]
+fn report_of_a_failing_implementation() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let v = variants::find("one-based-positions").unwrap();
+    let report = runner::run(&suite, &mut Mistaken(v), &options()).unwrap();
+    insta::assert_snapshot!(text::render(&report, false));
+}
