@@ -196,11 +196,9 @@ pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
     let reply = match m.get("status").and_then(Value::as_str) {
         Some("output") => {
             let outs = m.get("outputs").and_then(Value::as_object).ok_or("an output result needs an `outputs` object")?;
-            let mut map = BTreeMap::new();
-            for (k, v) in outs {
-                map.insert(k.clone(), tensor(k, v)?);
-            }
-            Reply::Output(map)
+            let parsed: Result<BTreeMap<String, Tensor>, String> = outs.iter().map(|(k, v)| Ok((k.clone(), tensor(k, v)?))).collect();
+            // A malformed output belongs to its case: fail that case, not the whole stream.
+            parsed.map_or_else(Reply::Broken, Reply::Output)
         }
         Some("skipped") => Reply::Skipped(text("reason")),
         Some("errored") => Reply::Errored(text("message")),

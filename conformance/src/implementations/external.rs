@@ -208,11 +208,15 @@ impl External {
 
     fn start(&mut self) -> Result<Capabilities, String> {
         let mut p = Process::spawn(&self.cmd, self.limits.max_line).map_err(|e| format!("cannot start `{}`: {e}", self.cmd))?;
-        let hello = p
-            .send(&protocol::hello(&self.suite_version))
-            .map_err(|e| format!("cannot write the handshake: {e}"))
-            .and_then(|()| p.receive(self.limits.startup))
-            .and_then(|line| protocol::parse_hello(&line));
+        // A process that already exited may still have said something: read before blaming
+        // the broken pipe.
+        let sent = p.send(&protocol::hello(&self.suite_version));
+        let wait = if sent.is_ok() { self.limits.startup } else { Duration::from_millis(500) };
+        let hello = match (p.receive(wait), sent) {
+            (Ok(line), _) => protocol::parse_hello(&line),
+            (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(w)) => Err(format!("cannot write the handshake ({w}); {e}")),
+        };
         match hello {
             Ok(caps) => {
                 self.process = Some(p);

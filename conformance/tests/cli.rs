@@ -1,0 +1,91 @@
+//! The command line: JSON and JUnit reports, xfails, results files and export.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fire_conformance::implementation::{Implementation, Request};
+use fire_conformance::implementations::reference::Reference;
+use fire_conformance::protocol;
+use fire_conformance::vectors::load;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fire-conformance");
+
+fn vectors() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).arg("--vectors").arg(vectors()).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn json_report_and_junit_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junit = tmp.path().join("junit.xml");
+    let o = run(&["run", "--run", "fire/depth/*", "--json", "--junit", junit.to_str().unwrap()]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["passed"], 3);
+    assert_eq!(v["cases"].as_array().unwrap().len(), 3);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("3 passed, 0 failed, 0 skipped"));
+    let xml = std::fs::read_to_string(junit).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), 3);
+    assert!(xml.contains("tests=\"3\" failures=\"0\""));
+}
+
+#[test]
+fn xfails_turn_known_failures_into_skips_and_fail_when_they_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let xf = tmp.path().join("xfails.txt");
+    std::fs::write(&xf, "# known\nfire/depth/*\n").unwrap();
+    let variant = format!("{BIN} serve --variant heads-reversed");
+    let o = run(&["run", "--run", "fire/depth/*", "--xfails", xf.to_str().unwrap(), "--impl", &variant]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    assert!(stdout(&o).ends_with("0 passed, 0 failed, 3 skipped\n"), "{}", stdout(&o));
+    let o = run(&["run", "--run", "fire/depth/*", "--xfails", xf.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stdout(&o).contains("listed in --xfails but passed"), "{}", stdout(&o));
+}
+
+#[test]
+fn results_files_are_graded_like_a_live_run() {
+    let suite = load::load(&vectors()).unwrap();
+    let mut good = String::new();
+    let mut bad = String::new();
+    for case in suite.cases().filter(|c| c.id.starts_with("edge/")) {
+        let reply = Reference.run(&Request::for_case(case, "f64"));
+        good.push_str(&protocol::result_line(&case.id, &reply));
+        good.push('\n');
+        let line = protocol::result_line(&case.id, &reply);
+        bad.push_str(&line.replacen("\"data\":[", "\"data\":[1.5,", 1));
+        bad.push('\n');
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (g, b) = (tmp.path().join("good.jsonl"), tmp.path().join("bad.jsonl"));
+    std::fs::write(&g, good).unwrap();
+    std::fs::write(&b, bad).unwrap();
+    let o = run(&["check", "--results", g.to_str().unwrap(), "--run", "edge/*"]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let o = run(&["check", "--results", b.to_str().unwrap(), "--run", "edge/*"]);
+    assert!(!o.status.success());
+    assert!(stdout(&o).contains("needs"), "a longer data list is a shape error: {}", stdout(&o));
+    std::fs::write(&b, "not json\n").unwrap();
+    let o = run(&["check", "--results", b.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 1"));
+}
+
+#[test]
+fn copy_exports_a_verifiable_suite_with_a_loader() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("export");
+    let o = run(&["copy", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.join("test_fire_vectors.py").exists());
+    let suite = load::load(&out.join("vectors")).unwrap();
+    assert!(suite.cases().count() > 80);
+}
