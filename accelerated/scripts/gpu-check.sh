@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# On a machine with an NVIDIA GPU (driver for CUDA >= 13.0): builds fire-lm with `--features
+# cuda`, trains a tiny FIRE model for 50 steps on the GPU, evaluates it on the GPU and on the CPU,
+# and checks that the two agree; then (when the crate has it) runs the CUDA-vs-CPU parity test of
+# FIRE's bias and one forward pass. About 1-3 minutes after the build.
+#
+#   accelerated/scripts/gpu-check.sh [OUT_DIR]     (default: target/gpu-check)
+#
+# Uses the same pinned toolkit as cuda-compile-check.sh; no system CUDA is needed, only the
+# driver. Set CUDA_COMPUTE_CAP for GPUs other than Hopper (default 90).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+cd "$repo"
+out="$(mkdir -p "${1:-target/gpu-check}" && cd "${1:-target/gpu-check}" && pwd)"
+
+step() { printf '\n==> %s\n' "$*"; }
+fail() { printf 'gpu-check: FAILED: %s\n' "$*" >&2; exit 1; }
+
+step "GPU and driver"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
+  fail "nvidia-smi found no GPU"
+
+step "toolkit and build (cargo build --release --features cuda)"
+eval "$("$here/cuda-toolchain.sh" "${FIRE_CUDA_HOME:-$HOME/.cache/fire-cuda/13.0}")"
+# The stub libcuda must never be loaded: the driver's real one has to come first.
+[[ "$LD_LIBRARY_PATH" != *stubs* ]] || fail "LD_LIBRARY_PATH contains a stubs directory"
+export CARGO_TARGET_DIR="${FIRE_CUDA_TARGET_DIR:-$repo/target/cuda}"
+# candle-kernels compiles its ~25 CUDA files on half the cores unless told otherwise.
+export CUDAFORGE_THREADS="${CUDAFORGE_THREADS:-$(nproc)}"
+cargo build --release --locked -p fire-accelerated --features cuda --bin fire-lm
+lm="$CARGO_TARGET_DIR/release/fire-lm"
+ldd "$lm" | grep -E 'libcuda\.|libcudart|libcublas\.' || true
+
+run="$out/fire-cuda"
+rm -rf "$run"
+step "train 50 steps on CUDA"
+"$lm" train --run "$run" --encoding fire --fire-l-init 16 --seq-len 64 --batch 8 \
+  --steps 50 --warmup 5 --seed 0 --checkpoint-every 50 --quiet --device cuda | tee "$out/train.txt"
+
+step "evaluate the same checkpoint on CUDA and on CPU"
+"$lm" eval "$run" --lengths 64,128,256 --max-windows 4 --out "$out/eval-cuda" --device cuda
+"$lm" eval "$run" --lengths 64,128,256 --max-windows 4 --out "$out/eval-cpu" --device cpu
+
+step "compare"
+python3 - "$run" "$out" <<'PY'
+import json, sys
+run, out = sys.argv[1], sys.argv[2]
+# The loss must fall over 50 steps (metrics are JSON lines with "step" and "loss").
+losses = []
+with open(f"{run}/metrics.jsonl") as f:
+    for line in f:
+        row = json.loads(line)
+        if "loss" in row:
+            losses.append(row["loss"])
+print(f"loss: first {losses[0]:.4f}, last {losses[-1]:.4f} over {len(losses)} records")
+assert len(losses) >= 2 and losses[-1] < losses[0] - 0.5, "the loss did not fall on CUDA"
+cuda = json.load(open(f"{out}/eval-cuda/eval.json"))[0]["results"]
+cpu = json.load(open(f"{out}/eval-cpu/eval.json"))[0]["results"]
+worst = 0.0
+for g, c in zip(cuda, cpu):
+    d = abs(g["log_ppl"] - c["log_ppl"])
+    worst = max(worst, d)
+    print(f"length {g['length']:5}: log-ppl CUDA {g['log_ppl']:.6f}  CPU {c['log_ppl']:.6f}  |diff| {d:.2e}")
+assert len(cuda) == len(cpu) == 3, "eval did not produce three lengths on both devices"
+assert worst < 1e-3, f"CUDA and CPU log-perplexities differ by {worst}"
+print("eval: CUDA matches CPU")
+PY
+
+step "FIRE bias and one forward pass, CUDA vs CPU"
+if [[ -f accelerated/tests/cuda_parity.rs ]]; then
+  FIRE_PARITY_RUN="$run" cargo test --release --locked -p fire-accelerated --features cuda \
+    --test cuda_parity -- --ignored --nocapture
+else
+  fail "accelerated/tests/cuda_parity.rs is missing (the parity test of FIRE's bias)"
+fi
+
+printf '\ngpu-check: ok (outputs in %s)\n' "$out"
