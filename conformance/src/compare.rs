@@ -22,10 +22,30 @@ pub struct Profile {
 
 /// The profiles of [num.profiles], most precise first.
 pub const PROFILES: &[Profile] = &[
-    Profile { name: "exact", atol: 0.0, rtol: 0.0, rank: 0 },
-    Profile { name: "f64", atol: 0.0, rtol: 1e-12, rank: 3 },
-    Profile { name: "f32", atol: 0.0, rtol: 1e-5, rank: 2 },
-    Profile { name: "bf16", atol: 0.0, rtol: 3e-2, rank: 1 },
+    Profile {
+        name: "exact",
+        atol: 0.0,
+        rtol: 0.0,
+        rank: 0,
+    },
+    Profile {
+        name: "f64",
+        atol: 0.0,
+        rtol: 1e-12,
+        rank: 3,
+    },
+    Profile {
+        name: "f32",
+        atol: 0.0,
+        rtol: 1e-5,
+        rank: 2,
+    },
+    Profile {
+        name: "bf16",
+        atol: 0.0,
+        rtol: 3e-2,
+        rank: 1,
+    },
 ];
 
 /// Looks a profile up by name.
@@ -123,7 +143,10 @@ pub fn compare(
         });
     }
     let scale = want.scale.unwrap_or_else(|| {
-        want.data.iter().filter(|v| v.is_finite()).fold(0.0, |a, v| a.max(v.abs()))
+        want.data
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0, |a, v| a.max(v.abs()))
     });
     let allowed = profile.atol + profile.rtol * scale;
     let mut count = 0;
@@ -223,10 +246,21 @@ mod tests {
     #[test]
     fn shapes_must_match_and_masked_elements_are_ignored() {
         let p = profile("exact").unwrap();
-        let err = compare(&Tensor::new(vec![4], vec![0.0; 4]), &t(vec![0.0; 4]), p, None);
+        let err = compare(
+            &Tensor::new(vec![4], vec![0.0; 4]),
+            &t(vec![0.0; 4]),
+            p,
+            None,
+        );
         assert!(matches!(err, Err(Mismatch::Shape { .. })));
         let mask = [true, false, true, true];
-        assert!(compare(&t(vec![0.0, 9.0, 0.0, 0.0]), &t(vec![0.0; 4]), p, Some(&mask)).is_ok());
+        assert!(compare(
+            &t(vec![0.0, 9.0, 0.0, 0.0]),
+            &t(vec![0.0; 4]),
+            p,
+            Some(&mask)
+        )
+        .is_ok());
     }
 
     #[test]

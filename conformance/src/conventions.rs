@@ -8,7 +8,12 @@ use crate::vectors::format::{Inputs, Kind, Tensor};
 
 /// The expected tensor under `future` and the elements to check, for an output of `kind`.
 /// Bias tensors end in `[Q, K]`; other outputs are returned unchanged.
-pub fn adjust(kind: Kind, inputs: &Inputs, want: &Tensor, future: FutureKeys) -> (Tensor, Option<Vec<bool>>) {
+pub fn adjust(
+    kind: Kind,
+    inputs: &Inputs,
+    want: &Tensor,
+    future: FutureKeys,
+) -> (Tensor, Option<Vec<bool>>) {
     if kind != Kind::Bias || future == FutureKeys::Mirrored {
         return (want.clone(), None);
     }

@@ -29,7 +29,10 @@ pub struct Finding {
 pub fn diagnosable(case: &Case) -> bool {
     case.result == Verdict::Valid
         && matches!(case.kind, Kind::Bias | Kind::Attention)
-        && matches!(case.encoding, Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_))
+        && matches!(
+            case.encoding,
+            Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
+        )
 }
 
 fn placement(caps: &Capabilities) -> RefPlacement {
@@ -47,39 +50,71 @@ fn matches_all(
     future: FutureKeys,
     causal: bool,
 ) -> bool {
-    let Some(expected) = &case.expected else { return false };
+    let Some(expected) = &case.expected else {
+        return false;
+    };
     expected.iter().all(|(name, want)| {
-        let (Some(c), Some(g)) = (candidate.get(name), got.get(name)) else { return false };
+        let (Some(c), Some(g)) = (candidate.get(name), got.get(name)) else {
+            return false;
+        };
         let mut c = c.clone();
         c.scale = want.scale;
         let (c, mask) = adjust(case.kind, &case.inputs, &c, future);
-        let mask = if causal { causal_only(case.kind, &case.inputs, &c) } else { mask };
+        let mask = if causal {
+            causal_only(case.kind, &case.inputs, &c)
+        } else {
+            mask
+        };
         compare(g, &c, profile, mask.as_deref()).is_ok()
     })
 }
 
 /// True when `variant`, evaluated on the case, reproduces `got` within `profile`.
-pub fn explains(variant: &Variant, case: &Case, got: &BTreeMap<String, Tensor>, profile: Profile, caps: &Capabilities) -> bool {
-    match evaluate_placed(&case.encoding, case.kind, &case.inputs, Some(variant), placement(caps)) {
+pub fn explains(
+    variant: &Variant,
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+) -> bool {
+    match evaluate_placed(
+        &case.encoding,
+        case.kind,
+        &case.inputs,
+        Some(variant),
+        placement(caps),
+    ) {
         Ok(out) => matches_all(case, &out, got, profile, caps.future_keys, false),
         Err(_) => false,
     }
 }
 
 /// Diagnoses one failing case. spec: [variants.catalogue]
-pub fn diagnose(case: &Case, got: &BTreeMap<String, Tensor>, profile: Profile, caps: &Capabilities) -> Finding {
+pub fn diagnose(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+) -> Finding {
     let mut finding = Finding::default();
     if !diagnosable(case) {
         return finding;
     }
-    finding.variants = CATALOGUE.iter().filter(|v| explains(v, case, got, profile, caps)).collect();
+    finding.variants = CATALOGUE
+        .iter()
+        .filter(|v| explains(v, case, got, profile, caps))
+        .collect();
     if finding.variants.is_empty() && case.flags.contains(&crate::vectors::flags::Flag::TinyC) {
         finding.notes.push(
             "tiny-c cases are ill-conditioned: computing ψ as log(1 + |c|·x) (Appendix E) instead of log1p(|c|·x) loses about u/ψ(L) of relative precision, even in f64 [num.profiles]".into(),
         );
     }
     if let Some(expected) = &case.expected {
-        if case.kind == Kind::Bias && case.flags.contains(&crate::vectors::flags::Flag::FutureKeys) {
+        if case.kind == Kind::Bias
+            && case
+                .flags
+                .contains(&crate::vectors::flags::Flag::FutureKeys)
+        {
             let reference = expected.clone();
             if matches_all(case, &reference, got, profile, caps.future_keys, true) {
                 let fits: Vec<&str> = [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked]

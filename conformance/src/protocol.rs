@@ -43,7 +43,11 @@ pub fn read_number(v: &Value) -> Option<f64> {
 /// A vector-tree node as JSON.
 pub fn to_json(n: &Node) -> Value {
     match n {
-        Node::Map(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect::<Map<_, _>>()),
+        Node::Map(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), to_json(v)))
+                .collect::<Map<_, _>>(),
+        ),
         Node::Seq(s) => Value::Array(s.iter().map(to_json).collect()),
         Node::Str(s) => Value::String(s.clone()),
         Node::Int(i) => json!(i),
@@ -106,7 +110,11 @@ fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
         None => Ok(vec![]),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|x| x.as_str().map(str::to_owned).ok_or_else(|| format!("`{what}` must be a list of strings")))
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("`{what}` must be a list of strings"))
+            })
             .collect(),
         Some(_) => Err(format!("`{what}` must be a list of strings")),
     }
@@ -120,9 +128,17 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
     }
     match m.get("protocol").and_then(Value::as_i64) {
         Some(VERSION) => {}
-        other => return Err(format!("protocol version {other:?}; this harness speaks {VERSION}")),
+        other => {
+            return Err(format!(
+                "protocol version {other:?}; this harness speaks {VERSION}"
+            ))
+        }
     }
-    let name = m.get("name").and_then(Value::as_str).ok_or("hello needs a `name`")?.to_owned();
+    let name = m
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("hello needs a `name`")?
+        .to_owned();
     let mut families = strings(m.get("families"), "families")?;
     if families.is_empty() {
         families.push("*".into());
@@ -135,11 +151,14 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
     let get = |k: &str| conv.and_then(|c| c.get(k)).and_then(Value::as_str);
     let future_keys = match get("future_keys") {
         None => FutureKeys::default(),
-        Some(s) => FutureKeys::parse(s).ok_or_else(|| format!("unknown future_keys `{s}` (mirrored, zero, masked, negated)"))?,
+        Some(s) => FutureKeys::parse(s).ok_or_else(|| {
+            format!("unknown future_keys `{s}` (mirrored, zero, masked, negated)")
+        })?,
     };
     let placement = match get("placement") {
         None => Placement::default(),
-        Some(s) => Placement::parse(s).ok_or_else(|| format!("unknown placement `{s}` (after-scaling, before-scaling)"))?,
+        Some(s) => Placement::parse(s)
+            .ok_or_else(|| format!("unknown placement `{s}` (after-scaling, before-scaling)"))?,
     };
     Ok(Capabilities {
         name,
@@ -151,7 +170,9 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
 }
 
 fn tensor(name: &str, v: &Value) -> Result<Tensor, String> {
-    let m = v.as_object().ok_or_else(|| format!("output `{name}` must be an object with shape and data"))?;
+    let m = v
+        .as_object()
+        .ok_or_else(|| format!("output `{name}` must be an object with shape and data"))?;
     let shape = m
         .get("shape")
         .and_then(Value::as_array)
@@ -170,7 +191,12 @@ fn tensor(name: &str, v: &Value) -> Result<Tensor, String> {
         .ok_or_else(|| format!("output `{name}`: data must be numbers or \"nan\"/\"inf\"/\"-inf\" (a flat, row-major list)"))?;
     let t = Tensor::new(shape, data);
     if t.numel() != Some(t.data.len()) {
-        return Err(format!("output `{name}`: shape {:?} needs {:?} values, got {}", t.shape, t.numel(), t.data.len()));
+        return Err(format!(
+            "output `{name}`: shape {:?} needs {:?} values, got {}",
+            t.shape,
+            t.numel(),
+            t.data.len()
+        ));
     }
     Ok(t)
 }
@@ -180,7 +206,9 @@ fn tensor(name: &str, v: &Value) -> Result<Tensor, String> {
 pub fn parse_reply(line: &str, id: &str) -> Reply {
     match parse_result(line) {
         Err(e) => Reply::Broken(e),
-        Ok((got, _)) if got != id => Reply::Broken(format!("reply for case `{got}` while `{id}` was asked (replies must answer the current case)")),
+        Ok((got, _)) if got != id => Reply::Broken(format!(
+            "reply for case `{got}` while `{id}` was asked (replies must answer the current case)"
+        )),
         Ok((_, reply)) => reply,
     }
 }
@@ -191,18 +219,32 @@ pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
     if m.get("type").and_then(Value::as_str) != Some("result") {
         return Err(format!("expected a result line, got: {}", excerpt(line)));
     }
-    let id = m.get("id").and_then(Value::as_str).ok_or("a result needs a string `id`")?.to_owned();
+    let id = m
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or("a result needs a string `id`")?
+        .to_owned();
     let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let reply = match m.get("status").and_then(Value::as_str) {
         Some("output") => {
-            let outs = m.get("outputs").and_then(Value::as_object).ok_or("an output result needs an `outputs` object")?;
-            let parsed: Result<BTreeMap<String, Tensor>, String> = outs.iter().map(|(k, v)| Ok((k.clone(), tensor(k, v)?))).collect();
+            let outs = m
+                .get("outputs")
+                .and_then(Value::as_object)
+                .ok_or("an output result needs an `outputs` object")?;
+            let parsed: Result<BTreeMap<String, Tensor>, String> = outs
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), tensor(k, v)?)))
+                .collect();
             // A malformed output belongs to its case: fail that case, not the whole stream.
             parsed.map_or_else(Reply::Broken, Reply::Output)
         }
         Some("skipped") => Reply::Skipped(text("reason")),
         Some("errored") => Reply::Errored(text("message")),
-        other => return Err(format!("unknown status {other:?} (output, skipped, errored)")),
+        other => {
+            return Err(format!(
+                "unknown status {other:?} (output, skipped, errored)"
+            ))
+        }
     };
     Ok((id, reply))
 }
@@ -217,7 +259,11 @@ pub fn result_line(id: &str, reply: &Reply) -> String {
                 .collect();
             json!({"type": "result", "id": id, "status": "output", "outputs": outputs}).to_string()
         }
-        Reply::Skipped(r) => json!({"type": "result", "id": id, "status": "skipped", "reason": r}).to_string(),
-        Reply::Errored(m) | Reply::Broken(m) => json!({"type": "result", "id": id, "status": "errored", "message": m}).to_string(),
+        Reply::Skipped(r) => {
+            json!({"type": "result", "id": id, "status": "skipped", "reason": r}).to_string()
+        }
+        Reply::Errored(m) | Reply::Broken(m) => {
+            json!({"type": "result", "id": id, "status": "errored", "message": m}).to_string()
+        }
     }
 }

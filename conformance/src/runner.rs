@@ -66,8 +66,17 @@ pub struct Report {
 impl Report {
     /// `(passed, failed, skipped)`; expected failures count as skipped.
     pub fn counts(&self) -> (usize, usize, usize) {
-        let n = |s: &[Status]| self.outcomes.iter().filter(|o| s.contains(&o.status)).count();
-        (n(&[Status::Passed]), n(&[Status::Failed]), n(&[Status::Skipped, Status::XFailed]))
+        let n = |s: &[Status]| {
+            self.outcomes
+                .iter()
+                .filter(|o| s.contains(&o.status))
+                .count()
+        };
+        (
+            n(&[Status::Passed]),
+            n(&[Status::Failed]),
+            n(&[Status::Skipped, Status::XFailed]),
+        )
     }
 
     /// The summary line: `N passed, M failed, K skipped`.
@@ -115,7 +124,12 @@ fn family(id: &str) -> &str {
 }
 
 /// Grades one reply. spec: [proto.reply], [vec.invalid], [num.compare]
-pub fn judge(case: &Case, reply: &Reply, profile: Profile, caps: &Capabilities) -> (Status, Vec<String>) {
+pub fn judge(
+    case: &Case,
+    reply: &Reply,
+    profile: Profile,
+    caps: &Capabilities,
+) -> (Status, Vec<String>) {
     match (reply, case.result) {
         (Reply::Broken(m), _) => (Status::Failed, vec![m.clone()]),
         (Reply::Skipped(r), _) => (Status::Skipped, vec![format!("skipped by the implementation: {r}")]),
@@ -133,7 +147,10 @@ pub fn judge(case: &Case, reply: &Reply, profile: Profile, caps: &Capabilities) 
 }
 
 /// The expected outputs under the implementation's declared placement.
-pub fn expected_for<'a>(case: &'a Case, caps: &Capabilities) -> Option<&'a BTreeMap<String, Tensor>> {
+pub fn expected_for<'a>(
+    case: &'a Case,
+    caps: &Capabilities,
+) -> Option<&'a BTreeMap<String, Tensor>> {
     match caps.placement {
         Placement::BeforeScaling => case
             .expected_under
@@ -144,9 +161,16 @@ pub fn expected_for<'a>(case: &'a Case, caps: &Capabilities) -> Option<&'a BTree
     }
 }
 
-fn compare_outputs(case: &Case, got: &BTreeMap<String, Tensor>, profile: Profile, caps: &Capabilities) -> Vec<String> {
+fn compare_outputs(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+) -> Vec<String> {
     let mut details = Vec::new();
-    let Some(expected) = expected_for(case, caps) else { return details };
+    let Some(expected) = expected_for(case, caps) else {
+        return details;
+    };
     for (name, want) in expected {
         let (want, mask) = adjust(case.kind, &case.inputs, want, caps.future_keys);
         let result = match got.get(name) {
@@ -155,11 +179,18 @@ fn compare_outputs(case: &Case, got: &BTreeMap<String, Tensor>, profile: Profile
         };
         match result {
             Ok(()) => {}
-            Err(Mismatch::Missing) => details.push(format!("output `{name}` is missing from the reply")),
-            Err(Mismatch::Shape { want, got }) => {
-                details.push(format!("output `{name}` has shape {got:?}, expected {want:?}"))
+            Err(Mismatch::Missing) => {
+                details.push(format!("output `{name}` is missing from the reply"))
             }
-            Err(Mismatch::Values { count, checked, worst, first }) => {
+            Err(Mismatch::Shape { want, got }) => details.push(format!(
+                "output `{name}` has shape {got:?}, expected {want:?}"
+            )),
+            Err(Mismatch::Values {
+                count,
+                checked,
+                worst,
+                first,
+            }) => {
                 details.push(format!(
                     "output `{name}` {:?}: {count} of {checked} elements differ (profile {}: |got − want| ≤ {:e} + {:e} · scale {})",
                     want.shape,
@@ -183,7 +214,10 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyho
     let caps = imp.capabilities()?;
     let dtype = match &opts.dtype {
         Some(d) if caps.dtypes.contains(d) => d.clone(),
-        Some(d) => anyhow::bail!("dtype `{d}` is not among the implementation's {:?}", caps.dtypes),
+        Some(d) => anyhow::bail!(
+            "dtype `{d}` is not among the implementation's {:?}",
+            caps.dtypes
+        ),
         None => caps.dtypes.first().cloned().unwrap_or_else(|| "f64".into()),
     };
     if compare::profile(&dtype).is_none() {
@@ -211,12 +245,18 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyho
             duration: Duration::ZERO,
         };
         if !families.is_match(family(&case.id)) {
-            outcome.details.push(format!("family `{}` not supported by the implementation", family(&case.id)));
+            outcome.details.push(format!(
+                "family `{}` not supported by the implementation",
+                family(&case.id)
+            ));
             outcomes.push(outcome);
             continue;
         }
         let Some(profile) = compare::grading(&case.profile, &dtype) else {
-            outcome.details.push(format!("needs profile {}; the implementation computes in {dtype}", case.profile));
+            outcome.details.push(format!(
+                "needs profile {}; the implementation computes in {dtype}",
+                case.profile
+            ));
             outcomes.push(outcome);
             continue;
         };
@@ -237,7 +277,9 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyho
         outcome.status = match (outcome.status, listed) {
             (Status::Failed, true) => Status::XFailed,
             (Status::Passed, true) => {
-                outcome.details.push("listed in --xfails but passed: remove it from the list".into());
+                outcome
+                    .details
+                    .push("listed in --xfails but passed: remove it from the list".into());
                 Status::Failed
             }
             (s, _) => s,
@@ -245,11 +287,16 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyho
         outcome.duration = start.elapsed();
         outcomes.push(outcome);
     }
-    let any_failed = outcomes.iter().any(|o| o.status == Status::Failed && o.finding.is_some());
+    let any_failed = outcomes
+        .iter()
+        .any(|o| o.status == Status::Failed && o.finding.is_some());
     let overall = (opts.diagnose && any_failed).then(|| {
         fire_reference::fire::variants::CATALOGUE
             .iter()
-            .filter(|v| ran.iter().all(|(c, got, p)| diagnose::explains(v, c, got, *p, &caps)))
+            .filter(|v| {
+                ran.iter()
+                    .all(|(c, got, p)| diagnose::explains(v, c, got, *p, &caps))
+            })
             .map(|v| v.name)
             .collect()
     });

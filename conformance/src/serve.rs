@@ -116,7 +116,12 @@ pub fn serve(
     Ok(())
 }
 
-fn act(m: Misbehaviour, id: &str, reply: Reply, out: &mut impl Write) -> anyhow::Result<Option<String>> {
+fn act(
+    m: Misbehaviour,
+    id: &str,
+    reply: Reply,
+    out: &mut impl Write,
+) -> anyhow::Result<Option<String>> {
     let mangle = |f: &dyn Fn(&mut crate::vectors::format::Tensor)| match reply.clone() {
         Reply::Output(mut outs) => {
             outs.values_mut().for_each(f);
@@ -130,12 +135,17 @@ fn act(m: Misbehaviour, id: &str, reply: Reply, out: &mut impl Write) -> anyhow:
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
         Misbehaviour::Garbage => "this is not JSON {".into(),
-        Misbehaviour::Nan => protocol::result_line(id, &mangle(&|t| t.data.iter_mut().for_each(|v| *v = f64::NAN))),
+        Misbehaviour::Nan => protocol::result_line(
+            id,
+            &mangle(&|t| t.data.iter_mut().for_each(|v| *v = f64::NAN)),
+        ),
         Misbehaviour::WrongShape => protocol::result_line(id, &mangle(&|t| t.shape.insert(0, 1))),
         Misbehaviour::WrongId => protocol::result_line("some/other/case", &reply),
-        Misbehaviour::BareNan => json!({"type": "result", "id": id, "status": "output", "outputs": {}})
-            .to_string()
-            .replace("{}", "{\"bias\": {\"shape\": [1], \"data\": [NaN]}}"),
+        Misbehaviour::BareNan => {
+            json!({"type": "result", "id": id, "status": "output", "outputs": {}})
+                .to_string()
+                .replace("{}", "{\"bias\": {\"shape\": [1], \"data\": [NaN]}}")
+        }
         Misbehaviour::Flood => {
             let chunk = vec![b'x'; 1 << 16];
             loop {

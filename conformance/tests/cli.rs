@@ -1,5 +1,7 @@
 //! The command line: JSON and JUnit reports, xfails, results files and export.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -15,7 +17,12 @@ fn vectors() -> PathBuf {
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).arg("--vectors").arg(vectors()).output().unwrap()
+    Command::new(BIN)
+        .args(args)
+        .arg("--vectors")
+        .arg(vectors())
+        .output()
+        .unwrap()
 }
 
 fn stdout(o: &Output) -> String {
@@ -26,7 +33,14 @@ fn stdout(o: &Output) -> String {
 fn json_report_and_junit_file() {
     let tmp = tempfile::tempdir().unwrap();
     let junit = tmp.path().join("junit.xml");
-    let o = run(&["run", "--run", "fire/depth/*", "--json", "--junit", junit.to_str().unwrap()]);
+    let o = run(&[
+        "run",
+        "--run",
+        "fire/depth/*",
+        "--json",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["passed"], 3);
@@ -43,12 +57,34 @@ fn xfails_turn_known_failures_into_skips_and_fail_when_they_pass() {
     let xf = tmp.path().join("xfails.txt");
     std::fs::write(&xf, "# known\nfire/depth/*\n").unwrap();
     let variant = format!("{BIN} serve --variant heads-reversed");
-    let o = run(&["run", "--run", "fire/depth/*", "--xfails", xf.to_str().unwrap(), "--impl", &variant]);
+    let o = run(&[
+        "run",
+        "--run",
+        "fire/depth/*",
+        "--xfails",
+        xf.to_str().unwrap(),
+        "--impl",
+        &variant,
+    ]);
     assert!(o.status.success(), "{}", stdout(&o));
-    assert!(stdout(&o).ends_with("0 passed, 0 failed, 3 skipped\n"), "{}", stdout(&o));
-    let o = run(&["run", "--run", "fire/depth/*", "--xfails", xf.to_str().unwrap()]);
+    assert!(
+        stdout(&o).ends_with("0 passed, 0 failed, 3 skipped\n"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&[
+        "run",
+        "--run",
+        "fire/depth/*",
+        "--xfails",
+        xf.to_str().unwrap(),
+    ]);
     assert!(!o.status.success());
-    assert!(stdout(&o).contains("listed in --xfails but passed"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("listed in --xfails but passed"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
@@ -72,7 +108,11 @@ fn results_files_are_graded_like_a_live_run() {
     assert!(o.status.success(), "{}", stdout(&o));
     let o = run(&["check", "--results", b.to_str().unwrap(), "--run", "edge/*"]);
     assert!(!o.status.success());
-    assert!(stdout(&o).contains("needs"), "a longer data list is a shape error: {}", stdout(&o));
+    assert!(
+        stdout(&o).contains("needs"),
+        "a longer data list is a shape error: {}",
+        stdout(&o)
+    );
     std::fs::write(&b, "not json\n").unwrap();
     let o = run(&["check", "--results", b.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));

@@ -1,6 +1,8 @@
 //! Hostile implementations never take the harness down: each misbehaviour becomes a failed case
 //! with a clear message, and the next case still runs. spec: [proto.lifecycle]
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,20 +30,30 @@ fn limits() -> Limits {
 fn two_cases(cmd: &str) -> Vec<(Status, String)> {
     let mut imp = External::new(cmd, limits());
     let opts = Options {
-        run: vec!["edge/positions/query-zero".into(), "edge/positions/kv-cache-row".into()],
+        run: vec![
+            "edge/positions/query-zero".into(),
+            "edge/positions/kv-cache-row".into(),
+        ],
         diagnose: true,
         ..Options::default()
     };
     let report = runner::run(&suite(), &mut imp, &opts).unwrap();
     assert_eq!(report.outcomes.len(), 2);
-    report.outcomes.iter().map(|o| (o.status, o.details.join("\n"))).collect()
+    report
+        .outcomes
+        .iter()
+        .map(|o| (o.status, o.details.join("\n")))
+        .collect()
 }
 
 fn misbehaving(kind: &str, needle: &str) {
     let outcomes = two_cases(&format!("{BIN} serve --misbehave {kind}"));
     for (status, details) in outcomes {
         assert_eq!(status, Status::Failed, "{kind}: {details}");
-        assert!(details.contains(needle), "{kind}: expected `{needle}` in: {details}");
+        assert!(
+            details.contains(needle),
+            "{kind}: expected `{needle}` in: {details}"
+        );
     }
 }
 
@@ -97,7 +109,10 @@ fn an_implementation_that_cannot_start_is_a_clear_error() {
     let mut imp = External::new("exec /nonexistent/fire-impl", limits());
     let e = imp.capabilities().unwrap_err().to_string();
     assert!(e.contains("handshake failed"), "{e}");
-    let mut imp = External::new("echo '{\"type\": \"hello\", \"protocol\": 99, \"name\": \"x\"}'", limits());
+    let mut imp = External::new(
+        "echo '{\"type\": \"hello\", \"protocol\": 99, \"name\": \"x\"}'",
+        limits(),
+    );
     let e = imp.capabilities().unwrap_err().to_string();
     assert!(e.contains("protocol version"), "{e}");
 }
@@ -111,6 +126,12 @@ fn the_cli_prints_the_summary_and_exits_non_zero_on_failure() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success());
-    assert!(text.lines().last().unwrap().ends_with("0 passed, 3 failed, 0 skipped"), "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .ends_with("0 passed, 3 failed, 0 skipped"),
+        "{text}"
+    );
     assert!(text.contains("matches variant `heads-reversed`"), "{text}");
 }

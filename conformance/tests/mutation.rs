@@ -1,6 +1,8 @@
 //! The mutation test: every catalogued variant, run as an implementation, fails the suite and
 //! is named by the diagnosis. spec: [variants.catalogue]
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use std::path::Path;
 
 use fire_conformance::implementations::variant::Mistaken;
@@ -13,7 +15,10 @@ use fire_reference::fire::variants::CATALOGUE;
 const ALIASES: &[[&str; 2]] = &[["normalize-by-key", "query-key-swapped"]];
 
 fn aliases(a: &str, b: &str) -> bool {
-    a == b || ALIASES.iter().any(|p| (p[0] == a && p[1] == b) || (p[0] == b && p[1] == a))
+    a == b
+        || ALIASES
+            .iter()
+            .any(|p| (p[0] == a && p[1] == b) || (p[0] == b && p[1] == a))
 }
 
 #[test]
@@ -30,7 +35,11 @@ fn every_variant_fails_and_is_named() {
         let (_, failed, _) = report.counts();
         assert!(failed > 0, "variant `{}` passes the whole suite", v.name);
         let named = report.overall.clone().unwrap_or_default();
-        assert!(named.contains(&v.name), "variant `{}` diagnosed as {named:?}", v.name);
+        assert!(
+            named.contains(&v.name),
+            "variant `{}` diagnosed as {named:?}",
+            v.name
+        );
         assert!(
             named.iter().all(|n| aliases(n, v.name)),
             "variant `{}` is not told apart from {named:?}",

@@ -3,6 +3,8 @@
 //! since torch is not a test dependency). Skips loudly when python3 or numpy is missing, unless
 //! FIRE_REQUIRE_NUMPY=1 (CI) makes that a failure.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -16,7 +18,10 @@ fn root() -> PathBuf {
 }
 
 fn numpy_available() -> bool {
-    let ok = Command::new("python3").args(["-c", "import numpy"]).output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
         assert!(
             std::env::var_os("FIRE_REQUIRE_NUMPY").is_none(),
@@ -24,7 +29,9 @@ fn numpy_available() -> bool {
         );
         eprintln!("\n********************************************************************");
         eprintln!("SKIPPED: python3 with numpy is not available; the Python adapters were");
-        eprintln!("NOT tested. Install it with `pip install numpy` (CI sets FIRE_REQUIRE_NUMPY=1).");
+        eprintln!(
+            "NOT tested. Install it with `pip install numpy` (CI sets FIRE_REQUIRE_NUMPY=1)."
+        );
         eprintln!("********************************************************************\n");
     }
     ok
@@ -43,16 +50,37 @@ fn the_independent_numpy_fire_passes_every_case() {
         return;
     }
     let suite = load::load(&root().join("vectors")).unwrap();
-    let cmd = format!("python3 {}", root().join("conformance/adapters/numpy_fire.py").display());
-    let report = runner::run(&suite, &mut External::new(&cmd, limits()), &Options::default()).unwrap();
-    let failures: Vec<_> = report.outcomes.iter().filter(|o| o.status == Status::Failed).map(|o| (&o.id, &o.details)).collect();
+    let cmd = format!(
+        "python3 {}",
+        root().join("conformance/adapters/numpy_fire.py").display()
+    );
+    let report = runner::run(
+        &suite,
+        &mut External::new(&cmd, limits()),
+        &Options::default(),
+    )
+    .unwrap();
+    let failures: Vec<_> = report
+        .outcomes
+        .iter()
+        .filter(|o| o.status == Status::Failed)
+        .map(|o| (&o.id, &o.details))
+        .collect();
     assert!(failures.is_empty(), "{failures:#?}");
     let (passed, _, _) = report.counts();
     assert!(passed > 60, "{}", report.summary());
     // Only encodings it does not implement (the baselines) may be skipped, and they say so.
-    for o in report.outcomes.iter().filter(|o| o.status == Status::Skipped) {
+    for o in report
+        .outcomes
+        .iter()
+        .filter(|o| o.status == Status::Skipped)
+    {
         let why = o.details.join(" ");
-        assert!(why.contains("not supported") || why.contains("not implemented"), "{}: {why}", o.id);
+        assert!(
+            why.contains("not supported") || why.contains("not implemented"),
+            "{}: {why}",
+            o.id
+        );
     }
 }
 
@@ -75,15 +103,34 @@ fn the_appendix_e_glue_gathers_rows_and_columns_from_the_full_square() {
         ..Options::default()
     };
     let report = runner::run(&suite, &mut External::new(&cmd, limits()), &opts).unwrap();
-    let status = |id: &str| report.outcomes.iter().find(|o| o.id == id).map(|o| o.status);
+    let status = |id: &str| {
+        report
+            .outcomes
+            .iter()
+            .find(|o| o.id == id)
+            .map(|o| o.status)
+    };
     // Non-contiguous, unsorted and KV-cache rows pass through gathering.
-    for id in ["edge/positions/non-contiguous", "edge/positions/unsorted-repeated", "edge/positions/kv-cache-row", "fire/default-init/square-8"] {
+    for id in [
+        "edge/positions/non-contiguous",
+        "edge/positions/unsorted-repeated",
+        "edge/positions/kv-cache-row",
+        "fire/default-init/square-8",
+    ] {
         assert_eq!(status(id), Some(Status::Passed), "{id}");
     }
     // Appendix E's log(1 + |c|x) is not accurate enough for tiny c at 1e-12 (a real finding).
     assert_eq!(status("edge/parameters/tiny-c"), Some(Status::Failed));
     // Squares beyond --max-len are skipped with the reason.
-    let large = report.outcomes.iter().find(|o| o.id == "edge/positions/large-positions").unwrap();
+    let large = report
+        .outcomes
+        .iter()
+        .find(|o| o.id == "edge/positions/large-positions")
+        .unwrap();
     assert_eq!(large.status, Status::Skipped);
-    assert!(large.details.join(" ").contains("--max-len"), "{:?}", large.details);
+    assert!(
+        large.details.join(" ").contains("--max-len"),
+        "{:?}",
+        large.details
+    );
 }

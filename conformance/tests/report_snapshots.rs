@@ -1,6 +1,8 @@
 //! Snapshots of the human report, for a passing and a failing implementation: the report is the
 //! interface a newcomer reads first, so its shape is reviewed like code.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use std::path::Path;
 
 use fire_conformance::implementations::reference::Reference;
@@ -12,7 +14,11 @@ use fire_reference::fire::variants;
 
 fn options() -> Options {
     Options {
-        run: vec!["fire/depth/*".into(), "edge/positions/query-zero".into(), "invalid/inputs/empty-*".into()],
+        run: vec![
+            "fire/depth/*".into(),
+            "edge/positions/query-zero".into(),
+            "invalid/inputs/empty-*".into(),
+        ],
         diagnose: true,
         ..Options::default()
     }

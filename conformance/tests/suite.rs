@@ -1,6 +1,8 @@
 //! The committed suite: it regenerates byte-identically, loads, and the reference passes every
 //! case exactly; tampered or malformed files are clear errors.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -31,7 +33,8 @@ fn reference_passes_every_vector_exactly() {
         match (case.result, reply) {
             (Verdict::Valid, Reply::Output(got)) => {
                 for (name, want) in case.expected.as_ref().unwrap() {
-                    compare(&got[name], want, exact, None).unwrap_or_else(|e| panic!("{}: {e:?}", case.id));
+                    compare(&got[name], want, exact, None)
+                        .unwrap_or_else(|e| panic!("{}: {e:?}", case.id));
                 }
                 checked += 1;
             }
@@ -70,7 +73,10 @@ fn an_edited_file_fails_its_hash() {
     let text = fs::read_to_string(&p).unwrap().replacen("0.", "1.", 1);
     fs::write(&p, text).unwrap();
     let e = load_err(tmp.path());
-    assert!(e.contains("fire/depth.yaml") && e.contains("SHA-256"), "{e}");
+    assert!(
+        e.contains("fire/depth.yaml") && e.contains("SHA-256"),
+        "{e}"
+    );
 }
 
 /// Rewrites a file and its manifest hash, so the structural checks (not the hash) must catch it.
@@ -89,15 +95,48 @@ fn tamper(dir: &Path, rel: &str, edit: impl Fn(&str) -> String) -> String {
     load_err(dir)
 }
 
+/// An edit of a file's text.
+type Edit = dyn Fn(&str) -> String;
+
 #[test]
 fn unknown_fields_flags_bad_yaml_and_bad_shapes_are_clear_errors() {
-    let cases: [(&str, &dyn Fn(&str) -> String, &str); 6] = [
-        ("unknown field", &|t| t.replacen("    kind: \"bias\"", "    kind: \"bias\"\n    extra: 1", 1), "extra"),
-        ("unknown flag", &|t| t.replacen("\"default-init\"", "\"made-up-flag\"", 1), "made-up-flag"),
-        ("bad yaml", &|t| t.replacen("cases:", "cases: [", 1), "fire/default-init.yaml"),
-        ("short data", &|t| t.replacen("shape: [32, 1]", "shape: [33, 1]", 1), "needs"),
-        ("wrong family", &|t| t.replacen("family: \"fire\"", "family: \"edge\"", 1), "family"),
-        ("duplicate id", &|t| t.replacen("id: \"fire/default-init/seed-2-square-6\"", "id: \"fire/default-init/square-8\"", 1), "duplicate"),
+    let cases: [(&str, &Edit, &str); 6] = [
+        (
+            "unknown field",
+            &|t| t.replacen("    kind: \"bias\"", "    kind: \"bias\"\n    extra: 1", 1),
+            "extra",
+        ),
+        (
+            "unknown flag",
+            &|t| t.replacen("\"default-init\"", "\"made-up-flag\"", 1),
+            "made-up-flag",
+        ),
+        (
+            "bad yaml",
+            &|t| t.replacen("cases:", "cases: [", 1),
+            "fire/default-init.yaml",
+        ),
+        (
+            "short data",
+            &|t| t.replacen("shape: [32, 1]", "shape: [33, 1]", 1),
+            "needs",
+        ),
+        (
+            "wrong family",
+            &|t| t.replacen("family: \"fire\"", "family: \"edge\"", 1),
+            "family",
+        ),
+        (
+            "duplicate id",
+            &|t| {
+                t.replacen(
+                    "id: \"fire/default-init/seed-2-square-6\"",
+                    "id: \"fire/default-init/square-8\"",
+                    1,
+                )
+            },
+            "duplicate",
+        ),
     ];
     for (what, edit, needle) in cases {
         let tmp = copy_suite();

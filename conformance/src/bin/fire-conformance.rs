@@ -15,7 +15,11 @@ use fire_conformance::runner::{self, Options};
 use fire_conformance::vectors::{generate, load};
 
 #[derive(Parser)]
-#[command(name = "fire-conformance", version, about = "Golden vectors for FIRE and a harness that checks any implementation against them")]
+#[command(
+    name = "fire-conformance",
+    version,
+    about = "Golden vectors for FIRE and a harness that checks any implementation against them"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -126,7 +130,9 @@ fn suite_dir(given: Option<PathBuf>) -> PathBuf {
 
 fn options(c: &Common) -> Result<Options> {
     let xfails = match &c.xfails {
-        Some(p) => runner::read_xfails(&fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        Some(p) => runner::read_xfails(
+            &fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        ),
         None => vec![],
     };
     Ok(Options {
@@ -140,22 +146,34 @@ fn options(c: &Common) -> Result<Options> {
 
 fn finish(r: &runner::Report, c: &Common) -> Result<ExitCode> {
     if let Some(path) = &c.junit {
-        fs::write(path, report::junit::render(r)).with_context(|| format!("writing {}", path.display()))?;
+        fs::write(path, report::junit::render(r))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if c.json {
-        println!("{}", serde_json::to_string_pretty(&report::json::render(r))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::json::render(r))?
+        );
         eprintln!("{}", r.summary());
     } else {
         print!("{}", report::text::render(r, c.verbose));
     }
     let (_, failed, _) = r.counts();
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 fn run(args: RunArgs) -> Result<ExitCode> {
     let suite = load::load(&suite_dir(args.common.vectors.clone()))?;
     if let Some(setup) = &args.setup {
-        let status = std::process::Command::new("sh").arg("-c").arg(setup).status().context("running --setup")?;
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(setup)
+            .status()
+            .context("running --setup")?;
         if !status.success() {
             bail!("--setup `{setup}` failed with {status}");
         }
@@ -195,7 +213,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Check { results, common } => (|| {
             let suite = load::load(&suite_dir(common.vectors.clone()))?;
-            let text = fs::read_to_string(&results).with_context(|| format!("reading {}", results.display()))?;
+            let text = fs::read_to_string(&results)
+                .with_context(|| format!("reading {}", results.display()))?;
             let mut imp = external::Recorded::parse(&text)?;
             let report = runner::run(&suite, &mut imp, &options(&common)?)?;
             finish(&report, &common)
@@ -203,23 +222,33 @@ fn main() -> ExitCode {
         Command::Serve { variant, misbehave } => (|| {
             let misbehave = match misbehave {
                 None => None,
-                Some(m) => Some(fire_conformance::serve::Misbehaviour::parse(&m).ok_or_else(|| anyhow::anyhow!("unknown misbehaviour `{m}`"))?),
+                Some(m) => Some(
+                    fire_conformance::serve::Misbehaviour::parse(&m)
+                        .ok_or_else(|| anyhow::anyhow!("unknown misbehaviour `{m}`"))?,
+                ),
             };
             let mut imp: Box<dyn Implementation> = match variant {
                 None => Box::new(Reference),
                 Some(v) => {
-                    let v = fire_reference::fire::variants::find(&v).ok_or_else(|| anyhow::anyhow!("unknown variant `{v}`"))?;
+                    let v = fire_reference::fire::variants::find(&v)
+                        .ok_or_else(|| anyhow::anyhow!("unknown variant `{v}`"))?;
                     Box::new(fire_conformance::implementations::variant::Mistaken(v))
                 }
             };
             let stdin = std::io::stdin();
-            fire_conformance::serve::serve(imp.as_mut(), stdin.lock(), std::io::stdout().lock(), misbehave)?;
+            fire_conformance::serve::serve(
+                imp.as_mut(),
+                stdin.lock(),
+                std::io::stdout().lock(),
+                misbehave,
+            )?;
             Ok(ExitCode::SUCCESS)
         })(),
-        Command::Copy { dir, vectors } => fire_conformance::export::copy(&suite_dir(vectors), &dir).map(|n| {
-            println!("exported {n} files to {}", dir.display());
-            ExitCode::SUCCESS
-        }),
+        Command::Copy { dir, vectors } => fire_conformance::export::copy(&suite_dir(vectors), &dir)
+            .map(|n| {
+                println!("exported {n} files to {}", dir.display());
+                ExitCode::SUCCESS
+            }),
     };
     match result {
         Ok(code) => code,

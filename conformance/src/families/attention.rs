@@ -7,12 +7,28 @@ use super::common::{default_fire, file, fire_enc, random_fire, random_tensor, ra
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{Kind, VectorFile};
 
-const ATTN: &[&str] = &["attn.logits", "attn.placement", "attn.causal", "fire.bias", "conv.causal"];
+const ATTN: &[&str] = &[
+    "attn.logits",
+    "attn.placement",
+    "attn.causal",
+    "fire.bias",
+    "conv.causal",
+];
 
-fn attn(name: &str, desc: &str, f: &fire_reference::Fire, q: Vec<i64>, k: Vec<i64>, d: usize, seed: u64) -> Draft {
+fn attn(
+    name: &str,
+    desc: &str,
+    f: &fire_reference::Fire,
+    q: Vec<i64>,
+    k: Vec<i64>,
+    d: usize,
+    seed: u64,
+) -> Draft {
     let h = f.mlp.heads();
     let mut draft = Draft::bias(name, desc, fire_enc(f), q.clone(), k.clone())
-        .kind(Kind::Attention).clauses(ATTN).flags(&[Flag::Attention, Flag::Placement]);
+        .kind(Kind::Attention)
+        .clauses(ATTN)
+        .flags(&[Flag::Attention, Flag::Placement]);
     draft.inputs.q = Some(random_tensor(vec![h, q.len(), d], seed));
     draft.inputs.k = Some(random_tensor(vec![h, k.len(), d], seed + 1));
     draft.inputs.v = Some(random_tensor(vec![h, k.len(), 3], seed + 2));
@@ -24,11 +40,51 @@ pub fn attention() -> anyhow::Result<Vec<(String, VectorFile)>> {
     let d = default_fire(4, 32, 1, 31);
     let r = random_fire(4, 8, 1, 801, Activation::Relu);
     let cases = vec![
-        attn("default-init-square-8", "queries and keys 0..8, d = 4", &d, range(8), range(8), 4, 1).flags(&[Flag::DefaultInit]),
-        attn("random-square-12", "random parameters crossing L, d = 16 (1/√d = 1/4 separates the placements)", &r, range(12), range(12), 16, 4).flags(&[Flag::RandomParams]),
-        attn("kv-cache-row", "one decoding step against all earlier keys", &r, vec![20], range(21), 8, 7).flags(&[Flag::KvCache, Flag::RandomParams]),
-        attn("non-contiguous", "gapped positions; keys after a query carry no weight", &r, vec![4, 9, 30], vec![0, 4, 5, 9, 17, 30, 31], 8, 10)
-            .flags(&[Flag::NonContiguous, Flag::FutureKeys, Flag::RandomParams]),
+        attn(
+            "default-init-square-8",
+            "queries and keys 0..8, d = 4",
+            &d,
+            range(8),
+            range(8),
+            4,
+            1,
+        )
+        .flags(&[Flag::DefaultInit]),
+        attn(
+            "random-square-12",
+            "random parameters crossing L, d = 16 (1/√d = 1/4 separates the placements)",
+            &r,
+            range(12),
+            range(12),
+            16,
+            4,
+        )
+        .flags(&[Flag::RandomParams]),
+        attn(
+            "kv-cache-row",
+            "one decoding step against all earlier keys",
+            &r,
+            vec![20],
+            range(21),
+            8,
+            7,
+        )
+        .flags(&[Flag::KvCache, Flag::RandomParams]),
+        attn(
+            "non-contiguous",
+            "gapped positions; keys after a query carry no weight",
+            &r,
+            vec![4, 9, 30],
+            vec![0, 4, 5, 9, 17, 30, 31],
+            8,
+            10,
+        )
+        .flags(&[Flag::NonContiguous, Flag::FutureKeys, Flag::RandomParams]),
     ];
-    Ok(vec![file("attention", "causal", "causal attention with a FIRE bias", cases)?])
+    Ok(vec![file(
+        "attention",
+        "causal",
+        "causal attention with a FIRE bias",
+        cases,
+    )?])
 }

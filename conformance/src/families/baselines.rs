@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use fire_reference::baselines::{Alibi, KerpleLog, KerplePower, OfficialBucketing, SandwichCentred, SandwichPaper, T5Buckets, T5Official, T5Simplified};
+use fire_reference::baselines::{
+    Alibi, KerpleLog, KerplePower, OfficialBucketing, SandwichCentred, SandwichPaper, T5Buckets,
+    T5Official, T5Simplified,
+};
 use fire_reference::fire::init::SplitMix64;
 use fire_reference::theorem_3_1 as thm;
 use fire_reference::Fire;
@@ -15,8 +18,14 @@ use crate::vectors::format::{BaselineParams, Encoding, Kind, Tensor, VectorFile}
 fn enc(name: &str, settings: &[(&str, i64)], params: Vec<(&str, Tensor)>) -> Encoding {
     Encoding::Baseline(BaselineParams {
         name: name.into(),
-        settings: settings.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
-        params: params.into_iter().map(|(k, t)| (k.to_owned(), t)).collect::<BTreeMap<_, _>>(),
+        settings: settings
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect(),
+        params: params
+            .into_iter()
+            .map(|(k, t)| (k.to_owned(), t))
+            .collect::<BTreeMap<_, _>>(),
     })
 }
 
@@ -31,96 +40,480 @@ fn table(rows: &[Vec<f64>]) -> Tensor {
 /// Dyadic values (multiples of 1/8 in [−2, 2]): exact in every dtype, so T5 cases can be `exact`.
 fn dyadic(heads: usize, n: usize, seed: u64) -> Vec<Vec<f64>> {
     let mut r = SplitMix64::new(seed);
-    (0..heads).map(|_| (0..n).map(|_| ((r.next_u64() % 33) as f64 - 16.0) / 8.0).collect()).collect()
+    (0..heads)
+        .map(|_| {
+            (0..n)
+                .map(|_| ((r.next_u64() % 33) as f64 - 16.0) / 8.0)
+                .collect()
+        })
+        .collect()
 }
 
-fn bias(name: &str, desc: &str, e: Encoding, q: Vec<i64>, k: Vec<i64>, clauses: &[&'static str], profile: &'static str) -> Draft {
+fn bias(
+    name: &str,
+    desc: &str,
+    e: Encoding,
+    q: Vec<i64>,
+    k: Vec<i64>,
+    clauses: &[&'static str],
+    profile: &'static str,
+) -> Draft {
     Draft::bias(name, desc, e, q, k)
-        .clauses(clauses).clauses(&["baselines.heads", "conv.layout"])
-        .flags(&[Flag::Baseline, Flag::FutureKeys]).profile(profile)
+        .clauses(clauses)
+        .clauses(&["baselines.heads", "conv.layout"])
+        .flags(&[Flag::Baseline, Flag::FutureKeys])
+        .profile(profile)
 }
 
 /// Every baseline and construction file.
 pub fn all() -> anyhow::Result<Vec<(String, VectorFile)>> {
-    let simplified = T5Simplified { cap: 6, values: dyadic(3, 7, 1) };
-    let buckets = T5Buckets { boundaries: vec![0, 1, 2, 4, 8, 16], values: dyadic(3, 6, 2) };
-    let official = T5Official { bucketing: OfficialBucketing::new(8, 20, false)?, values: dyadic(2, 8, 3) };
-    let official_bi = T5Official { bucketing: OfficialBucketing::new(8, 20, true)?, values: dyadic(2, 8, 4) };
-    let official_default = T5Official { bucketing: OfficialBucketing::t5_default(false), values: dyadic(2, 32, 5) };
+    let simplified = T5Simplified {
+        cap: 6,
+        values: dyadic(3, 7, 1),
+    };
+    let buckets = T5Buckets {
+        boundaries: vec![0, 1, 2, 4, 8, 16],
+        values: dyadic(3, 6, 2),
+    };
+    let official = T5Official {
+        bucketing: OfficialBucketing::new(8, 20, false)?,
+        values: dyadic(2, 8, 3),
+    };
+    let official_bi = T5Official {
+        bucketing: OfficialBucketing::new(8, 20, true)?,
+        values: dyadic(2, 8, 4),
+    };
+    let official_default = T5Official {
+        bucketing: OfficialBucketing::t5_default(false),
+        values: dyadic(2, 32, 5),
+    };
     let alibi = Alibi::standard(4)?;
-    let klog = KerpleLog { r1: vec![0.5, 1.25, 2.0], r2: vec![0.125, 1.5, 3.0] };
-    let kpow = KerplePower { r1: vec![0.5, 1.0, 2.0], r2: vec![0.5, 0.5, 1.5] };
-    let spaper = SandwichPaper { r1: vec![0.5, 1.0], r2: 4, dim: 8.0 };
-    let t5_enc = |t: &T5Official| enc("t5-official", &[("num_buckets", i64::from(t.bucketing.num_buckets())), ("max_distance", t.bucketing.max_distance() as i64), ("bidirectional", i64::from(t.bucketing.bidirectional()))], vec![("values", table(&t.values))]);
+    let klog = KerpleLog {
+        r1: vec![0.5, 1.25, 2.0],
+        r2: vec![0.125, 1.5, 3.0],
+    };
+    let kpow = KerplePower {
+        r1: vec![0.5, 1.0, 2.0],
+        r2: vec![0.5, 0.5, 1.5],
+    };
+    let spaper = SandwichPaper {
+        r1: vec![0.5, 1.0],
+        r2: 4,
+        dim: 8.0,
+    };
+    let t5_enc = |t: &T5Official| {
+        enc(
+            "t5-official",
+            &[
+                ("num_buckets", i64::from(t.bucketing.num_buckets())),
+                ("max_distance", t.bucketing.max_distance() as i64),
+                ("bidirectional", i64::from(t.bucketing.bidirectional())),
+            ],
+            vec![("values", table(&t.values))],
+        )
+    };
     let far: Vec<i64> = vec![0, 1, 5, 12, 19, 20, 21, 64, 127, 128, 129, 500];
     let t5 = vec![
-        bias("simplified", "b = r_{h, min(i − j, K)} with K = 6", enc("t5-simplified", &[("cap", 6)], vec![("values", table(&simplified.values))]), range(10), range(10), &["t5.simplified", "t5.future"], "exact"),
-        bias("buckets", "general boundaries 0, 1, 2, 4, 8, 16", enc("t5-buckets", &[], vec![("boundaries", vec1(&[0.0, 1.0, 2.0, 4.0, 8.0, 16.0])), ("values", table(&buckets.values))]), range(20), range(20), &["t5.buckets", "t5.future"], "exact"),
-        bias("official-8-20", "mesh-tensorflow bucketing, 8 buckets, max distance 20, unidirectional", t5_enc(&official), vec![0, 3, 7, 19, 20, 21, 40], range(41), &["t5.bucket.official", "t5.bucket.official.float", "t5.official", "t5.official.boundaries", "t5.future", "conv.distance"], "exact"),
-        bias("official-8-20-bidirectional", "the bidirectional bucketing: future keys use the upper buckets", t5_enc(&official_bi), vec![0, 5, 20], range(30), &["t5.bucket.official", "t5.official", "t5.future"], "exact"),
-        bias("official-default", "T5's defaults (32 buckets, max distance 128) at the log-bucket edges", t5_enc(&official_default), far.clone(), far, &["t5.bucket.official", "t5.bucket.official.float", "t5.official"], "exact"),
+        bias(
+            "simplified",
+            "b = r_{h, min(i − j, K)} with K = 6",
+            enc(
+                "t5-simplified",
+                &[("cap", 6)],
+                vec![("values", table(&simplified.values))],
+            ),
+            range(10),
+            range(10),
+            &["t5.simplified", "t5.future"],
+            "exact",
+        ),
+        bias(
+            "buckets",
+            "general boundaries 0, 1, 2, 4, 8, 16",
+            enc(
+                "t5-buckets",
+                &[],
+                vec![
+                    ("boundaries", vec1(&[0.0, 1.0, 2.0, 4.0, 8.0, 16.0])),
+                    ("values", table(&buckets.values)),
+                ],
+            ),
+            range(20),
+            range(20),
+            &["t5.buckets", "t5.future"],
+            "exact",
+        ),
+        bias(
+            "official-8-20",
+            "mesh-tensorflow bucketing, 8 buckets, max distance 20, unidirectional",
+            t5_enc(&official),
+            vec![0, 3, 7, 19, 20, 21, 40],
+            range(41),
+            &[
+                "t5.bucket.official",
+                "t5.bucket.official.float",
+                "t5.official",
+                "t5.official.boundaries",
+                "t5.future",
+                "conv.distance",
+            ],
+            "exact",
+        ),
+        bias(
+            "official-8-20-bidirectional",
+            "the bidirectional bucketing: future keys use the upper buckets",
+            t5_enc(&official_bi),
+            vec![0, 5, 20],
+            range(30),
+            &["t5.bucket.official", "t5.official", "t5.future"],
+            "exact",
+        ),
+        bias(
+            "official-default",
+            "T5's defaults (32 buckets, max distance 128) at the log-bucket edges",
+            t5_enc(&official_default),
+            far.clone(),
+            far,
+            &[
+                "t5.bucket.official",
+                "t5.bucket.official.float",
+                "t5.official",
+            ],
+            "exact",
+        ),
     ];
     let other = vec![
-        ("alibi", "slopes", bias("standard-4", "standard slopes for 4 heads", enc("alibi", &[], vec![("slopes", vec1(&alibi.slopes))]), range(12), range(12), &["alibi.bias", "alibi.slopes"], "f32")),
-        ("kerple", "log", bias("log", "−r1·ln(1 + r2·|i − j|)", enc("kerple-log", &[], vec![("r1", vec1(&klog.r1)), ("r2", vec1(&klog.r2))]), range(12), range(12), &["kerple.params", "kerple.log"], "f32")),
-        ("kerple", "power", bias("power", "−r1·|i − j|^r2", enc("kerple-power", &[], vec![("r1", vec1(&kpow.r1)), ("r2", vec1(&kpow.r2))]), range(12), range(12), &["kerple.params", "kerple.power"], "f32")),
-        ("sandwich", "paper", bias("paper", "r1·Σ_k cos((i − j)·10000^(−k/d'))", enc("sandwich-paper", &[("r2", 4)], vec![("r1", vec1(&spaper.r1)), ("dim", Tensor::new(vec![], vec![8.0]))]), range(12), range(12), &["sandwich.paper"], "f32")),
-        ("sandwich", "centred", bias("centred", "the centred, head-scaled form", enc("sandwich-centred", &[("heads", 3), ("head_dim", 8)], vec![]), range(12), range(12), &["sandwich.centred"], "f32")),
-        ("nope", "zero", bias("zero", "no positional bias at all", enc("nope", &[("heads", 2)], vec![]), range(6), range(6), &["nope.bias"], "exact")),
+        (
+            "alibi",
+            "slopes",
+            bias(
+                "standard-4",
+                "standard slopes for 4 heads",
+                enc("alibi", &[], vec![("slopes", vec1(&alibi.slopes))]),
+                range(12),
+                range(12),
+                &["alibi.bias", "alibi.slopes"],
+                "f32",
+            ),
+        ),
+        (
+            "kerple",
+            "log",
+            bias(
+                "log",
+                "−r1·ln(1 + r2·|i − j|)",
+                enc(
+                    "kerple-log",
+                    &[],
+                    vec![("r1", vec1(&klog.r1)), ("r2", vec1(&klog.r2))],
+                ),
+                range(12),
+                range(12),
+                &["kerple.params", "kerple.log"],
+                "f32",
+            ),
+        ),
+        (
+            "kerple",
+            "power",
+            bias(
+                "power",
+                "−r1·|i − j|^r2",
+                enc(
+                    "kerple-power",
+                    &[],
+                    vec![("r1", vec1(&kpow.r1)), ("r2", vec1(&kpow.r2))],
+                ),
+                range(12),
+                range(12),
+                &["kerple.params", "kerple.power"],
+                "f32",
+            ),
+        ),
+        (
+            "sandwich",
+            "paper",
+            bias(
+                "paper",
+                "r1·Σ_k cos((i − j)·10000^(−k/d'))",
+                enc(
+                    "sandwich-paper",
+                    &[("r2", 4)],
+                    vec![
+                        ("r1", vec1(&spaper.r1)),
+                        ("dim", Tensor::new(vec![], vec![8.0])),
+                    ],
+                ),
+                range(12),
+                range(12),
+                &["sandwich.paper"],
+                "f32",
+            ),
+        ),
+        (
+            "sandwich",
+            "centred",
+            bias(
+                "centred",
+                "the centred, head-scaled form",
+                enc("sandwich-centred", &[("heads", 3), ("head_dim", 8)], vec![]),
+                range(12),
+                range(12),
+                &["sandwich.centred"],
+                "f32",
+            ),
+        ),
+        (
+            "nope",
+            "zero",
+            bias(
+                "zero",
+                "no positional bias at all",
+                enc("nope", &[("heads", 2)], vec![]),
+                range(6),
+                range(6),
+                &["nope.bias"],
+                "exact",
+            ),
+        ),
     ];
     let mut out = vec![file("t5", "buckets", "T5 relative position buckets", t5)?];
     for (family, stem, d) in other {
         out.push(file(family, stem, &format!("{family} ({stem})"), vec![d])?);
     }
     // RoPE is not additive: attention outputs with rotated queries and keys.
-    let rope = |name: &str, desc: &str, base: f64, scale: f64, interleaved: i64, clauses: &[&'static str]| {
-        let mut d = Draft::bias(name, desc, enc("rope", &[("interleaved", interleaved)], vec![("base", Tensor::new(vec![], vec![base])), ("scale", Tensor::new(vec![], vec![scale]))]), range(10), range(10))
-            .kind(Kind::Attention).clauses(clauses).clauses(&["rope.frequencies", "rope.rotation", "rope.score", "attn.causal"])
-            .flags(&[Flag::Baseline, Flag::Attention]);
+    let rope = |name: &str,
+                desc: &str,
+                base: f64,
+                scale: f64,
+                interleaved: i64,
+                clauses: &[&'static str]| {
+        let mut d = Draft::bias(
+            name,
+            desc,
+            enc(
+                "rope",
+                &[("interleaved", interleaved)],
+                vec![
+                    ("base", Tensor::new(vec![], vec![base])),
+                    ("scale", Tensor::new(vec![], vec![scale])),
+                ],
+            ),
+            range(10),
+            range(10),
+        )
+        .kind(Kind::Attention)
+        .clauses(clauses)
+        .clauses(&[
+            "rope.frequencies",
+            "rope.rotation",
+            "rope.score",
+            "attn.causal",
+        ])
+        .flags(&[Flag::Baseline, Flag::Attention]);
         d.inputs.q = Some(random_tensor(vec![2, 10, 8], 40 + interleaved as u64));
         d.inputs.k = Some(random_tensor(vec![2, 10, 8], 50 + interleaved as u64));
         d.inputs.v = Some(random_tensor(vec![2, 10, 3], 60 + interleaved as u64));
         d
     };
-    out.push(file("rope", "attention", "RoPE and RoPE-PI inside causal attention", vec![
-        rope("half-split", "GPT-NeoX pairing (x_m, x_{m+d/2}), base 10000", 10000.0, 1.0, 0, &["rope.pairing"]),
-        rope("interleaved", "RoFormer pairing (x_{2m}, x_{2m+1})", 10000.0, 1.0, 1, &["rope.pairing"]),
-        rope("position-interpolation", "RoPE-PI with scale 1/4", 10000.0, 0.25, 0, &["rope.pi"]),
-    ])?);
+    out.push(file(
+        "rope",
+        "attention",
+        "RoPE and RoPE-PI inside causal attention",
+        vec![
+            rope(
+                "half-split",
+                "GPT-NeoX pairing (x_m, x_{m+d/2}), base 10000",
+                10000.0,
+                1.0,
+                0,
+                &["rope.pairing"],
+            ),
+            rope(
+                "interleaved",
+                "RoFormer pairing (x_{2m}, x_{2m+1})",
+                10000.0,
+                1.0,
+                1,
+                &["rope.pairing"],
+            ),
+            rope(
+                "position-interpolation",
+                "RoPE-PI with scale 1/4",
+                10000.0,
+                0.25,
+                0,
+                &["rope.pi"],
+            ),
+        ],
+    )?);
     out.push(theorem()?);
     Ok(out)
 }
 
-fn construction(name: &str, desc: &str, f: Fire, clause: &'static str, profile: &'static str, p: i64) -> Draft {
+fn construction(
+    name: &str,
+    desc: &str,
+    f: Fire,
+    clause: &'static str,
+    profile: &'static str,
+    p: i64,
+) -> Draft {
     Draft::bias(name, desc, fire_enc(&f), range(p + 1), range(p + 1))
-        .clauses(&["thm31.statement", "thm31.common", "thm31.exactness", "thm31.future", "fire.bias", "fire.ablation.no-log"]).clauses(&[clause])
-        .flags(&[Flag::Construction, Flag::FutureKeys]).profile(profile)
+        .clauses(&[
+            "thm31.statement",
+            "thm31.common",
+            "thm31.exactness",
+            "thm31.future",
+            "fire.bias",
+            "fire.ablation.no-log",
+        ])
+        .clauses(&[clause])
+        .flags(&[Flag::Construction, Flag::FutureKeys])
+        .profile(profile)
 }
 
 fn theorem() -> anyhow::Result<(String, VectorFile)> {
     const P: u64 = 16;
     let p = P as i64;
-    let simplified = T5Simplified { cap: 6, values: dyadic(3, 7, 1) };
-    let buckets = T5Buckets { boundaries: vec![0, 1, 2, 4, 8, 16], values: dyadic(3, 6, 2) };
-    let official = T5Official { bucketing: OfficialBucketing::new(8, 20, false)?, values: dyadic(2, 8, 3) };
+    let simplified = T5Simplified {
+        cap: 6,
+        values: dyadic(3, 7, 1),
+    };
+    let buckets = T5Buckets {
+        boundaries: vec![0, 1, 2, 4, 8, 16],
+        values: dyadic(3, 6, 2),
+    };
+    let official = T5Official {
+        bucketing: OfficialBucketing::new(8, 20, false)?,
+        values: dyadic(2, 8, 3),
+    };
     let mut cases = vec![
-        construction("t5-simplified", "T5 simplified as a 2-hidden-layer Heaviside FIRE", thm::t5_simplified(&simplified, P)?, "thm31.t5", "f64", p).flags(&[Flag::Depth2]),
-        construction("t5-buckets", "T5 general buckets as a Heaviside FIRE", thm::t5_buckets(&buckets, P)?, "thm31.t5", "f64", p).flags(&[Flag::Depth2]),
-        construction("t5-official", "T5 official bucketing through its derived boundaries", thm::t5_official(&official, P)?, "thm31.t5", "f64", p).flags(&[Flag::Depth2]),
-        construction("t5-steps", "the one-hidden-layer step form", thm::t5_steps(&buckets, P)?, "thm31.t5.steps", "f64", p),
-        construction("alibi", "Alibi as a linear FIRE (no hidden layer)", thm::alibi(&Alibi::standard(4)?, P)?, "thm31.alibi", "f64", p).flags(&[Flag::Depth0]),
-        construction("kerple-log", "Kerple-log with log1p hidden units", thm::kerple_log(&KerpleLog { r1: vec![0.5, 1.25, 2.0], r2: vec![0.125, 1.5, 3.0] }, P)?, "thm31.kerple-log", "f64", p),
-        construction("sandwich-paper", "Sandwich (paper form) with cos hidden units", thm::sandwich_paper(&SandwichPaper { r1: vec![0.5, 1.0], r2: 4, dim: 8.0 }, P)?, "thm31.sandwich", "f64", p),
-        construction("sandwich-centred", "centred Sandwich with cos hidden units", thm::sandwich_centred(&SandwichCentred { heads: 3, head_dim: 8 }, P)?, "thm31.sandwich-centred", "f64", p),
+        construction(
+            "t5-simplified",
+            "T5 simplified as a 2-hidden-layer Heaviside FIRE",
+            thm::t5_simplified(&simplified, P)?,
+            "thm31.t5",
+            "f64",
+            p,
+        )
+        .flags(&[Flag::Depth2]),
+        construction(
+            "t5-buckets",
+            "T5 general buckets as a Heaviside FIRE",
+            thm::t5_buckets(&buckets, P)?,
+            "thm31.t5",
+            "f64",
+            p,
+        )
+        .flags(&[Flag::Depth2]),
+        construction(
+            "t5-official",
+            "T5 official bucketing through its derived boundaries",
+            thm::t5_official(&official, P)?,
+            "thm31.t5",
+            "f64",
+            p,
+        )
+        .flags(&[Flag::Depth2]),
+        construction(
+            "t5-steps",
+            "the one-hidden-layer step form",
+            thm::t5_steps(&buckets, P)?,
+            "thm31.t5.steps",
+            "f64",
+            p,
+        ),
+        construction(
+            "alibi",
+            "Alibi as a linear FIRE (no hidden layer)",
+            thm::alibi(&Alibi::standard(4)?, P)?,
+            "thm31.alibi",
+            "f64",
+            p,
+        )
+        .flags(&[Flag::Depth0]),
+        construction(
+            "kerple-log",
+            "Kerple-log with log1p hidden units",
+            thm::kerple_log(
+                &KerpleLog {
+                    r1: vec![0.5, 1.25, 2.0],
+                    r2: vec![0.125, 1.5, 3.0],
+                },
+                P,
+            )?,
+            "thm31.kerple-log",
+            "f64",
+            p,
+        ),
+        construction(
+            "sandwich-paper",
+            "Sandwich (paper form) with cos hidden units",
+            thm::sandwich_paper(
+                &SandwichPaper {
+                    r1: vec![0.5, 1.0],
+                    r2: 4,
+                    dim: 8.0,
+                },
+                P,
+            )?,
+            "thm31.sandwich",
+            "f64",
+            p,
+        ),
+        construction(
+            "sandwich-centred",
+            "centred Sandwich with cos hidden units",
+            thm::sandwich_centred(
+                &SandwichCentred {
+                    heads: 3,
+                    head_dim: 8,
+                },
+                P,
+            )?,
+            "thm31.sandwich-centred",
+            "f64",
+            p,
+        ),
     ];
-    let power = thm::kerple_power(&KerplePower { r1: vec![0.5, 1.0, 2.0], r2: vec![0.5, 0.5, 1.5] }, P)?;
+    let power = thm::kerple_power(
+        &KerplePower {
+            r1: vec![0.5, 1.0, 2.0],
+            r2: vec![0.5, 0.5, 1.5],
+        },
+        P,
+    )?;
     for (n, part) in power.parts.into_iter().enumerate() {
-        cases.push(construction(&format!("kerple-power-part-{n}"), "one module per run of equal exponents (power(p) hidden units)", part, "thm31.kerple-power", "f64", p).clauses(&["thm31.heads"]));
+        cases.push(
+            construction(
+                &format!("kerple-power-part-{n}"),
+                "one module per run of equal exponents (power(p) hidden units)",
+                part,
+                "thm31.kerple-power",
+                "f64",
+                p,
+            )
+            .clauses(&["thm31.heads"]),
+        );
     }
     let beyond = thm::alibi(&Alibi::standard(2)?, P)?;
     cases.push(
-        Draft::bias("alibi-beyond-threshold", "past P the construction interpolates: −r·(i − j)·P/i, not Alibi", fire_enc(&beyond), vec![16, 17, 32, 100], vec![0, 1, 8, 16, 17, 32, 100])
-            .clauses(&["thm31.beyond", "fire.bias"]).flags(&[Flag::Construction, Flag::Depth0, Flag::FutureKeys, Flag::NonContiguous]).profile("f64"),
+        Draft::bias(
+            "alibi-beyond-threshold",
+            "past P the construction interpolates: −r·(i − j)·P/i, not Alibi",
+            fire_enc(&beyond),
+            vec![16, 17, 32, 100],
+            vec![0, 1, 8, 16, 17, 32, 100],
+        )
+        .clauses(&["thm31.beyond", "fire.bias"])
+        .flags(&[
+            Flag::Construction,
+            Flag::Depth0,
+            Flag::FutureKeys,
+            Flag::NonContiguous,
+        ])
+        .profile("f64"),
     );
     file("theorem-3-1", "constructions", "each Theorem 3.1 construction as a FIRE module, on the causal domain up to P = 16 and beyond", cases)
 }

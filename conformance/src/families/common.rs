@@ -10,7 +10,9 @@ use fire_reference::fire::{Activation, Fire, Threshold, Transform};
 
 use crate::implementations::reference::{evaluate_placed, evaluate_request};
 use crate::vectors::flags::Flag;
-use crate::vectors::format::{Case, Encoding, FireParams, Inputs, Kind, Tensor, Verdict, VectorFile, FORMAT};
+use crate::vectors::format::{
+    Case, Encoding, FireParams, Inputs, Kind, Tensor, VectorFile, Verdict, FORMAT,
+};
 use crate::vectors::params;
 
 /// A case before the reference has computed its expected output.
@@ -38,7 +40,13 @@ pub struct Draft {
 
 impl Draft {
     /// A valid bias case.
-    pub fn bias(name: &str, description: &str, encoding: Encoding, queries: Vec<i64>, keys: Vec<i64>) -> Self {
+    pub fn bias(
+        name: &str,
+        description: &str,
+        encoding: Encoding,
+        queries: Vec<i64>,
+        keys: Vec<i64>,
+    ) -> Self {
         Self {
             name: name.into(),
             description: description.into(),
@@ -102,12 +110,25 @@ pub fn range(n: i64) -> Vec<i64> {
 
 /// Appendix E's default module with `heads`, `width`, `depth` and a seed.
 pub fn default_fire(heads: usize, width: usize, depth: usize, seed: u64) -> Fire {
-    init::appendix_e(Shape { heads, width, depth }, seed)
+    init::appendix_e(
+        Shape {
+            heads,
+            width,
+            depth,
+        },
+        seed,
+    )
 }
 
 /// A module with every parameter drawn away from its default, and a small threshold so that
 /// short position lists cross it.
-pub fn random_fire(heads: usize, width: usize, depth: usize, seed: u64, activation: Activation) -> Fire {
+pub fn random_fire(
+    heads: usize,
+    width: usize,
+    depth: usize,
+    seed: u64,
+    activation: Activation,
+) -> Fire {
     let mut f = default_fire(heads, width, depth, seed);
     let mut r = SplitMix64::new(seed ^ 0x5EED);
     for l in &mut f.mlp.layers {
@@ -159,7 +180,10 @@ pub fn fire_scale(f: &Fire, queries: &[i64], keys: &[i64]) -> f64 {
             let (_, act) = f.mlp.trace(x);
             let a = &act[f.mlp.layers.len() - 1];
             for h in 0..out.weight.nrows() {
-                let s: f64 = (0..a.len()).map(|m| (out.weight[(h, m)] * a[m]).abs()).sum::<f64>() + out.bias[h].abs();
+                let s: f64 = (0..a.len())
+                    .map(|m| (out.weight[(h, m)] * a[m]).abs())
+                    .sum::<f64>()
+                    + out.bias[h].abs();
                 scale = scale.max(s);
             }
         }
@@ -178,13 +202,20 @@ fn modules(e: &Encoding) -> anyhow::Result<Vec<Fire>> {
     Ok(match e {
         Encoding::Fire(p) => vec![params::to_fire(p)?],
         Encoding::FireShared(s) => vec![params::to_fire(&s.module)?],
-        Encoding::FirePerLayer(p) => p.modules.iter().map(params::to_fire).collect::<Result<_, _>>()?,
+        Encoding::FirePerLayer(p) => p
+            .modules
+            .iter()
+            .map(params::to_fire)
+            .collect::<Result<_, _>>()?,
         Encoding::Baseline(_) => vec![],
     })
 }
 
 /// The stated scale of every expected output of a case. spec: [num.compare]
-fn with_scales(d: &Draft, mut out: BTreeMap<String, Tensor>) -> anyhow::Result<BTreeMap<String, Tensor>> {
+fn with_scales(
+    d: &Draft,
+    mut out: BTreeMap<String, Tensor>,
+) -> anyhow::Result<BTreeMap<String, Tensor>> {
     let scale = match d.kind {
         Kind::Bias => {
             let ms = modules(&d.encoding)?;
@@ -207,7 +238,12 @@ fn with_scales(d: &Draft, mut out: BTreeMap<String, Tensor>) -> anyhow::Result<B
 
 /// Turns drafts into a file: computes every expected output with the reference and checks
 /// that every invalid draft is rejected by it. spec: [vec.generation], [vec.invalid]
-pub fn file(family: &str, stem: &str, description: &str, drafts: Vec<Draft>) -> anyhow::Result<(String, VectorFile)> {
+pub fn file(
+    family: &str,
+    stem: &str,
+    description: &str,
+    drafts: Vec<Draft>,
+) -> anyhow::Result<(String, VectorFile)> {
     let mut cases = Vec::new();
     let mut clauses: Vec<String> = Vec::new();
     for d in drafts {
@@ -219,10 +255,19 @@ pub fn file(family: &str, stem: &str, description: &str, drafts: Vec<Draft>) -> 
             (false, Err(e)) => bail!("{id}: the reference rejects a valid draft: {e}"),
             (false, Ok(out)) => {
                 let under = if d.kind == Kind::Attention {
-                    let before = evaluate_placed(&d.encoding, d.kind, &d.inputs, None, Placement::BeforeScaling)
-                        .with_context(|| format!("{id}: before-scaling"))?;
+                    let before = evaluate_placed(
+                        &d.encoding,
+                        d.kind,
+                        &d.inputs,
+                        None,
+                        Placement::BeforeScaling,
+                    )
+                    .with_context(|| format!("{id}: before-scaling"))?;
                     let mut m = BTreeMap::new();
-                    m.insert("placement=before-scaling".to_owned(), with_scales(&d, before)?);
+                    m.insert(
+                        "placement=before-scaling".to_owned(),
+                        with_scales(&d, before)?,
+                    );
                     Some(m)
                 } else {
                     None

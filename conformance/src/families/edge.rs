@@ -7,7 +7,13 @@ use super::common::{default_fire, file, fire_enc, random_fire, random_positions,
 use crate::vectors::flags::Flag;
 use crate::vectors::format::VectorFile;
 
-const CORE: &[&str] = &["fire.bias", "fire.input", "fire.normalizer", "conv.positions", "conv.layout"];
+const CORE: &[&str] = &[
+    "fire.bias",
+    "fire.input",
+    "fire.normalizer",
+    "conv.positions",
+    "conv.layout",
+];
 
 /// `edge/`.
 pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
@@ -16,22 +22,89 @@ pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
     let mut l8 = random_fire(4, 8, 1, 702, Activation::Relu);
     l8.l_multiplier = 1.0; // L = 8 exactly
     let positions = vec![
-        Draft::bias("query-zero", "query 0 against keys 0..4: ψ(0)/(ψ(L)+ε) on the diagonal, future keys beyond", fire_enc(&r), vec![0], range(4))
-            .clauses(CORE).clauses(&["conv.future"]).flags(&[Flag::QueryZero, Flag::FutureKeys]),
-        Draft::bias("threshold-boundary", "queries L−1, L, L+1 with L = 8 exactly", fire_enc(&l8), vec![7, 8, 9], range(10))
-            .clauses(CORE).clauses(&["fire.threshold", "conv.future"]).flags(&[Flag::ThresholdBoundary, Flag::FutureKeys]),
-        Draft::bias("threshold-boundary-default", "queries 511, 512, 513 at L = 512", fire_enc(&d), vec![511, 512, 513], vec![0, 1, 2, 256, 510, 511, 512, 513])
-            .clauses(CORE).clauses(&["fire.threshold", "fire.defaults", "conv.indexing"]).flags(&[Flag::ThresholdBoundary, Flag::DefaultInit, Flag::FutureKeys, Flag::NonContiguous]),
-        Draft::bias("large-positions", "positions up to 10^6, three orders of magnitude past L", fire_enc(&d), vec![999_999, 1_000_000], vec![0, 1, 10, 1000, 500_000, 999_998, 999_999, 1_000_000])
-            .clauses(CORE).flags(&[Flag::LargePositions, Flag::DefaultInit, Flag::NonContiguous]),
-        Draft::bias("kv-cache-row", "one decoding step: query 37 against keys 0..=37", fire_enc(&r), vec![37], range(38))
-            .clauses(CORE).flags(&[Flag::KvCache]),
-        Draft::bias("non-contiguous", "gapped queries and keys", fire_enc(&r), vec![3, 9, 20, 21, 40], vec![0, 2, 3, 9, 15, 21, 33, 40])
-            .clauses(CORE).clauses(&["conv.future"]).flags(&[Flag::NonContiguous, Flag::FutureKeys]),
-        Draft::bias("unsorted-repeated", "unsorted lists with a repeated position", fire_enc(&r), vec![12, 3, 7, 3, 0], vec![7, 0, 12, 5, 5, 1])
-            .clauses(CORE).clauses(&["conv.future"]).flags(&[Flag::Unsorted, Flag::FutureKeys]),
-        Draft::bias("randomised-positions", "sorted random positions below 4096, as randomised-position training draws", fire_enc(&r), random_positions(10, 4096, 3), random_positions(10, 4096, 3))
-            .clauses(CORE).clauses(&["conv.future"]).flags(&[Flag::RandomPositions, Flag::NonContiguous, Flag::FutureKeys]),
+        Draft::bias(
+            "query-zero",
+            "query 0 against keys 0..4: ψ(0)/(ψ(L)+ε) on the diagonal, future keys beyond",
+            fire_enc(&r),
+            vec![0],
+            range(4),
+        )
+        .clauses(CORE)
+        .clauses(&["conv.future"])
+        .flags(&[Flag::QueryZero, Flag::FutureKeys]),
+        Draft::bias(
+            "threshold-boundary",
+            "queries L−1, L, L+1 with L = 8 exactly",
+            fire_enc(&l8),
+            vec![7, 8, 9],
+            range(10),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.threshold", "conv.future"])
+        .flags(&[Flag::ThresholdBoundary, Flag::FutureKeys]),
+        Draft::bias(
+            "threshold-boundary-default",
+            "queries 511, 512, 513 at L = 512",
+            fire_enc(&d),
+            vec![511, 512, 513],
+            vec![0, 1, 2, 256, 510, 511, 512, 513],
+        )
+        .clauses(CORE)
+        .clauses(&["fire.threshold", "fire.defaults", "conv.indexing"])
+        .flags(&[
+            Flag::ThresholdBoundary,
+            Flag::DefaultInit,
+            Flag::FutureKeys,
+            Flag::NonContiguous,
+        ]),
+        Draft::bias(
+            "large-positions",
+            "positions up to 10^6, three orders of magnitude past L",
+            fire_enc(&d),
+            vec![999_999, 1_000_000],
+            vec![0, 1, 10, 1000, 500_000, 999_998, 999_999, 1_000_000],
+        )
+        .clauses(CORE)
+        .flags(&[Flag::LargePositions, Flag::DefaultInit, Flag::NonContiguous]),
+        Draft::bias(
+            "kv-cache-row",
+            "one decoding step: query 37 against keys 0..=37",
+            fire_enc(&r),
+            vec![37],
+            range(38),
+        )
+        .clauses(CORE)
+        .flags(&[Flag::KvCache]),
+        Draft::bias(
+            "non-contiguous",
+            "gapped queries and keys",
+            fire_enc(&r),
+            vec![3, 9, 20, 21, 40],
+            vec![0, 2, 3, 9, 15, 21, 33, 40],
+        )
+        .clauses(CORE)
+        .clauses(&["conv.future"])
+        .flags(&[Flag::NonContiguous, Flag::FutureKeys]),
+        Draft::bias(
+            "unsorted-repeated",
+            "unsorted lists with a repeated position",
+            fire_enc(&r),
+            vec![12, 3, 7, 3, 0],
+            vec![7, 0, 12, 5, 5, 1],
+        )
+        .clauses(CORE)
+        .clauses(&["conv.future"])
+        .flags(&[Flag::Unsorted, Flag::FutureKeys]),
+        Draft::bias(
+            "randomised-positions",
+            "sorted random positions below 4096, as randomised-position training draws",
+            fire_enc(&r),
+            random_positions(10, 4096, 3),
+            random_positions(10, 4096, 3),
+        )
+        .clauses(CORE)
+        .clauses(&["conv.future"])
+        .flags(&[Flag::RandomPositions, Flag::NonContiguous, Flag::FutureKeys]),
     ];
     let mut tiny = r.clone();
     tiny.c = 1e-7;
@@ -45,19 +118,87 @@ pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
     neg_both.c = -0.1;
     neg_both.l_multiplier = -1.0;
     let params = vec![
-        Draft::bias("tiny-c", "c = 1e-7: ψ(L) ≈ 8e-7 is comparable to ε, so where ε goes shows", fire_enc(&tiny), range(12), range(12))
-            .clauses(CORE).clauses(&["fire.psi", "conv.future"]).clauses(&["num.compare", "num.profiles"]).flags(&[Flag::TinyC, Flag::RandomParams, Flag::FutureKeys]).profile("f64"),
-        Draft::bias("tiny-negative-c", "c = −1e-9 at default init: ε dominates the normaliser", fire_enc(&tiny_neg), range(8), range(8))
-            .clauses(CORE).clauses(&["fire.psi", "conv.future"]).flags(&[Flag::TinyC, Flag::NegativeC, Flag::DefaultInit, Flag::FutureKeys]).profile("f64"),
-        Draft::bias("negative-c", "c = −0.7 equals c = 0.7", fire_enc(&neg_c), range(12), range(12))
-            .clauses(CORE).clauses(&["fire.psi", "conv.future"]).flags(&[Flag::NegativeC, Flag::RandomParams, Flag::FutureKeys]),
-        Draft::bias("negative-multiplier", "m = −0.75: L = |m·L_init| = 6", fire_enc(&neg_m), range(12), range(12))
-            .clauses(CORE).clauses(&["fire.threshold", "conv.future"]).flags(&[Flag::NegativeMultiplier, Flag::RandomParams, Flag::FutureKeys]),
-        Draft::bias("negative-c-and-multiplier-default", "c = −0.1, m = −1 at default init equal the defaults", fire_enc(&neg_both), vec![0, 5, 511, 512, 700], vec![0, 1, 5, 511, 512, 700])
-            .clauses(CORE).clauses(&["fire.psi", "fire.threshold"]).flags(&[Flag::NegativeC, Flag::NegativeMultiplier, Flag::DefaultInit, Flag::FutureKeys, Flag::NonContiguous]),
+        Draft::bias(
+            "tiny-c",
+            "c = 1e-7: ψ(L) ≈ 8e-7 is comparable to ε, so where ε goes shows",
+            fire_enc(&tiny),
+            range(12),
+            range(12),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.psi", "conv.future"])
+        .clauses(&["num.compare", "num.profiles"])
+        .flags(&[Flag::TinyC, Flag::RandomParams, Flag::FutureKeys])
+        .profile("f64"),
+        Draft::bias(
+            "tiny-negative-c",
+            "c = −1e-9 at default init: ε dominates the normaliser",
+            fire_enc(&tiny_neg),
+            range(8),
+            range(8),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.psi", "conv.future"])
+        .flags(&[
+            Flag::TinyC,
+            Flag::NegativeC,
+            Flag::DefaultInit,
+            Flag::FutureKeys,
+        ])
+        .profile("f64"),
+        Draft::bias(
+            "negative-c",
+            "c = −0.7 equals c = 0.7",
+            fire_enc(&neg_c),
+            range(12),
+            range(12),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.psi", "conv.future"])
+        .flags(&[Flag::NegativeC, Flag::RandomParams, Flag::FutureKeys]),
+        Draft::bias(
+            "negative-multiplier",
+            "m = −0.75: L = |m·L_init| = 6",
+            fire_enc(&neg_m),
+            range(12),
+            range(12),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.threshold", "conv.future"])
+        .flags(&[
+            Flag::NegativeMultiplier,
+            Flag::RandomParams,
+            Flag::FutureKeys,
+        ]),
+        Draft::bias(
+            "negative-c-and-multiplier-default",
+            "c = −0.1, m = −1 at default init equal the defaults",
+            fire_enc(&neg_both),
+            vec![0, 5, 511, 512, 700],
+            vec![0, 1, 5, 511, 512, 700],
+        )
+        .clauses(CORE)
+        .clauses(&["fire.psi", "fire.threshold"])
+        .flags(&[
+            Flag::NegativeC,
+            Flag::NegativeMultiplier,
+            Flag::DefaultInit,
+            Flag::FutureKeys,
+            Flag::NonContiguous,
+        ]),
     ];
     Ok(vec![
-        file("edge", "positions", "boundary and irregular position lists", positions)?,
-        file("edge", "parameters", "tiny and negative c, negative multiplier", params)?,
+        file(
+            "edge",
+            "positions",
+            "boundary and irregular position lists",
+            positions,
+        )?,
+        file(
+            "edge",
+            "parameters",
+            "tiny and negative c, negative multiplier",
+            params,
+        )?,
     ])
 }

@@ -9,55 +9,135 @@ use crate::vectors::flags::Flag;
 use crate::vectors::format::{Encoding, PerLayerParams, SharedParams, VectorFile};
 
 const CORE: &[&str] = &[
-    "fire.bias", "fire.psi", "fire.threshold", "fire.normalizer", "fire.input", "fire.mlp",
-    "conv.positions", "conv.layout", "conv.distance", "conv.causal", "conv.future",
+    "fire.bias",
+    "fire.psi",
+    "fire.threshold",
+    "fire.normalizer",
+    "fire.input",
+    "fire.mlp",
+    "conv.positions",
+    "conv.layout",
+    "conv.distance",
+    "conv.causal",
+    "conv.future",
 ];
 
 /// `fire/`.
 pub fn fire() -> anyhow::Result<Vec<(String, VectorFile)>> {
     let d = default_fire(12, 32, 1, 1);
     let default_init = vec![
-        Draft::bias("square-8", "Appendix E defaults, H=12, W=32: the full 8×8 square, keys after the query included", fire_enc(&d), range(8), range(8))
-            .clauses(CORE).clauses(&["fire.defaults", "fire.activation", "fire.params"])
-            .flags(&[Flag::DefaultInit, Flag::FutureKeys]).profile("bf16"),
-        Draft::bias("causal-rows-600", "Appendix E defaults on queries either side of L = 512", fire_enc(&d), vec![510, 511, 512, 513, 600], vec![0, 1, 255, 509, 510, 511, 512, 513, 599, 600])
-            .clauses(CORE).clauses(&["fire.defaults"])
-            .flags(&[Flag::DefaultInit, Flag::ThresholdBoundary, Flag::FutureKeys, Flag::NonContiguous]),
-        Draft::bias("seed-2-square-6", "another seed of the default initialisation", fire_enc(&default_fire(12, 32, 1, 2)), range(6), range(6))
-            .clauses(CORE).clauses(&["fire.defaults"]).flags(&[Flag::DefaultInit, Flag::FutureKeys]).profile("bf16"),
+        Draft::bias(
+            "square-8",
+            "Appendix E defaults, H=12, W=32: the full 8×8 square, keys after the query included",
+            fire_enc(&d),
+            range(8),
+            range(8),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.defaults", "fire.activation", "fire.params"])
+        .flags(&[Flag::DefaultInit, Flag::FutureKeys])
+        .profile("bf16"),
+        Draft::bias(
+            "causal-rows-600",
+            "Appendix E defaults on queries either side of L = 512",
+            fire_enc(&d),
+            vec![510, 511, 512, 513, 600],
+            vec![0, 1, 255, 509, 510, 511, 512, 513, 599, 600],
+        )
+        .clauses(CORE)
+        .clauses(&["fire.defaults"])
+        .flags(&[
+            Flag::DefaultInit,
+            Flag::ThresholdBoundary,
+            Flag::FutureKeys,
+            Flag::NonContiguous,
+        ]),
+        Draft::bias(
+            "seed-2-square-6",
+            "another seed of the default initialisation",
+            fire_enc(&default_fire(12, 32, 1, 2)),
+            range(6),
+            range(6),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.defaults"])
+        .flags(&[Flag::DefaultInit, Flag::FutureKeys])
+        .profile("bf16"),
     ];
     let mut random = Vec::new();
     for seed in 1..=3u64 {
         let f = random_fire(4, 8, 1, 100 + seed, Activation::Relu);
         random.push(
-            Draft::bias(&format!("seed-{seed}-square-16"), "random θ, c, m with L ≈ 8: positions 0..16 cross the threshold", fire_enc(&f), range(16), range(16))
-                .clauses(CORE).clauses(&["fire.params", "variants.catalogue", "conv.length"]).flags(&[Flag::RandomParams, Flag::FutureKeys]),
+            Draft::bias(
+                &format!("seed-{seed}-square-16"),
+                "random θ, c, m with L ≈ 8: positions 0..16 cross the threshold",
+                fire_enc(&f),
+                range(16),
+                range(16),
+            )
+            .clauses(CORE)
+            .clauses(&["fire.params", "variants.catalogue", "conv.length"])
+            .flags(&[Flag::RandomParams, Flag::FutureKeys]),
         );
     }
     let mut depth = Vec::new();
     for (dep, flag) in [(0usize, Flag::Depth0), (2, Flag::Depth2)] {
         let f = random_fire(4, 8, dep, 200 + dep as u64, Activation::Relu);
         depth.push(
-            Draft::bias(&format!("depth-{dep}"), &format!("{dep} hidden layers, random parameters"), fire_enc(&f), range(12), range(12))
-                .clauses(CORE).clauses(&["fire.ablation.depth"]).flags(&[flag, Flag::RandomParams, Flag::FutureKeys]),
+            Draft::bias(
+                &format!("depth-{dep}"),
+                &format!("{dep} hidden layers, random parameters"),
+                fire_enc(&f),
+                range(12),
+                range(12),
+            )
+            .clauses(CORE)
+            .clauses(&["fire.ablation.depth"])
+            .flags(&[flag, Flag::RandomParams, Flag::FutureKeys]),
         );
     }
     let dd = default_fire(4, 32, 2, 3);
     depth.push(
-        Draft::bias("depth-2-default-init", "two hidden layers of 32 (Appendix B's approximator) at default initialisation", fire_enc(&dd), range(8), range(8))
-            .clauses(CORE).clauses(&["fire.ablation.depth", "fire.defaults"]).flags(&[Flag::Depth2, Flag::DefaultInit, Flag::FutureKeys]),
+        Draft::bias(
+            "depth-2-default-init",
+            "two hidden layers of 32 (Appendix B's approximator) at default initialisation",
+            fire_enc(&dd),
+            range(8),
+            range(8),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.depth", "fire.defaults"])
+        .flags(&[Flag::Depth2, Flag::DefaultInit, Flag::FutureKeys]),
     );
     let mut gelu = Vec::new();
     for (dep, seed) in [(1usize, 301u64), (2, 302)] {
         let f = random_fire(4, 8, dep, seed, Activation::Gelu);
         gelu.push(
-            Draft::bias(&format!("gelu-depth-{dep}"), "exact GeLU hidden activation", fire_enc(&f), range(12), range(12))
-                .clauses(CORE).clauses(&["fire.activation", "fire.ablation.activation"]).flags(&[Flag::Gelu, Flag::RandomParams, Flag::FutureKeys]),
+            Draft::bias(
+                &format!("gelu-depth-{dep}"),
+                "exact GeLU hidden activation",
+                fire_enc(&f),
+                range(12),
+                range(12),
+            )
+            .clauses(CORE)
+            .clauses(&["fire.activation", "fire.ablation.activation"])
+            .flags(&[Flag::Gelu, Flag::RandomParams, Flag::FutureKeys]),
         );
     }
     Ok(vec![
-        file("fire", "default-init", "FIRE at Appendix E's default initialisation", default_init)?,
-        file("fire", "random-params", "FIRE with random parameters and a threshold inside the position range", random)?,
+        file(
+            "fire",
+            "default-init",
+            "FIRE at Appendix E's default initialisation",
+            default_init,
+        )?,
+        file(
+            "fire",
+            "random-params",
+            "FIRE with random parameters and a threshold inside the position range",
+            random,
+        )?,
         file("fire", "depth", "MLPs with 0 and 2 hidden layers", depth)?,
         file("fire", "gelu", "MLPs with the exact GeLU activation", gelu)?,
     ])
@@ -66,18 +146,43 @@ pub fn fire() -> anyhow::Result<Vec<(String, VectorFile)>> {
 /// `fire-s/`.
 pub fn fire_s() -> anyhow::Result<Vec<(String, VectorFile)>> {
     let f = random_fire(3, 8, 1, 401, Activation::Relu);
-    let shared = Encoding::FireShared(SharedParams { module: fp(&f), layers: 3 });
-    let modules = (0..3).map(|l| fp(&random_fire(3, 8, 1, 410 + l, Activation::Relu))).collect();
+    let shared = Encoding::FireShared(SharedParams {
+        module: fp(&f),
+        layers: 3,
+    });
+    let modules = (0..3)
+        .map(|l| fp(&random_fire(3, 8, 1, 410 + l, Activation::Relu)))
+        .collect();
     let per_layer = Encoding::FirePerLayer(PerLayerParams { modules });
     Ok(vec![
-        file("fire-s", "shared", "FIRE-S: one module, every layer adds the same bias", vec![
-            Draft::bias("three-layers", "three layers share one module: output [layers, H, Q, K]", shared, range(10), range(10))
-                .clauses(&["fire.shared", "fire.bias", "conv.layout"]).flags(&[Flag::Shared, Flag::RandomParams, Flag::FutureKeys]),
-        ])?,
-        file("fire-s", "per-layer", "FIRE: one independent module per layer", vec![
-            Draft::bias("three-layers", "three layers, three modules: output [layers, H, Q, K]", per_layer, range(10), range(10))
-                .clauses(&["fire.per-layer", "fire.bias", "conv.layout"]).flags(&[Flag::PerLayer, Flag::RandomParams, Flag::FutureKeys]),
-        ])?,
+        file(
+            "fire-s",
+            "shared",
+            "FIRE-S: one module, every layer adds the same bias",
+            vec![Draft::bias(
+                "three-layers",
+                "three layers share one module: output [layers, H, Q, K]",
+                shared,
+                range(10),
+                range(10),
+            )
+            .clauses(&["fire.shared", "fire.bias", "conv.layout"])
+            .flags(&[Flag::Shared, Flag::RandomParams, Flag::FutureKeys])],
+        )?,
+        file(
+            "fire-s",
+            "per-layer",
+            "FIRE: one independent module per layer",
+            vec![Draft::bias(
+                "three-layers",
+                "three layers, three modules: output [layers, H, Q, K]",
+                per_layer,
+                range(10),
+                range(10),
+            )
+            .clauses(&["fire.per-layer", "fire.bias", "conv.layout"])
+            .flags(&[Flag::PerLayer, Flag::RandomParams, Flag::FutureKeys])],
+        )?,
     ])
 }
 
@@ -96,13 +201,39 @@ pub fn ablations() -> anyhow::Result<Vec<(String, VectorFile)>> {
     // keys would dominate the case's scale.
     let mk = |name: &str, desc: &str, f: &fire_reference::Fire, clause: &'static str| {
         Draft::bias(name, desc, fire_enc(f), (1..14).collect(), range(14))
-            .clauses(&["fire.bias", "fire.input", "conv.future"]).clauses(&[clause])
+            .clauses(&["fire.bias", "fire.input", "conv.future"])
+            .clauses(&[clause])
             .flags(&[Flag::Ablation, Flag::RandomParams, Flag::FutureKeys])
     };
-    Ok(vec![file("variants", "ablations", "Appendix B's ablations of FIRE", vec![
-        mk("no-log", "ψ is the identity", &no_log, "fire.ablation.no-log"),
-        mk("no-threshold", "normaliser ψ(i) + ε with no threshold", &no_threshold, "fire.ablation.no-threshold"),
-        mk("fixed-threshold", "a frozen threshold has the learnable one's values", &fixed, "fire.ablation.fixed-threshold"),
-        mk("final-relu", "a ReLU on the MLP output", &final_act, "fire.ablation.final-activation"),
-    ])?])
+    Ok(vec![file(
+        "variants",
+        "ablations",
+        "Appendix B's ablations of FIRE",
+        vec![
+            mk(
+                "no-log",
+                "ψ is the identity",
+                &no_log,
+                "fire.ablation.no-log",
+            ),
+            mk(
+                "no-threshold",
+                "normaliser ψ(i) + ε with no threshold",
+                &no_threshold,
+                "fire.ablation.no-threshold",
+            ),
+            mk(
+                "fixed-threshold",
+                "a frozen threshold has the learnable one's values",
+                &fixed,
+                "fire.ablation.fixed-threshold",
+            ),
+            mk(
+                "final-relu",
+                "a ReLU on the MLP output",
+                &final_act,
+                "fire.ablation.final-activation",
+            ),
+        ],
+    )?])
 }

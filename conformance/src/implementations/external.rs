@@ -66,7 +66,11 @@ fn read_lines(out: impl Read, cap: usize, tx: mpsc::Sender<Line>) {
                 Err(e) => break Some(Line::Failed(e.to_string())),
             };
             if buf.is_empty() {
-                break Some(if line.is_empty() { Line::Eof } else { Line::Text(String::from_utf8_lossy(&line).into_owned()) });
+                break Some(if line.is_empty() {
+                    Line::Eof
+                } else {
+                    Line::Text(String::from_utf8_lossy(&line).into_owned())
+                });
             }
             let (take, end) = match buf.iter().position(|&b| b == b'\n') {
                 Some(n) => (n + 1, true),
@@ -109,7 +113,12 @@ fn drain_stderr(err: impl Read, keep: Arc<Mutex<Vec<u8>>>) {
 impl Process {
     fn spawn(cmd: &str, cap: usize) -> std::io::Result<Self> {
         let mut command = Command::new("sh");
-        command.arg("-c").arg(cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .arg("-c")
+            .arg(cmd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let mut child = command.spawn()?;
@@ -131,19 +140,36 @@ impl Process {
     }
 
     fn send(&mut self, line: &str) -> std::io::Result<()> {
-        let stdin = self.stdin.as_mut().ok_or_else(|| std::io::Error::other("stdin closed"))?;
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("stdin closed"))?;
         stdin.write_all(line.as_bytes())?;
         stdin.write_all(b"\n")?;
         stdin.flush()
     }
 
     fn stderr_tail(&self) -> String {
-        let tail = self.stderr.lock().map(|k| String::from_utf8_lossy(&k).into_owned()).unwrap_or_default();
+        let tail = self
+            .stderr
+            .lock()
+            .map(|k| String::from_utf8_lossy(&k).into_owned())
+            .unwrap_or_default();
         let tail = tail.trim();
         if tail.is_empty() {
             String::new()
         } else {
-            format!("; stderr ends: {}", tail.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | "))
+            format!(
+                "; stderr ends: {}",
+                tail.lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
         }
     }
 
@@ -167,14 +193,27 @@ impl Process {
     fn receive(&mut self, timeout: Duration) -> Result<String, String> {
         match self.lines.recv_timeout(timeout) {
             Ok(Line::Text(t)) => Ok(t),
-            Ok(Line::TooLong) => Err("reply exceeds the size cap (flood?); the implementation was restarted".into()),
+            Ok(Line::TooLong) => {
+                Err("reply exceeds the size cap (flood?); the implementation was restarted".into())
+            }
             Ok(Line::Failed(e)) => Err(format!("reading the implementation's output failed: {e}")),
             Ok(Line::Eof) | Err(RecvTimeoutError::Disconnected) => {
                 thread::sleep(Duration::from_millis(50));
-                let status = self.child.try_wait().ok().flatten().map_or("still running".into(), |s| s.to_string());
-                Err(format!("the implementation closed its output (crashed? exit: {status}){}", self.stderr_tail()))
+                let status = self
+                    .child
+                    .try_wait()
+                    .ok()
+                    .flatten()
+                    .map_or("still running".into(), |s| s.to_string());
+                Err(format!(
+                    "the implementation closed its output (crashed? exit: {status}){}",
+                    self.stderr_tail()
+                ))
             }
-            Err(RecvTimeoutError::Timeout) => Err(format!("no reply within {:.1}s (hang?); the implementation was restarted", timeout.as_secs_f64())),
+            Err(RecvTimeoutError::Timeout) => Err(format!(
+                "no reply within {:.1}s (hang?); the implementation was restarted",
+                timeout.as_secs_f64()
+            )),
         }
     }
 }
@@ -207,11 +246,16 @@ impl External {
     }
 
     fn start(&mut self) -> Result<Capabilities, String> {
-        let mut p = Process::spawn(&self.cmd, self.limits.max_line).map_err(|e| format!("cannot start `{}`: {e}", self.cmd))?;
+        let mut p = Process::spawn(&self.cmd, self.limits.max_line)
+            .map_err(|e| format!("cannot start `{}`: {e}", self.cmd))?;
         // A process that already exited may still have said something: read before blaming
         // the broken pipe.
         let sent = p.send(&protocol::hello(&self.suite_version));
-        let wait = if sent.is_ok() { self.limits.startup } else { Duration::from_millis(500) };
+        let wait = if sent.is_ok() {
+            self.limits.startup
+        } else {
+            Duration::from_millis(500)
+        };
         let hello = match (p.receive(wait), sent) {
             (Ok(line), _) => protocol::parse_hello(&line),
             (Err(e), Ok(())) => Err(e),
@@ -240,13 +284,17 @@ impl External {
 
 impl Implementation for External {
     fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
-        self.start().map_err(|e| anyhow::anyhow!("`{}`: {e}", self.cmd))
+        self.start()
+            .map_err(|e| anyhow::anyhow!("`{}`: {e}", self.cmd))
     }
 
     fn run(&mut self, request: &Request) -> Reply {
         if self.process.is_none() {
             if self.failed_starts >= self.limits.max_failed_starts {
-                return Reply::Broken(format!("gave up after {} failed restarts", self.failed_starts));
+                return Reply::Broken(format!(
+                    "gave up after {} failed restarts",
+                    self.failed_starts
+                ));
             }
             if let Err(e) = self.start() {
                 return Reply::Broken(format!("restart failed: {e}"));
@@ -257,7 +305,9 @@ impl Implementation for External {
         };
         let line = match p.send(&protocol::request(request)) {
             Ok(()) => p.receive(self.limits.case),
-            Err(_) => p.receive(Duration::from_millis(500)).and_then(|_| Err("the implementation stopped reading its input (crashed?)".into())),
+            Err(_) => p.receive(Duration::from_millis(500)).and_then(|_| {
+                Err("the implementation stopped reading its input (crashed?)".into())
+            }),
         };
         let reply = match line {
             Ok(line) => protocol::parse_reply(&line, &request.id),
@@ -314,7 +364,8 @@ impl Recorded {
                 caps = protocol::parse_hello(line).map_err(|e| anyhow::anyhow!("line 1: {e}"))?;
                 continue;
             }
-            let (id, reply) = protocol::parse_result(line).map_err(|e| anyhow::anyhow!("line {}: {e}", n + 1))?;
+            let (id, reply) =
+                protocol::parse_result(line).map_err(|e| anyhow::anyhow!("line {}: {e}", n + 1))?;
             if replies.insert(id.clone(), reply).is_some() {
                 anyhow::bail!("line {}: a second result for `{id}`", n + 1);
             }

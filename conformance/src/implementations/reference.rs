@@ -46,7 +46,12 @@ fn bias_tensor(b: &Bias) -> Tensor {
 
 fn stacked(layers: &[Bias]) -> Tensor {
     let mut shape = vec![layers.len()];
-    shape.extend(layers.first().map(|b| b.shape().to_vec()).unwrap_or_default());
+    shape.extend(
+        layers
+            .first()
+            .map(|b| b.shape().to_vec())
+            .unwrap_or_default(),
+    );
     Tensor::new(shape, layers.iter().flat_map(Bias::to_row_major).collect())
 }
 
@@ -115,7 +120,11 @@ fn head_inputs(inputs: &Inputs, heads: usize) -> Result<Vec<HeadInputs>> {
         }
         Ok(t)
     };
-    let (q, k, v) = (get("q", &inputs.q)?, get("k", &inputs.k)?, get("v", &inputs.v)?);
+    let (q, k, v) = (
+        get("q", &inputs.q)?,
+        get("k", &inputs.k)?,
+        get("v", &inputs.v)?,
+    );
     let head = |t: &Tensor, h: usize| {
         let (r, c) = (t.shape[1], t.shape[2]);
         DMatrix::from_row_slice(r, c, &t.data[h * r * c..(h + 1) * r * c])
@@ -147,7 +156,12 @@ pub fn attention_output(
     Ok(Tensor::new(vec![outs.len(), rows, dv], data))
 }
 
-fn vjp(fire: &Fire, q: &[Position], k: &[Position], cot: &Option<Tensor>) -> Result<BTreeMap<String, Tensor>> {
+fn vjp(
+    fire: &Fire,
+    q: &[Position],
+    k: &[Position],
+    cot: &Option<Tensor>,
+) -> Result<BTreeMap<String, Tensor>> {
     let cot = cot.as_ref().ok_or_else(|| Error::Invalid {
         what: "vjp inputs".into(),
         reason: "`cotangent` is missing".into(),
@@ -162,17 +176,29 @@ fn vjp(fire: &Fire, q: &[Position], k: &[Position], cot: &Option<Tensor>) -> Res
         });
     }
     let heads = (0..want[0])
-        .map(|h| DMatrix::from_row_slice(want[1], want[2], &cot.data[h * want[1] * want[2]..(h + 1) * want[1] * want[2]]))
+        .map(|h| {
+            DMatrix::from_row_slice(
+                want[1],
+                want[2],
+                &cot.data[h * want[1] * want[2]..(h + 1) * want[1] * want[2]],
+            )
+        })
         .collect();
     let g = grad::vjp(fire, q, k, &Bias::from_heads(heads)?)?;
     let mut out = BTreeMap::new();
     for (n, (w, b)) in g.layers.iter().enumerate() {
         out.insert(format!("{}.weight", layer_name(n)), params::from_matrix(w));
-        out.insert(format!("{}.bias", layer_name(n)), Tensor::new(vec![b.len()], b.iter().copied().collect()));
+        out.insert(
+            format!("{}.bias", layer_name(n)),
+            Tensor::new(vec![b.len()], b.iter().copied().collect()),
+        );
     }
     out.insert("c".into(), Tensor::new(vec![], vec![g.c]));
     if fire.threshold == fire_reference::fire::Threshold::Learnable {
-        out.insert("L_multiplier".into(), Tensor::new(vec![], vec![g.l_multiplier]));
+        out.insert(
+            "L_multiplier".into(),
+            Tensor::new(vec![], vec![g.l_multiplier]),
+        );
     }
     Ok(out)
 }
@@ -191,17 +217,31 @@ fn rope_attention(
     placement: attention::Placement,
 ) -> Result<Tensor> {
     let Encoding::Baseline(b) = encoding else {
-        return Err(Error::Invalid { what: "rope".into(), reason: "not a RoPE encoding".into() });
+        return Err(Error::Invalid {
+            what: "rope".into(),
+            reason: "not a RoPE encoding".into(),
+        });
     };
     let rope = crate::vectors::baselines::rope(b)?;
-    let heads = inputs.q.as_ref().map_or(0, |t| t.shape.first().copied().unwrap_or(0));
+    let heads = inputs
+        .q
+        .as_ref()
+        .map_or(0, |t| t.shape.first().copied().unwrap_or(0));
     let mut rotated = inputs.clone();
     for (name, positions) in [("q", q), ("k", k)] {
-        let t = if name == "q" { &mut rotated.q } else { &mut rotated.k };
+        let t = if name == "q" {
+            &mut rotated.q
+        } else {
+            &mut rotated.k
+        };
         let Some(t) = t.as_mut() else { continue };
         check_tensor(name, t)?;
         if t.shape.len() != 3 || t.shape[1] != positions.len() {
-            return Err(Error::Shape { what: format!("attention input `{name}`"), expected: format!("[H, {}, d]", positions.len()), got: format!("{:?}", t.shape) });
+            return Err(Error::Shape {
+                what: format!("attention input `{name}`"),
+                expected: format!("[H, {}, d]", positions.len()),
+                got: format!("{:?}", t.shape),
+            });
         }
         let d = t.shape[2];
         for row in 0..t.shape[0] * t.shape[1] {
@@ -223,7 +263,13 @@ pub fn evaluate_request(
     inputs: &Inputs,
     variant: Option<&Variant>,
 ) -> Result<BTreeMap<String, Tensor>> {
-    evaluate_placed(encoding, kind, inputs, variant, attention::Placement::AfterScaling)
+    evaluate_placed(
+        encoding,
+        kind,
+        inputs,
+        variant,
+        attention::Placement::AfterScaling,
+    )
 }
 
 /// [`evaluate_request`] with an explicit bias placement for attention cases.
@@ -247,7 +293,10 @@ pub fn evaluate_placed(
             out.insert("bias".into(), t);
         }
         Kind::Attention if is_rope(encoding) => {
-            out.insert("output".into(), rope_attention(encoding, inputs, &q, &k, placement)?);
+            out.insert(
+                "output".into(),
+                rope_attention(encoding, inputs, &q, &k, placement)?,
+            );
         }
         Kind::Attention => {
             let layers = layer_biases(encoding, variant, &q, &k)?;
@@ -257,7 +306,10 @@ pub fn evaluate_placed(
                     reason: "attention cases take a single-layer encoding".into(),
                 });
             }
-            out.insert("output".into(), attention_output(inputs, &layers[0], placement)?);
+            out.insert(
+                "output".into(),
+                attention_output(inputs, &layers[0], placement)?,
+            );
         }
         Kind::Vjp => match encoding {
             Encoding::Fire(p) if variant.is_none() => {

@@ -23,7 +23,10 @@ impl Implementation for Mistaken {
     }
 
     fn run(&mut self, r: &Request) -> Reply {
-        let fire_like = matches!(r.encoding, Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_));
+        let fire_like = matches!(
+            r.encoding,
+            Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
+        );
         if r.kind == Kind::Vjp && fire_like {
             return Reply::Skipped("the test double does not model gradients".into());
         }

@@ -46,7 +46,13 @@ pub fn render(r: &Report) -> String {
         match o.status {
             Status::Passed => {}
             Status::Failed => {
-                let _ = write!(out, "<failure message=\"{}\">{}\n{}</failure>", esc(o.details.first().map_or("", |s| s.as_str())), esc(&head), esc(&body));
+                let _ = write!(
+                    out,
+                    "<failure message=\"{}\">{}\n{}</failure>",
+                    esc(o.details.first().map_or("", |s| s.as_str())),
+                    esc(&head),
+                    esc(&body)
+                );
             }
             Status::Skipped | Status::XFailed => {
                 let _ = write!(out, "<skipped message=\"{}\"/>", esc(&body));

@@ -27,7 +27,13 @@ pub fn render(r: &Report, verbose: bool) -> String {
             Status::XFailed => "XFAIL",
         };
         if o.status == Status::Failed || verbose {
-            let _ = writeln!(out, "{tag} {}  [{}]  flags: {}", o.id, o.clauses.join(" "), o.flags.join(" "));
+            let _ = writeln!(
+                out,
+                "{tag} {}  [{}]  flags: {}",
+                o.id,
+                o.clauses.join(" "),
+                o.flags.join(" ")
+            );
             for d in &o.details {
                 let _ = writeln!(out, "    {d}");
             }
@@ -40,9 +46,19 @@ pub fn render(r: &Report, verbose: bool) -> String {
     }
     if let Some(overall) = &r.overall {
         let _ = match overall.as_slice() {
-            [] => writeln!(out, "overall: no single known variant explains every FIRE case"),
+            [] => writeln!(
+                out,
+                "overall: no single known variant explains every FIRE case"
+            ),
             [one] => writeln!(out, "overall: every FIRE case matches variant `{one}`"),
-            many => writeln!(out, "overall: every FIRE case matches each of the variants {}", many.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>().join(", ")),
+            many => writeln!(
+                out,
+                "overall: every FIRE case matches each of the variants {}",
+                many.iter()
+                    .map(|v| format!("`{v}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         };
     }
     let _ = writeln!(out, "{}", r.summary());

@@ -4,8 +4,8 @@
 //! the one place that maps them onto spec/baselines.md. spec: [vec.encoding]
 
 use fire_reference::baselines::{
-    Alibi, KerpleLog, KerplePower, Nope, OfficialBucketing, Pairing, Rope, SandwichCentred, SandwichPaper, T5Buckets,
-    T5Official, T5Simplified,
+    Alibi, KerpleLog, KerplePower, Nope, OfficialBucketing, Pairing, Rope, SandwichCentred,
+    SandwichPaper, T5Buckets, T5Official, T5Simplified,
 };
 use fire_reference::bias::AdditiveBias;
 use fire_reference::{Error, Result};
@@ -21,15 +21,22 @@ fn invalid(what: &str, reason: impl Into<String>) -> Error {
 }
 
 fn setting(b: &BaselineParams, key: &str) -> Result<i64> {
-    b.settings.get(key).copied().ok_or_else(|| invalid(&b.name, format!("setting `{key}` is missing")))
+    b.settings
+        .get(key)
+        .copied()
+        .ok_or_else(|| invalid(&b.name, format!("setting `{key}` is missing")))
 }
 
 fn unsigned(b: &BaselineParams, key: &str) -> Result<u64> {
-    u64::try_from(setting(b, key)?).map_err(|_| invalid(&b.name, format!("setting `{key}` must be ≥ 0")))
+    u64::try_from(setting(b, key)?)
+        .map_err(|_| invalid(&b.name, format!("setting `{key}` must be ≥ 0")))
 }
 
 fn tensor<'a>(b: &'a BaselineParams, key: &str) -> Result<&'a Tensor> {
-    let t = b.params.get(key).ok_or_else(|| invalid(&b.name, format!("parameter `{key}` is missing")))?;
+    let t = b
+        .params
+        .get(key)
+        .ok_or_else(|| invalid(&b.name, format!("parameter `{key}` is missing")))?;
     check_tensor(key, t)?;
     Ok(t)
 }
@@ -53,8 +60,13 @@ fn scalar(b: &BaselineParams, key: &str) -> Result<f64> {
 fn rows(b: &BaselineParams, key: &str) -> Result<Vec<Vec<f64>>> {
     let t = tensor(b, key)?;
     match t.shape[..] {
-        [h, n] if n > 0 => Ok((0..h).map(|r| t.data[r * n..(r + 1) * n].to_vec()).collect()),
-        _ => Err(invalid(&b.name, format!("`{key}` must be [heads, n] with n > 0"))),
+        [h, n] if n > 0 => Ok((0..h)
+            .map(|r| t.data[r * n..(r + 1) * n].to_vec())
+            .collect()),
+        _ => Err(invalid(
+            &b.name,
+            format!("`{key}` must be [heads, n] with n > 0"),
+        )),
     }
 }
 
@@ -65,14 +77,18 @@ fn boundaries(b: &BaselineParams) -> Result<Vec<u64>> {
             if v >= 0.0 && v.fract() == 0.0 && v <= 9.007_199_254_740_992e15 {
                 Ok(v as u64)
             } else {
-                Err(invalid(&b.name, format!("boundary {v} is not a non-negative integer")))
+                Err(invalid(
+                    &b.name,
+                    format!("boundary {v} is not a non-negative integer"),
+                ))
             }
         })
         .collect()
 }
 
 fn u32_setting(b: &BaselineParams, key: &str) -> Result<u32> {
-    u32::try_from(unsigned(b, key)?).map_err(|_| invalid(&b.name, format!("setting `{key}` is too large")))
+    u32::try_from(unsigned(b, key)?)
+        .map_err(|_| invalid(&b.name, format!("setting `{key}` is too large")))
 }
 
 /// The reference encoding a baseline case names (every additive baseline).
@@ -87,10 +103,16 @@ pub fn build(b: &BaselineParams) -> Result<Box<dyn AdditiveBias>> {
             values: rows(b, "values")?,
         }),
         "t5-official" => Box::new(T5Official {
-            bucketing: OfficialBucketing::new(u32_setting(b, "num_buckets")?, unsigned(b, "max_distance")?, setting(b, "bidirectional")? != 0)?,
+            bucketing: OfficialBucketing::new(
+                u32_setting(b, "num_buckets")?,
+                unsigned(b, "max_distance")?,
+                setting(b, "bidirectional")? != 0,
+            )?,
             values: rows(b, "values")?,
         }),
-        "alibi" => Box::new(Alibi { slopes: vector(b, "slopes")? }),
+        "alibi" => Box::new(Alibi {
+            slopes: vector(b, "slopes")?,
+        }),
         "kerple-log" => Box::new(KerpleLog {
             r1: vector(b, "r1")?,
             r2: vector(b, "r2")?,
@@ -105,13 +127,20 @@ pub fn build(b: &BaselineParams) -> Result<Box<dyn AdditiveBias>> {
             dim: scalar(b, "dim")?,
         }),
         "sandwich-centred" => Box::new(SandwichCentred {
-            heads: usize::try_from(unsigned(b, "heads")?).map_err(|_| invalid("heads", "too large"))?,
+            heads: usize::try_from(unsigned(b, "heads")?)
+                .map_err(|_| invalid("heads", "too large"))?,
             head_dim: u32_setting(b, "head_dim")?,
         }),
         "nope" => Box::new(Nope {
-            heads: usize::try_from(unsigned(b, "heads")?).map_err(|_| invalid("heads", "too large"))?,
+            heads: usize::try_from(unsigned(b, "heads")?)
+                .map_err(|_| invalid("heads", "too large"))?,
         }),
-        "rope" => return Err(invalid("rope", "RoPE is not an additive bias: it has attention cases only")),
+        "rope" => {
+            return Err(invalid(
+                "rope",
+                "RoPE is not an additive bias: it has attention cases only",
+            ))
+        }
         other => return Err(invalid("baseline", format!("unknown baseline `{other}`"))),
     })
 }
@@ -124,7 +153,12 @@ pub fn rope(b: &BaselineParams) -> Result<Rope> {
         pairing: match setting(b, "interleaved")? {
             0 => Pairing::HalfSplit,
             1 => Pairing::Interleaved,
-            v => return Err(invalid("rope", format!("setting `interleaved` must be 0 or 1, got {v}"))),
+            v => {
+                return Err(invalid(
+                    "rope",
+                    format!("setting `interleaved` must be 0 or 1, got {v}"),
+                ))
+            }
         },
     };
     r.validate()?;

@@ -70,9 +70,9 @@ mod tests {
     #[test]
     fn names_are_unique_and_kebab_case() {
         let mut names: Vec<_> = Flag::ALL.iter().map(|f| f.name()).collect();
-        assert!(names
-            .iter()
-            .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')));
+        assert!(names.iter().all(|n| n
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')));
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Flag::ALL.len());
@@ -80,7 +80,9 @@ mod tests {
 
     #[test]
     fn the_spec_defines_exactly_these_flags() {
-        let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/vectors.md")).unwrap();
+        let spec =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../spec/vectors.md"))
+                .unwrap();
         let start = spec.find("### [vec.flags]").unwrap();
         let section = &spec[start..];
         let end = section[4..].find("\n### ").map_or(section.len(), |e| e + 4);
@@ -90,6 +92,9 @@ mod tests {
             .filter_map(|l| l.split_once('`').map(|(n, _)| n))
             .collect();
         let names: Vec<&str> = Flag::ALL.iter().map(|f| f.name()).collect();
-        assert_eq!(listed, names, "spec/vectors.md [vec.flags] and Flag::ALL differ");
+        assert_eq!(
+            listed, names,
+            "spec/vectors.md [vec.flags] and Flag::ALL differ"
+        );
     }
 }

@@ -28,7 +28,9 @@ impl Real {
                 "nan" | ".nan" => Ok(f64::NAN),
                 "inf" | ".inf" => Ok(f64::INFINITY),
                 "-inf" | "-.inf" => Ok(f64::NEG_INFINITY),
-                _ => Err(E::custom(format!("expected a number, got the string `{t}`"))),
+                _ => Err(E::custom(format!(
+                    "expected a number, got the string `{t}`"
+                ))),
             },
         }
     }
@@ -39,7 +41,10 @@ fn real<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 }
 
 fn reals<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
-    Vec::<Real>::deserialize(d)?.into_iter().map(Real::value).collect()
+    Vec::<Real>::deserialize(d)?
+        .into_iter()
+        .map(Real::value)
+        .collect()
 }
 
 fn opt_real<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
@@ -362,7 +367,10 @@ impl Encoding {
             ),
             Encoding::FirePerLayer(p) => tagged(
                 "fire-per-layer",
-                Node::map([("modules", Node::Seq(p.modules.iter().map(fire_node).collect()))]),
+                Node::map([(
+                    "modules",
+                    Node::Seq(p.modules.iter().map(fire_node).collect()),
+                )]),
             ),
             Encoding::Baseline(b) => tagged(
                 "baseline",
@@ -370,7 +378,12 @@ impl Encoding {
                     ("name", Node::str(&b.name)),
                     (
                         "settings",
-                        Node::Map(b.settings.iter().map(|(k, v)| (k.clone(), Node::Int(*v))).collect()),
+                        Node::Map(
+                            b.settings
+                                .iter()
+                                .map(|(k, v)| (k.clone(), Node::Int(*v)))
+                                .collect(),
+                        ),
                     ),
                     ("params", tensors(&b.params)),
                 ]),
@@ -452,7 +465,10 @@ impl VectorFile {
             ("family", Node::str(&self.family)),
             ("description", Node::str(&self.description)),
             ("clauses", Node::strs(&self.clauses)),
-            ("cases", Node::Seq(self.cases.iter().map(Case::to_node).collect())),
+            (
+                "cases",
+                Node::Seq(self.cases.iter().map(Case::to_node).collect()),
+            ),
         ])
     }
 }

@@ -20,7 +20,10 @@ pub fn render() -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         listed.push((path.clone(), bytes.clone(), file.cases.len()));
         out.push((path, bytes));
     }
-    out.push((MANIFEST.into(), Manifest::new(&listed).to_yaml().into_bytes()));
+    out.push((
+        MANIFEST.into(),
+        Manifest::new(&listed).to_yaml().into_bytes(),
+    ));
     Ok(out)
 }
 
@@ -51,7 +54,12 @@ pub fn list(dir: &Path) -> anyhow::Result<Vec<String>> {
             if p.is_dir() {
                 walk(root, &p, out)?;
             } else if p.extension().is_some_and(|e| e == "yaml") {
-                let rel = p.strip_prefix(root)?.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
+                let rel = p
+                    .strip_prefix(root)?
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/");
                 out.push(rel);
             }
         }
@@ -80,7 +88,11 @@ pub fn check(dir: &Path) -> anyhow::Result<usize> {
         match fs::read(dir.join(p)) {
             Err(_) => problems.push(format!("{p}: generated but missing from {}", dir.display())),
             Ok(old) if old != new => {
-                let line = old.split(|&b| b == b'\n').zip(new.split(|&b| b == b'\n')).position(|(a, b)| a != b).map_or(0, |l| l + 1);
+                let line = old
+                    .split(|&b| b == b'\n')
+                    .zip(new.split(|&b| b == b'\n'))
+                    .position(|(a, b)| a != b)
+                    .map_or(0, |l| l + 1);
                 problems.push(format!("{p}: differs (first at line {line})"));
             }
             Ok(_) => {}

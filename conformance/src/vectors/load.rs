@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use super::format::{Case, Encoding, FireParams, Tensor, Verdict, VectorFile, FORMAT};
+use super::format::{Case, Encoding, FireParams, Tensor, VectorFile, Verdict, FORMAT};
 use super::manifest::{sha256, Manifest, MANIFEST};
 use crate::compare;
 
@@ -96,16 +96,30 @@ pub fn parse_file(path: &str, text: &str) -> Result<VectorFile, LoadError> {
 fn clause_ok(id: &str) -> bool {
     !id.is_empty()
         && id.split('.').all(|part| {
-            !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         })
 }
 
 fn check_tensor(at: &str, t: &Tensor) -> Result<(), LoadError> {
     if t.dtype != "f64" {
-        return Err(bad(at, format!("dtype `{}` (only f64 is written)", t.dtype)));
+        return Err(bad(
+            at,
+            format!("dtype `{}` (only f64 is written)", t.dtype),
+        ));
     }
     if t.numel() != Some(t.data.len()) {
-        return Err(bad(at, format!("shape {:?} needs {:?} values, data has {}", t.shape, t.numel(), t.data.len())));
+        return Err(bad(
+            at,
+            format!(
+                "shape {:?} needs {:?} values, data has {}",
+                t.shape,
+                t.numel(),
+                t.data.len()
+            ),
+        ));
     }
     if let Some(s) = t.scale {
         if !(s.is_finite() && s >= 0.0) {
@@ -116,7 +130,11 @@ fn check_tensor(at: &str, t: &Tensor) -> Result<(), LoadError> {
 }
 
 fn fire_tensors(p: &FireParams) -> Vec<&Tensor> {
-    p.mlp.layers.iter().flat_map(|l| [&l.weight, &l.bias]).collect()
+    p.mlp
+        .layers
+        .iter()
+        .flat_map(|l| [&l.weight, &l.bias])
+        .collect()
 }
 
 fn encoding_tensors(e: &Encoding) -> Vec<&Tensor> {
@@ -135,12 +153,26 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
         return Err(bad(&at, format!("id must start with `{stem}`")));
     }
     if case.clauses.is_empty() || !case.clauses.iter().all(|c| clause_ok(c)) {
-        return Err(bad(&at, format!("clause ids must be non-empty, lowercase and dotted: {:?}", case.clauses)));
+        return Err(bad(
+            &at,
+            format!(
+                "clause ids must be non-empty, lowercase and dotted: {:?}",
+                case.clauses
+            ),
+        ));
     }
     if compare::profile(&case.profile).is_none() {
         return Err(bad(&at, format!("unknown profile `{}`", case.profile)));
     }
-    for t in [&case.inputs.cotangent, &case.inputs.q, &case.inputs.k, &case.inputs.v].into_iter().flatten() {
+    for t in [
+        &case.inputs.cotangent,
+        &case.inputs.q,
+        &case.inputs.k,
+        &case.inputs.v,
+    ]
+    .into_iter()
+    .flatten()
+    {
         check_tensor(&at, t)?;
     }
     for t in encoding_tensors(&case.encoding) {
@@ -148,7 +180,11 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     }
     match (case.result, &case.expected) {
         (Verdict::Valid, Some(e)) if !e.is_empty() => {
-            for t in e.values().chain(case.expected_under.iter().flat_map(|u| u.values().flat_map(|m| m.values()))) {
+            for t in e.values().chain(
+                case.expected_under
+                    .iter()
+                    .flat_map(|u| u.values().flat_map(|m| m.values())),
+            ) {
                 check_tensor(&at, t)?;
                 if t.scale.is_none() {
                     return Err(bad(&at, "an expected tensor has no scale"));
@@ -157,7 +193,9 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
         }
         (Verdict::Valid, _) => return Err(bad(&at, "a valid case needs expected outputs")),
         (Verdict::Invalid, None) if case.expected_under.is_none() => {}
-        (Verdict::Invalid, _) => return Err(bad(&at, "an invalid case carries no expected output")),
+        (Verdict::Invalid, _) => {
+            return Err(bad(&at, "an invalid case carries no expected output"))
+        }
     }
     Ok(())
 }
@@ -165,11 +203,17 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
 /// Checks a parsed file's invariants.
 pub fn check_file(path: &str, file: &VectorFile) -> Result<(), LoadError> {
     if file.format != FORMAT {
-        return Err(bad(path, format!("format {} (this harness reads {FORMAT})", file.format)));
+        return Err(bad(
+            path,
+            format!("format {} (this harness reads {FORMAT})", file.format),
+        ));
     }
     let stem = format!("{}/", path.strip_suffix(".yaml").unwrap_or(path));
     if !path.starts_with(&format!("{}/", file.family)) {
-        return Err(bad(path, format!("family `{}` does not match the folder", file.family)));
+        return Err(bad(
+            path,
+            format!("family `{}` does not match the folder", file.family),
+        ));
     }
     let mut covered = BTreeSet::new();
     for case in &file.cases {
@@ -178,7 +222,10 @@ pub fn check_file(path: &str, file: &VectorFile) -> Result<(), LoadError> {
     }
     let listed: BTreeSet<String> = file.clauses.iter().cloned().collect();
     if listed != covered {
-        return Err(bad(path, "the file's clauses must be the union of its cases' clauses"));
+        return Err(bad(
+            path,
+            "the file's clauses must be the union of its cases' clauses",
+        ));
     }
     Ok(())
 }
@@ -195,7 +242,10 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, LoadError> {
         message: e.to_string(),
     })?;
     if m.format != FORMAT {
-        return Err(bad(MANIFEST, format!("format {} (this harness reads {FORMAT})", m.format)));
+        return Err(bad(
+            MANIFEST,
+            format!("format {} (this harness reads {FORMAT})", m.format),
+        ));
     }
     Ok(m)
 }
@@ -204,7 +254,8 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, LoadError> {
 pub fn load(dir: &Path) -> Result<Suite, LoadError> {
     let text = String::from_utf8_lossy(&read(dir, MANIFEST)?).into_owned();
     let manifest = parse_manifest(&text)?;
-    let on_disk = super::generate::list(dir).map_err(|e| bad(&dir.display().to_string(), e.to_string()))?;
+    let on_disk =
+        super::generate::list(dir).map_err(|e| bad(&dir.display().to_string(), e.to_string()))?;
     for p in &on_disk {
         if p != MANIFEST && !manifest.files.iter().any(|e| &e.path == p) {
             return Err(bad(p, "not listed in MANIFEST.yaml"));
@@ -228,7 +279,10 @@ pub fn load(dir: &Path) -> Result<Suite, LoadError> {
         let text = String::from_utf8(bytes).map_err(|_| bad(&entry.path, "not UTF-8"))?;
         let file = parse_file(&entry.path, &text)?;
         if file.cases.len() != entry.cases {
-            return Err(bad(&entry.path, format!("{} cases, manifest says {}", file.cases.len(), entry.cases)));
+            return Err(bad(
+                &entry.path,
+                format!("{} cases, manifest says {}", file.cases.len(), entry.cases),
+            ));
         }
         for c in &file.cases {
             if !ids.insert(c.id.clone()) {

@@ -23,7 +23,11 @@ pub fn check_tensor(what: &str, t: &Tensor) -> Result<()> {
         Some(n) if n == t.data.len() => Ok(()),
         _ => Err(Error::Shape {
             what: what.into(),
-            expected: format!("{} values for shape {:?}", t.numel().unwrap_or(usize::MAX), t.shape),
+            expected: format!(
+                "{} values for shape {:?}",
+                t.numel().unwrap_or(usize::MAX),
+                t.shape
+            ),
             got: format!("{} values", t.data.len()),
         }),
     }
@@ -56,7 +60,9 @@ fn vector(what: &str, t: &Tensor) -> Result<DVector<f64>> {
 
 /// A row-major tensor from a matrix.
 pub fn from_matrix(m: &DMatrix<f64>) -> Tensor {
-    let data = (0..m.nrows()).flat_map(|r| m.row(r).iter().copied().collect::<Vec<_>>()).collect();
+    let data = (0..m.nrows())
+        .flat_map(|r| m.row(r).iter().copied().collect::<Vec<_>>())
+        .collect();
     Tensor::new(vec![m.nrows(), m.ncols()], data)
 }
 
@@ -94,7 +100,12 @@ pub fn to_fire(p: &FireParams) -> Result<Fire> {
             ))
         })
         .collect::<Result<Vec<_>>>()?;
-    let final_activation = p.mlp.final_activation.as_deref().map(activation).transpose()?;
+    let final_activation = p
+        .mlp
+        .final_activation
+        .as_deref()
+        .map(activation)
+        .transpose()?;
     Ok(Fire {
         mlp: Mlp {
             layers,
@@ -114,7 +125,12 @@ pub fn to_fire(p: &FireParams) -> Result<Fire> {
             "learnable" => Threshold::Learnable,
             "fixed" => Threshold::Fixed,
             "disabled" => Threshold::Disabled,
-            other => return Err(invalid("threshold", format!("unknown threshold mode `{other}`"))),
+            other => {
+                return Err(invalid(
+                    "threshold",
+                    format!("unknown threshold mode `{other}`"),
+                ))
+            }
         },
     })
 }
@@ -157,8 +173,7 @@ pub fn from_fire(f: &Fire) -> FireParams {
 pub fn positions(what: &str, ps: &[i64]) -> Result<Vec<Position>> {
     ps.iter()
         .map(|&p| {
-            Position::try_from(p)
-                .map_err(|_| invalid(what, format!("position {p} is negative")))
+            Position::try_from(p).map_err(|_| invalid(what, format!("position {p} is negative")))
         })
         .collect()
 }

@@ -52,10 +52,18 @@ pub fn fmt_f64(v: f64) -> String {
         return ".nan".into();
     }
     if v.is_infinite() {
-        return if v > 0.0 { ".inf".into() } else { "-.inf".into() };
+        return if v > 0.0 {
+            ".inf".into()
+        } else {
+            "-.inf".into()
+        };
     }
     if v == 0.0 {
-        return if v.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if v.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     let sci = format!("{v:e}");
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -85,7 +93,9 @@ fn fmt_str(s: &str) -> String {
 
 fn fmt_key(k: &str) -> String {
     let plain = !k.is_empty()
-        && k.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && k.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
     if plain {
@@ -248,12 +258,18 @@ mod tests {
                 "data",
                 Node::Seq((0..40).map(|k| Node::Float(k as f64 / 7.0)).collect()),
             ),
-            ("special", Node::Seq(vec![Node::Float(f64::INFINITY), Node::Float(-0.0)])),
+            (
+                "special",
+                Node::Seq(vec![Node::Float(f64::INFINITY), Node::Float(-0.0)]),
+            ),
             (
                 "items",
                 Node::Seq(vec![
                     Node::map([("a", Node::Int(1)), ("b", Node::Seq(vec![]))]),
-                    Node::map([("a", Node::Int(2)), ("b", Node::map([("c", Node::Bool(true))]))]),
+                    Node::map([
+                        ("a", Node::Int(2)),
+                        ("b", Node::map([("c", Node::Bool(true))])),
+                    ]),
                 ]),
             ),
         ]);
