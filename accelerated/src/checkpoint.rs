@@ -137,3 +137,11 @@ pub fn load(path: &Path, device: &Device) -> Result<Loaded> {
         optimizer,
     })
 }
+
+/// Loads a checkpoint and builds its model for inference.
+pub fn load_model(path: &Path, device: &Device) -> Result<(crate::model::Model, Loaded)> {
+    let loaded = load(path, device)?;
+    let mut store = crate::params::ParamStore::from_tensors(device, loaded.model.clone());
+    let model = crate::model::Model::new(&loaded.state.model, &mut store)?;
+    Ok((model, loaded))
+}

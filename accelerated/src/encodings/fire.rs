@@ -260,6 +260,9 @@ impl PositionEncoding for PerLayer {
             .map(|m| m.bias_tensor(grid).map(Some))
             .collect()
     }
+    fn fire_modules(&self) -> Vec<&Fire> {
+        self.modules.iter().collect()
+    }
 }
 
 /// FIRE-S: one module shared by all layers; its bias is computed once per call and the same
@@ -277,6 +280,9 @@ impl PositionEncoding for Shared {
     fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
         let once = self.module.bias_tensor(grid)?;
         Ok(vec![Some(once); layers])
+    }
+    fn fire_modules(&self) -> Vec<&Fire> {
+        vec![&self.module]
     }
 }
 

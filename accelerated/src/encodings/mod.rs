@@ -90,6 +90,11 @@ pub trait PositionEncoding: std::fmt::Debug {
         let _ = positions;
         Ok(x.clone())
     }
+
+    /// The FIRE modules, one per layer (FIRE) or one in total (FIRE-S); empty otherwise.
+    fn fire_modules(&self) -> Vec<&fire::Fire> {
+        Vec::new()
+    }
 }
 
 /// No positional information at all: causal masking alone breaks the symmetry.

@@ -1,0 +1,424 @@
+//! `fire-lm`: train, evaluate, inspect and sample decoder-only LMs with FIRE and its rivals.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+use clap::{Args, Parser, Subcommand};
+
+use fire_accelerated::checkpoint::{self, load_model};
+use fire_accelerated::config::{EncodingConfig, FireConfig, ModelConfig};
+use fire_accelerated::data::{ByteTokenizer, Corpus};
+use fire_accelerated::encodings::Grid;
+use fire_accelerated::eval::{self, EvalConfig, Report};
+use fire_accelerated::generate::{generate, SampleConfig};
+use fire_accelerated::plot::{self, Chart, Series};
+use fire_accelerated::train::{self, Options, TrainConfig};
+
+#[derive(Parser, Debug)]
+#[command(name = "fire-lm", version, about = "Decoder-only LMs with FIRE (arXiv:2310.04418) and baseline position encodings")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Train a model (or resume one with --resume).
+    Train(TrainArgs),
+    /// Perplexity at several lengths for one or more runs; table, JSON and plot.
+    Eval(EvalArgs),
+    /// Plot the learned FIRE bias per layer and head for one query position; export parameters.
+    Bias(BiasArgs),
+    /// Sample text from a checkpoint.
+    Generate(GenerateArgs),
+    /// Train and evaluate a tiny FIRE model on the embedded corpus (a couple of minutes on CPU).
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct DeviceArg {
+    /// `cpu` or `cuda` (needs the `cuda` feature).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+fn device(arg: &DeviceArg) -> Result<Device> {
+    match arg.device.as_str() {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Device::new_cuda(0).context("CUDA device 0 (build with --features cuda)"),
+        other => bail!("unknown device `{other}` (cpu or cuda)"),
+    }
+}
+
+#[derive(Args, Debug)]
+struct TrainArgs {
+    /// Run directory.
+    #[arg(long)]
+    run: PathBuf,
+    /// Continue the run in --run from its latest checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Model config (YAML or JSON); otherwise built from the flags below.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Training config (YAML or JSON); flags below override it.
+    #[arg(long)]
+    train_config: Option<PathBuf>,
+    /// Positional encoding: fire, fire-s, nope, rope, rope-pi, alibi, kerple-log, kerple-power, t5, sandwich.
+    #[arg(long, default_value = "fire")]
+    encoding: String,
+    /// RoPE-PI's scale (target length / training length).
+    #[arg(long, default_value_t = 8.0)]
+    rope_pi_scale: f64,
+    /// FIRE's frozen initial threshold init_L (Appendix E: 512).
+    #[arg(long)]
+    fire_l_init: Option<f64>,
+    /// FIRE's MLP depth (1: Appendix E; 2: the paper's experiments).
+    #[arg(long)]
+    fire_depth: Option<usize>,
+    #[arg(long, default_value_t = 64)]
+    d_model: usize,
+    #[arg(long, default_value_t = 2)]
+    layers: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    #[arg(long, default_value_t = 256)]
+    d_ff: usize,
+    #[arg(long)]
+    seq_len: Option<usize>,
+    #[arg(long)]
+    batch: Option<usize>,
+    #[arg(long)]
+    steps: Option<u64>,
+    #[arg(long)]
+    warmup: Option<u64>,
+    #[arg(long)]
+    lr: Option<f64>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Corpus directory (default: the embedded Python tutorial).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    #[arg(long)]
+    checkpoint_every: Option<u64>,
+    /// Stop after this many steps in total, as if killed (for testing --resume).
+    #[arg(long)]
+    stop_after: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+    #[command(flatten)]
+    device: DeviceArg,
+}
+
+fn model_config(a: &TrainArgs) -> Result<ModelConfig> {
+    if let Some(p) = &a.config {
+        return Ok(ModelConfig::load(p)?);
+    }
+    let mut encoding = EncodingConfig::from_name(&a.encoding, a.rope_pi_scale)?;
+    if let EncodingConfig::Fire(f) | EncodingConfig::FireS(f) = &mut encoding {
+        *f = FireConfig {
+            l_init: a.fire_l_init.unwrap_or(f.l_init),
+            depth: a.fire_depth.unwrap_or(f.depth),
+            ..f.clone()
+        };
+    }
+    let cfg = ModelConfig {
+        d_model: a.d_model,
+        n_layers: a.layers,
+        n_heads: a.heads,
+        d_ff: a.d_ff,
+        ..ModelConfig::tiny(encoding)
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
+    let mut t = match &a.train_config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            if p.extension().is_some_and(|e| e == "json") {
+                serde_json::from_str(&text)?
+            } else {
+                serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+            }
+        }
+        None => TrainConfig::default(),
+    };
+    macro_rules! set {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { t.$f = v; } )* };
+    }
+    set!(seq_len, batch, steps, warmup, lr, seed, checkpoint_every);
+    if a.corpus.is_some() {
+        t.corpus = a.corpus.clone();
+    }
+    Ok(t)
+}
+
+fn run_train(a: &TrainArgs) -> Result<()> {
+    let dev = device(&a.device)?;
+    let (m, t) = (model_config(a)?, train_config(a)?);
+    let opts = Options {
+        run: a.run.clone(),
+        resume: a.resume,
+        stop_after: a.stop_after,
+        progress: !a.quiet,
+    };
+    let out = train::train(&m, &t, &opts, &dev)?;
+    let last = out.losses.last().map_or(f32::NAN, |l| l.1);
+    println!(
+        "trained {} steps to loss {last:.4} at {:.0} tokens/s; checkpoint {}",
+        out.losses.len(),
+        out.tokens_per_s,
+        out.checkpoint.display()
+    );
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+struct EvalArgs {
+    /// Run (or checkpoint) directories.
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    /// Lengths (default: 1, 2, 4 and 8 times the first run's training length).
+    #[arg(long, value_delimiter = ',')]
+    lengths: Vec<usize>,
+    /// Windows per length.
+    #[arg(long, default_value_t = 16)]
+    max_windows: usize,
+    /// Query-chunk size (default: the training length).
+    #[arg(long)]
+    chunk: Option<usize>,
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Where to write eval.json and log-ppl.{svg,png} (default: the first run).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    device: DeviceArg,
+}
+
+fn label(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
+    let dev = device(&a.device)?;
+    let mut reports = Vec::new();
+    let mut lengths = a.lengths.clone();
+    for run in &a.runs {
+        let (model, loaded) = load_model(run, &dev).with_context(|| run.display().to_string())?;
+        let t = &loaded.state.train;
+        if lengths.is_empty() {
+            lengths = [1, 2, 4, 8].iter().map(|k| k * t.seq_len).collect();
+        }
+        let corpus = Corpus::load(t.corpus.as_deref())?;
+        let split = corpus.split(t.held_out)?;
+        let cfg = EvalConfig {
+            lengths: lengths.clone(),
+            max_windows: a.max_windows,
+            chunk: a.chunk.unwrap_or(t.seq_len),
+            batch: a.batch,
+        };
+        let results = eval::evaluate(&model, &split.eval, &cfg)?;
+        reports.push(Report {
+            label: label(run),
+            encoding: model.cfg.encoding.name().into(),
+            train_len: t.seq_len,
+            step: loaded.state.step,
+            results,
+        });
+    }
+    print!("{}", eval::table(&reports));
+    let out = a.out.clone().unwrap_or_else(|| a.runs[0].clone());
+    write_reports(&reports, &out)?;
+    Ok(reports)
+}
+
+fn write_reports(reports: &[Report], out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    checkpoint::write_atomic(&out.join("eval.json"), &serde_json::to_vec_pretty(reports)?)?;
+    let chart = Chart {
+        title: "Log-perplexity vs evaluation length".into(),
+        x_label: "evaluation length (tokens, log scale)".into(),
+        y_label: "log perplexity (nats/token)".into(),
+        log_x: true,
+        series: reports
+            .iter()
+            .map(|r| Series {
+                label: format!("{} ({})", r.label, r.encoding),
+                points: r.results.iter().map(|x| (x.length as f64, x.log_ppl)).collect(),
+            })
+            .collect(),
+    };
+    plot::save(&chart, &out.join("log-ppl"))?;
+    println!("wrote {}/eval.json and log-ppl.{{svg,png}}", out.display());
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+struct BiasArgs {
+    /// Run (or checkpoint) directory of a FIRE or FIRE-S model.
+    run: PathBuf,
+    /// Query position (0-based); keys 0..=query.
+    #[arg(long, default_value_t = 128)]
+    query: u64,
+    /// Output directory (default: the run).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn run_bias(a: &BiasArgs) -> Result<()> {
+    let dev = Device::Cpu;
+    let (model, _) = load_model(&a.run, &dev)?;
+    let modules = model.encoding.fire_modules();
+    if modules.is_empty() {
+        bail!("{} uses {}, not FIRE", a.run.display(), model.encoding.name());
+    }
+    let out = a.out.clone().unwrap_or_else(|| a.run.clone());
+    std::fs::create_dir_all(&out)?;
+    let keys: Vec<u64> = (0..=a.query).collect();
+    let grid = Grid::new(&[a.query], &keys, &dev)?;
+    let mut export = serde_json::Map::new();
+    for (l, m) in modules.iter().enumerate() {
+        let b = m.bias_tensor(&grid)?.squeeze(1)?.to_vec2::<f32>()?;
+        let chart = Chart {
+            title: format!("Learned FIRE bias, layer {l}, query position {}", a.query),
+            x_label: "key position j".into(),
+            y_label: "bias b(i, j)".into(),
+            log_x: false,
+            series: b
+                .iter()
+                .enumerate()
+                .map(|(h, row)| Series {
+                    label: format!("head {h}"),
+                    points: keys.iter().zip(row).map(|(&j, &v)| (j as f64, f64::from(v))).collect(),
+                })
+                .collect(),
+        };
+        plot::save(&chart, &out.join(format!("fire-bias-layer{l}")))?;
+        let mut params = serde_json::Map::new();
+        for (name, t) in m.state_dict() {
+            let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
+            params.insert(name, serde_json::json!({ "shape": t.dims(), "data": v }));
+        }
+        export.insert(format!("layer{l}"), serde_json::Value::Object(params));
+    }
+    checkpoint::write_atomic(&out.join("fire-params.json"), &serde_json::to_vec_pretty(&export)?)?;
+    println!(
+        "wrote {} bias plots and fire-params.json to {}",
+        modules.len(),
+        out.display()
+    );
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+struct GenerateArgs {
+    /// Run (or checkpoint) directory.
+    run: PathBuf,
+    #[arg(long, default_value = "The ")]
+    prompt: String,
+    #[arg(long, default_value_t = 200)]
+    max_new: usize,
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    device: DeviceArg,
+}
+
+fn run_generate(a: &GenerateArgs) -> Result<()> {
+    let dev = device(&a.device)?;
+    let (model, loaded) = load_model(&a.run, &dev)?;
+    let tok = ByteTokenizer;
+    let cfg = SampleConfig {
+        max_new: a.max_new,
+        temperature: a.temperature,
+        top_k: a.top_k,
+        seed: a.seed,
+        chunk: loaded.state.train.seq_len,
+    };
+    let out = generate(&model, &tok.encode(&a.prompt), &cfg)?;
+    println!("{}{}", a.prompt, tok.decode(&out));
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Output directory.
+    #[arg(long, default_value = "runs/demo")]
+    out: PathBuf,
+    /// Encodings to train and compare.
+    #[arg(long, value_delimiter = ',', default_value = "fire,nope")]
+    encodings: Vec<String>,
+    #[arg(long, default_value_t = 300)]
+    steps: u64,
+    #[arg(long, default_value_t = 64)]
+    seq_len: usize,
+    #[command(flatten)]
+    device: DeviceArg,
+}
+
+fn run_demo(a: &DemoArgs) -> Result<()> {
+    let mut runs = Vec::new();
+    for enc in &a.encodings {
+        let run = a.out.join(enc);
+        if run.join("latest").exists() {
+            println!("{} exists; reusing it", run.display());
+        } else {
+            let cli = Cli::try_parse_from([
+                "fire-lm",
+                "train",
+                "--run",
+                &run.display().to_string(),
+                "--encoding",
+                enc,
+                "--fire-l-init",
+                &(a.seq_len / 4).max(1).to_string(),
+                "--rope-pi-scale",
+                "8",
+                "--seq-len",
+                &a.seq_len.to_string(),
+                "--steps",
+                &a.steps.to_string(),
+                "--warmup",
+                &(a.steps / 10).to_string(),
+                "--device",
+                &a.device.device,
+            ])?;
+            let Command::Train(args) = cli.command else {
+                bail!("internal: demo built a non-train command");
+            };
+            println!("training {enc} for {} steps at length {}", a.steps, a.seq_len);
+            run_train(&args)?;
+        }
+        runs.push(run);
+    }
+    run_eval(&EvalArgs {
+        runs,
+        lengths: Vec::new(),
+        max_windows: 16,
+        chunk: None,
+        batch: 4,
+        out: Some(a.out.clone()),
+        device: a.device.clone(),
+    })?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Train(a) => run_train(&a),
+        Command::Eval(a) => run_eval(&a).map(|_| ()),
+        Command::Bias(a) => run_bias(&a),
+        Command::Generate(a) => run_generate(&a),
+        Command::Demo(a) => run_demo(&a),
+    }
+}
