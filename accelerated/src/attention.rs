@@ -58,12 +58,17 @@ pub fn causal_head(
 ) -> Result<Vec<f32>> {
     let (nq, nk) = (queries.len(), keys.len());
     ensure(nq > 0 && nk > 0, || "empty position lists".into())?;
-    ensure(q.len() % nq == 0 && k.len() % nk == 0 && v.len() % nk == 0, || {
-        "q, k, v lengths are not multiples of the position counts".into()
-    })?;
+    ensure(
+        q.len() % nq == 0 && k.len() % nk == 0 && v.len() % nk == 0,
+        || "q, k, v lengths are not multiples of the position counts".into(),
+    )?;
     let d = q.len() / nq;
     ensure(d > 0 && k.len() == nk * d && bias.len() == nq * nk, || {
-        format!("q [{nq}, {d}] does not match k ({} values) or bias ({} values)", k.len(), bias.len())
+        format!(
+            "q [{nq}, {d}] does not match k ({} values) or bias ({} values)",
+            k.len(),
+            bias.len()
+        )
     })?;
     if let Some(&i) = queries.iter().find(|&&i| !keys.iter().any(|&j| j <= i)) {
         return Err(crate::Error::Input(format!(
@@ -94,7 +99,13 @@ pub struct Attention {
 
 impl Attention {
     /// Projections `q_proj`, `k_proj`, `v_proj`, `o_proj` under `path`.
-    pub fn new(path: &mut Path<'_>, d_model: usize, heads: usize, std: f64, layers: usize) -> Result<Self> {
+    pub fn new(
+        path: &mut Path<'_>,
+        d_model: usize,
+        heads: usize,
+        std: f64,
+        layers: usize,
+    ) -> Result<Self> {
         // GPT-2 scales the residual projections by 1/√(2·layers).
         let out_std = std / (2.0 * layers as f64).sqrt();
         Ok(Self {
@@ -109,7 +120,9 @@ impl Attention {
 
     fn split(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        Ok(x.reshape((b, t, self.heads, self.head_dim))?.transpose(1, 2)?.contiguous()?)
+        Ok(x.reshape((b, t, self.heads, self.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()?)
     }
 
     /// `x: [B, T, D]` at `positions` (`[T]`), `bias: [H, T, K]`, `mask: [T, K]` where the keys

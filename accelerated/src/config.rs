@@ -289,8 +289,7 @@ impl ModelConfig {
             if f.width == 0 || f.depth > 2 {
                 return bad("FIRE needs width > 0 and depth 0, 1 or 2".into());
             }
-            if !(f.l_init > 0.0 && f.eps >= 0.0 && f.c.is_finite() && f.l_multiplier.is_finite())
-            {
+            if !(f.l_init > 0.0 && f.eps >= 0.0 && f.c.is_finite() && f.l_multiplier.is_finite()) {
                 return bad("FIRE needs l_init > 0, eps >= 0, finite c and L_multiplier".into());
             }
         }

@@ -10,23 +10,71 @@ use crate::rng::SplitMix64;
 
 /// The Python 3.11 tutorial (PSF licence), embedded in the binary; see `data/README.md`.
 const EMBEDDED: [(&str, &str); 17] = [
-    ("appendix.rst", include_str!("../data/python-tutorial/appendix.rst")),
-    ("appetite.rst", include_str!("../data/python-tutorial/appetite.rst")),
-    ("classes.rst", include_str!("../data/python-tutorial/classes.rst")),
-    ("controlflow.rst", include_str!("../data/python-tutorial/controlflow.rst")),
-    ("datastructures.rst", include_str!("../data/python-tutorial/datastructures.rst")),
-    ("errors.rst", include_str!("../data/python-tutorial/errors.rst")),
-    ("floatingpoint.rst", include_str!("../data/python-tutorial/floatingpoint.rst")),
-    ("index.rst", include_str!("../data/python-tutorial/index.rst")),
-    ("inputoutput.rst", include_str!("../data/python-tutorial/inputoutput.rst")),
-    ("interactive.rst", include_str!("../data/python-tutorial/interactive.rst")),
-    ("interpreter.rst", include_str!("../data/python-tutorial/interpreter.rst")),
-    ("introduction.rst", include_str!("../data/python-tutorial/introduction.rst")),
-    ("modules.rst", include_str!("../data/python-tutorial/modules.rst")),
-    ("stdlib.rst", include_str!("../data/python-tutorial/stdlib.rst")),
-    ("stdlib2.rst", include_str!("../data/python-tutorial/stdlib2.rst")),
+    (
+        "appendix.rst",
+        include_str!("../data/python-tutorial/appendix.rst"),
+    ),
+    (
+        "appetite.rst",
+        include_str!("../data/python-tutorial/appetite.rst"),
+    ),
+    (
+        "classes.rst",
+        include_str!("../data/python-tutorial/classes.rst"),
+    ),
+    (
+        "controlflow.rst",
+        include_str!("../data/python-tutorial/controlflow.rst"),
+    ),
+    (
+        "datastructures.rst",
+        include_str!("../data/python-tutorial/datastructures.rst"),
+    ),
+    (
+        "errors.rst",
+        include_str!("../data/python-tutorial/errors.rst"),
+    ),
+    (
+        "floatingpoint.rst",
+        include_str!("../data/python-tutorial/floatingpoint.rst"),
+    ),
+    (
+        "index.rst",
+        include_str!("../data/python-tutorial/index.rst"),
+    ),
+    (
+        "inputoutput.rst",
+        include_str!("../data/python-tutorial/inputoutput.rst"),
+    ),
+    (
+        "interactive.rst",
+        include_str!("../data/python-tutorial/interactive.rst"),
+    ),
+    (
+        "interpreter.rst",
+        include_str!("../data/python-tutorial/interpreter.rst"),
+    ),
+    (
+        "introduction.rst",
+        include_str!("../data/python-tutorial/introduction.rst"),
+    ),
+    (
+        "modules.rst",
+        include_str!("../data/python-tutorial/modules.rst"),
+    ),
+    (
+        "stdlib.rst",
+        include_str!("../data/python-tutorial/stdlib.rst"),
+    ),
+    (
+        "stdlib2.rst",
+        include_str!("../data/python-tutorial/stdlib2.rst"),
+    ),
     ("venv.rst", include_str!("../data/python-tutorial/venv.rst")),
-    ("whatnow.rst", include_str!("../data/python-tutorial/whatnow.rst")),
+    (
+        "whatnow.rst",
+        include_str!("../data/python-tutorial/whatnow.rst"),
+    ),
 ];
 
 /// The byte-level tokenizer: token = byte, vocabulary 256. Needs no files and no downloads.
@@ -137,7 +185,9 @@ impl Corpus {
             .partition(|d| fnv1a(&d.name) < cut);
         let key = |d: &Document| fnv1a(&d.name);
         if eval.is_empty() {
-            let i = (0..train.len()).min_by_key(|&i| key(&train[i])).unwrap_or(0);
+            let i = (0..train.len())
+                .min_by_key(|&i| key(&train[i]))
+                .unwrap_or(0);
             eval.push(train.remove(i));
         }
         if train.is_empty() {

@@ -58,7 +58,9 @@ pub struct Report {
 /// Evaluates `model` on `docs` at every length of `cfg`.
 pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Vec<LengthResult>> {
     ensure(!cfg.lengths.is_empty(), || "no evaluation lengths".into())?;
-    ensure(cfg.lengths.iter().all(|&l| l > 0), || "lengths must be positive".into())?;
+    ensure(cfg.lengths.iter().all(|&l| l > 0), || {
+        "lengths must be positive".into()
+    })?;
     let longest = cfg.lengths.iter().copied().max().unwrap_or(1);
     let mut out = Vec::with_capacity(cfg.lengths.len());
     for &len in &cfg.lengths {

@@ -53,14 +53,19 @@ pub fn sample(logits: &[f32], cfg: &SampleConfig, rng: &mut SplitMix64) -> u32 {
 pub fn generate(model: &Model, prompt: &[u32], cfg: &SampleConfig) -> Result<Vec<u32>> {
     ensure(!prompt.is_empty(), || "the prompt is empty".into())?;
     let vocab = model.cfg.vocab_size as u32;
-    ensure(prompt.iter().all(|&t| t < vocab), || "prompt token outside the vocabulary".into())?;
+    ensure(prompt.iter().all(|&t| t < vocab), || {
+        "prompt token outside the vocabulary".into()
+    })?;
     let mut rng = SplitMix64::new(cfg.seed);
     let mut cache = model.new_cache();
     let x = Tensor::from_slice(prompt, (1, prompt.len()), model.device())?;
     let mut logits = model.forward(&x, Some(&mut cache), cfg.chunk)?;
     let mut out = Vec::with_capacity(cfg.max_new);
     for _ in 0..cfg.max_new {
-        let last = logits.narrow(1, logits.dim(1)? - 1, 1)?.squeeze(1)?.squeeze(0)?;
+        let last = logits
+            .narrow(1, logits.dim(1)? - 1, 1)?
+            .squeeze(1)?
+            .squeeze(0)?;
         let v: Vec<f32> = last.to_dtype(DType::F32)?.to_vec1()?;
         let t = sample(&v, cfg, &mut rng);
         out.push(t);

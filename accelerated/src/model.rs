@@ -63,7 +63,9 @@ impl Model {
         let mut root = store.root();
         let d = cfg.d_model;
         let std = cfg.init_std;
-        let embed = root.pp("embed").param("weight", &[cfg.vocab_size, d], Init::Normal(std))?;
+        let embed = root
+            .pp("embed")
+            .param("weight", &[cfg.vocab_size, d], Init::Normal(std))?;
         let mut blocks = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
             let mut p = root.pp(format!("layers.{l}"));
@@ -85,7 +87,13 @@ impl Model {
         let head = if cfg.tie_embeddings {
             None
         } else {
-            Some(Linear::normal(&mut root.pp("lm_head"), d, cfg.vocab_size, false, std)?)
+            Some(Linear::normal(
+                &mut root.pp("lm_head"),
+                d,
+                cfg.vocab_size,
+                false,
+                std,
+            )?)
         };
         let encoding = encodings::build(cfg, &mut root)?;
         Ok(Self {
@@ -117,7 +125,12 @@ impl Model {
     /// tokens continue the cached sequence at positions `cache.len()..`, processed in query
     /// chunks of at most `chunk` tokens: each layer materialises at most `[B, H, chunk, K]`
     /// logits, never `[H, N, N]`.
-    pub fn forward(&self, tokens: &Tensor, cache: Option<&mut Cache>, chunk: usize) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        tokens: &Tensor,
+        cache: Option<&mut Cache>,
+        chunk: usize,
+    ) -> Result<Tensor> {
         let (_, t) = tokens.dims2()?;
         ensure(t > 0, || "empty token sequence".into())?;
         match cache {
@@ -141,7 +154,12 @@ impl Model {
         }
     }
 
-    fn forward_chunk(&self, tokens: &Tensor, start: u64, mut cache: Option<&mut Cache>) -> Result<Tensor> {
+    fn forward_chunk(
+        &self,
+        tokens: &Tensor,
+        start: u64,
+        mut cache: Option<&mut Cache>,
+    ) -> Result<Tensor> {
         let (b, t) = tokens.dims2()?;
         let grid = Grid::causal(start, t as u64, &self.device)?;
         let biases = self.encoding.biases(&grid, self.blocks.len())?;

@@ -116,12 +116,13 @@ impl AdamW {
     pub fn load_state(&mut self, tensors: &HashMap<String, Tensor>, step: u64) -> Result<()> {
         for (prefix, map) in [("m", &mut self.m), ("v", &mut self.v)] {
             for (k, t) in map.iter_mut() {
-                let saved = tensors.get(&format!("{prefix}.{k}")).ok_or_else(|| {
-                    Error::Checkpoint {
-                        path: format!("{prefix}.{k}"),
-                        reason: "optimizer state missing".into(),
-                    }
-                })?;
+                let saved =
+                    tensors
+                        .get(&format!("{prefix}.{k}"))
+                        .ok_or_else(|| Error::Checkpoint {
+                            path: format!("{prefix}.{k}"),
+                            reason: "optimizer state missing".into(),
+                        })?;
                 *t = saved.to_device(t.device())?;
             }
         }

@@ -80,7 +80,11 @@ fn bounds(chart: &Chart) -> ((f64, f64), (f64, f64)) {
         return ((0.0, 1.0), (0.0, 1.0));
     }
     let pad = ((y1 - y0) * 0.05).max(1e-3);
-    let xr = if x1 > x0 { (x0, x1) } else { (x0 - 1.0, x1 + 1.0) };
+    let xr = if x1 > x0 {
+        (x0, x1)
+    } else {
+        (x0 - 1.0, x1 + 1.0)
+    };
     (xr, (y0 - pad, y1 + pad))
 }
 
@@ -118,7 +122,10 @@ fn draw<DB: DrawingBackend>(
             .y_desc(chart.y_label.as_str())
             .x_label_formatter(&x_fmt);
     } else {
-        mesh.x_labels(0).y_labels(0).disable_x_mesh().disable_y_mesh();
+        mesh.x_labels(0)
+            .y_labels(0)
+            .disable_x_mesh()
+            .disable_y_mesh();
     }
     mesh.draw().map_err(|e| e.to_string())?;
     for (n, s) in chart.series.iter().enumerate() {

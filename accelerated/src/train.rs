@@ -133,7 +133,12 @@ fn read_config(run: &Path) -> Result<(ModelConfig, TrainConfig)> {
 
 /// Trains `model_cfg` with `cfg` into `opts.run` (or resumes the run found there, whose saved
 /// configuration then wins).
-pub fn train(model_cfg: &ModelConfig, cfg: &TrainConfig, opts: &Options, device: &Device) -> Result<Outcome> {
+pub fn train(
+    model_cfg: &ModelConfig,
+    cfg: &TrainConfig,
+    opts: &Options,
+    device: &Device,
+) -> Result<Outcome> {
     let run = &opts.run;
     let resumed = if opts.resume {
         Some(checkpoint::load(run, device)?)
@@ -152,7 +157,9 @@ pub fn train(model_cfg: &ModelConfig, cfg: &TrainConfig, opts: &Options, device:
     };
     model_cfg.validate()?;
     if cfg.steps == 0 || cfg.seq_len == 0 || cfg.batch == 0 {
-        return Err(Error::Config("steps, seq_len and batch must be positive".into()));
+        return Err(Error::Config(
+            "steps, seq_len and batch must be positive".into(),
+        ));
     }
     std::fs::create_dir_all(run).map_err(io(run))?;
     if resumed.is_none() {
@@ -204,7 +211,9 @@ pub fn train(model_cfg: &ModelConfig, cfg: &TrainConfig, opts: &Options, device:
         let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
         let loss_value: f32 = loss.to_scalar()?;
         if !loss_value.is_finite() {
-            return Err(Error::Data(format!("loss became {loss_value} at step {step}")));
+            return Err(Error::Data(format!(
+                "loss became {loss_value} at step {step}"
+            )));
         }
         let grads = loss.backward()?;
         let (grads, norm) = clipped_gradients(&params, &grads, cfg.clip)?;
@@ -238,7 +247,13 @@ pub fn train(model_cfg: &ModelConfig, cfg: &TrainConfig, opts: &Options, device:
                 train: cfg.clone(),
             };
             let dict: HashMap<String, Tensor> = store.state_dict().into_iter().collect();
-            last_ckpt = Some(checkpoint::save(run, &state, &dict, &opt.state_tensors(), 2)?);
+            last_ckpt = Some(checkpoint::save(
+                run,
+                &state,
+                &dict,
+                &opt.state_tensors(),
+                2,
+            )?);
         }
     }
     if let Some(b) = bar {

@@ -1,5 +1,7 @@
 //! The accelerated encodings against the f64 reference and against their own slow twins.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
+
 use candle_core::{Device, Tensor};
 use fire_accelerated::config::{Activation, FireConfig, Threshold, Transform};
 use fire_accelerated::encodings::fire::{Fire, FireParams};
@@ -77,11 +79,22 @@ fn fire_bias_matches_the_reference_on_random_parameters_and_positions() {
     for case in 0..24u64 {
         let depth = (case % 3) as usize;
         let heads = 1 + (case % 5) as usize;
-        let mut f = appendix_e(Shape { heads, width: 8 + (case % 3) as usize * 12, depth }, case);
+        let mut f = appendix_e(
+            Shape {
+                heads,
+                width: 8 + (case % 3) as usize * 12,
+                depth,
+            },
+            case,
+        );
         f.c = rng.uniform(-2.0, 2.0);
         f.l_multiplier = rng.uniform(-1.5, 1.5);
         f.l_init = rng.uniform(1.0, 600.0);
-        f.transform = if case % 4 == 3 { RTransform::Identity } else { RTransform::Log };
+        f.transform = if case % 4 == 3 {
+            RTransform::Identity
+        } else {
+            RTransform::Log
+        };
         f.threshold = match case % 3 {
             0 => RThreshold::Learnable,
             1 => RThreshold::Fixed,
@@ -93,7 +106,9 @@ fn fire_bias_matches_the_reference_on_random_parameters_and_positions() {
         let max = if case % 2 == 0 { 64 } else { 40_000 };
         let queries = random_positions(&mut rng, 9, max);
         let keys = random_positions(&mut rng, 11, max);
-        let want = fire_reference::evaluate(&f, &queries, &keys).unwrap().to_row_major();
+        let want = fire_reference::evaluate(&f, &queries, &keys)
+            .unwrap()
+            .to_row_major();
         let fast = Fire::from_params(&to_params(&f), &dev).unwrap();
         let got = fast.bias(&queries, &keys).unwrap();
         assert_close(&got, &want, 1e-5, 2e-5 * 64.0, &format!("case {case}"));
@@ -104,8 +119,13 @@ fn fire_bias_matches_the_reference_on_random_parameters_and_positions() {
 fn fire_at_appendix_e_defaults_matches_the_reference_on_a_causal_grid() {
     let f = appendix_e(Shape::default(), 3);
     let pos: Vec<u64> = (0..600).step_by(7).collect();
-    let want = fire_reference::evaluate(&f, &pos, &pos).unwrap().to_row_major();
-    let got = Fire::from_params(&to_params(&f), &Device::Cpu).unwrap().bias(&pos, &pos).unwrap();
+    let want = fire_reference::evaluate(&f, &pos, &pos)
+        .unwrap()
+        .to_row_major();
+    let got = Fire::from_params(&to_params(&f), &Device::Cpu)
+        .unwrap()
+        .bias(&pos, &pos)
+        .unwrap();
     assert_close(&got, &want, 1e-5, 1e-5, "appendix E");
 }
 
@@ -143,7 +163,11 @@ fn fire_state_dict_uses_appendix_e_names() {
             "L_multiplier"
         ]
     );
-    let shapes: Vec<Vec<usize>> = f.state_dict().into_iter().map(|(_, t)| t.dims().to_vec()).collect();
+    let shapes: Vec<Vec<usize>> = f
+        .state_dict()
+        .into_iter()
+        .map(|(_, t)| t.dims().to_vec())
+        .collect();
     assert_eq!(shapes[0], [32, 1]);
     assert_eq!(shapes[4], [12, 32]);
     assert!(shapes[6].is_empty(), "c is a scalar");
@@ -152,13 +176,26 @@ fn fire_state_dict_uses_appendix_e_names() {
 #[test]
 fn fire_s_hands_every_layer_the_same_bias() {
     let dev = Device::Cpu;
-    let f = fire_accelerated::encodings::fire::standalone(&FireConfig::default(), 4, 9, &dev).unwrap();
+    let f =
+        fire_accelerated::encodings::fire::standalone(&FireConfig::default(), 4, 9, &dev).unwrap();
     let shared = fire_accelerated::encodings::fire::Shared { module: f };
     let grid = Grid::causal(0, 16, &dev).unwrap();
     let b = shared.biases(&grid, 3).unwrap();
-    let first: Vec<f32> = b[0].as_ref().unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let first: Vec<f32> = b[0]
+        .as_ref()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     for layer in &b[1..] {
-        let v: Vec<f32> = layer.as_ref().unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let v: Vec<f32> = layer
+            .as_ref()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         assert_eq!(v, first);
     }
 }
@@ -182,7 +219,10 @@ fn baselines_match_their_formulas_in_f64() {
     let k = [0u64, 1, 3, 16, 180, 4999, 6000];
     let heads = 4;
     // Alibi
-    let a = alibi::Alibi::new(heads, &dev).unwrap().bias(&q, &k).unwrap();
+    let a = alibi::Alibi::new(heads, &dev)
+        .unwrap()
+        .bias(&q, &k)
+        .unwrap();
     let slopes = alibi::slopes(heads);
     let mut want = Vec::new();
     for s in &slopes {
@@ -197,7 +237,10 @@ fn baselines_match_their_formulas_in_f64() {
     let r1 = [0.5, 1.0, 1.7, 0.001];
     let r2 = [0.2, 0.9, 1.5, 2.5];
     for form in [kerple::Form::Log, kerple::Form::Power] {
-        let got = kerple::Kerple::from_params(form, &r1, &r2, &dev).unwrap().bias(&q, &k).unwrap();
+        let got = kerple::Kerple::from_params(form, &r1, &r2, &dev)
+            .unwrap()
+            .bias(&q, &k)
+            .unwrap();
         let mut want = Vec::new();
         for h in 0..heads {
             let p = r1[h].max(kerple::EPS);
@@ -214,13 +257,18 @@ fn baselines_match_their_formulas_in_f64() {
         assert_close(&got, &want, 1e-5, 1e-5, &format!("kerple {form:?}"));
     }
     // Sandwich (d = 16)
-    let got = sandwich::Sandwich::new(heads, 16, &dev).unwrap().bias(&q, &k).unwrap();
+    let got = sandwich::Sandwich::new(heads, 16, &dev)
+        .unwrap()
+        .bias(&q, &k)
+        .unwrap();
     let mut want = Vec::new();
     for h in 1..=heads {
         for &i in &q {
             for &j in &k {
                 let d = i.abs_diff(j) as f64;
-                let s: f64 = (1..=8).map(|m| (d / 10000f64.powf(2.0 * m as f64 / 16.0)).cos()).sum();
+                let s: f64 = (1..=8)
+                    .map(|m| (d / 10000f64.powf(2.0 * m as f64 / 16.0)).cos())
+                    .sum();
                 want.push((s - 8.0) / (h as f64 * 8.0 / heads as f64));
             }
         }
@@ -248,8 +296,18 @@ fn t5_buckets_follow_the_official_map() {
     let t = t5::T5::from_params(&table, 128, &Device::Cpu).unwrap();
     let got = t.bias(&[20, 200], &[0, 19, 20]).unwrap();
     let want = [
-        b(20) as f64, b(1) as f64, 0.0, 31.0, 31.0, 31.0,
-        -(b(20) as f64), -1.0, 0.0, -31.0, -31.0, -31.0,
+        b(20) as f64,
+        b(1) as f64,
+        0.0,
+        31.0,
+        31.0,
+        31.0,
+        -(b(20) as f64),
+        -1.0,
+        0.0,
+        -31.0,
+        -31.0,
+        -31.0,
     ];
     assert_close(&got, &want, 0.0, 0.0, "t5 lookup");
 }
@@ -261,9 +319,17 @@ fn rope_matches_its_slow_twin() {
     for scale in [1.0, 4.0] {
         let r = rope::Rope::new(10_000.0, scale, 8).unwrap();
         let positions = [0u64, 1, 7, 1000, 31_000];
-        let x: Vec<f32> = (0..2 * positions.len() * 8).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+        let x: Vec<f32> = (0..2 * positions.len() * 8)
+            .map(|_| rng.uniform(-1.0, 1.0) as f32)
+            .collect();
         let t = Tensor::from_vec(x.clone(), (1, 2, positions.len(), 8), &dev).unwrap();
-        let got: Vec<f32> = r.rotate(&t, &positions).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let got: Vec<f32> = r
+            .rotate(&t, &positions)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
         let mut want = Vec::new();
         for h in 0..2 {
             for (p, &pos) in positions.iter().enumerate() {

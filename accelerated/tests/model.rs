@@ -1,6 +1,8 @@
 //! The model: gradients reach every parameter, cached and chunked evaluation equal the plain
 //! forward pass, configs round-trip.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
+
 use candle_core::{Device, Tensor};
 use fire_accelerated::config::{EncodingConfig, FireConfig, ModelConfig, Threshold};
 use fire_accelerated::nn::cross_entropy;
@@ -52,7 +54,10 @@ fn gradients_reach_every_trainable_parameter_and_not_init_l() {
         EncodingConfig::FireS(fire(1)),
         EncodingConfig::KerpleLog,
         EncodingConfig::KerplePower,
-        EncodingConfig::T5 { num_buckets: 8, max_distance: 16 },
+        EncodingConfig::T5 {
+            num_buckets: 8,
+            max_distance: 16,
+        },
         EncodingConfig::Rope { theta: 10_000.0 },
     ] {
         let cfg = small(enc.clone());
@@ -68,14 +73,27 @@ fn gradients_reach_every_trainable_parameter_and_not_init_l() {
                 .get(var.as_tensor())
                 .unwrap_or_else(|| panic!("{}: no gradient for {name}", enc.name()));
             let norm: f32 = g.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
-            assert!(norm.is_finite() && norm > 0.0, "{}: zero gradient for {name}", enc.name());
+            assert!(
+                norm.is_finite() && norm > 0.0,
+                "{}: zero gradient for {name}",
+                enc.name()
+            );
         }
         let names: Vec<&String> = store.trainable().keys().collect();
         if matches!(enc, EncodingConfig::Fire(_) | EncodingConfig::FireS(_)) {
             assert!(names.iter().any(|n| n.ends_with(".c")), "c is trained");
-            assert!(names.iter().any(|n| n.ends_with("L_multiplier")), "L_multiplier is trained");
-            assert!(!names.iter().any(|n| n.ends_with("init_L")), "init_L is frozen");
-            assert!(store.state_dict().keys().any(|n| n.ends_with("init_L")), "init_L is saved");
+            assert!(
+                names.iter().any(|n| n.ends_with("L_multiplier")),
+                "L_multiplier is trained"
+            );
+            assert!(
+                !names.iter().any(|n| n.ends_with("init_L")),
+                "init_L is frozen"
+            );
+            assert!(
+                store.state_dict().keys().any(|n| n.ends_with("init_L")),
+                "init_L is saved"
+            );
         }
     }
 }
@@ -89,11 +107,21 @@ fn fixed_threshold_freezes_l_multiplier() {
     let mut store = ParamStore::fresh(&Device::Cpu, 0);
     Model::new(&cfg, &mut store).unwrap();
     assert!(!store.trainable().keys().any(|n| n.contains("L_multiplier")));
-    assert!(store.state_dict().keys().any(|n| n.contains("L_multiplier")));
+    assert!(store
+        .state_dict()
+        .keys()
+        .any(|n| n.contains("L_multiplier")));
 }
 
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar()
+        .unwrap()
 }
 
 #[test]
@@ -113,9 +141,15 @@ fn cached_decoding_and_chunked_evaluation_equal_the_full_forward_pass() {
         assert!(max_diff(&full, &chunked) < 1e-4, "{}: chunked", enc.name());
         // A prompt of 5, then one token at a time: each new query at its own position.
         let mut cache = model.new_cache();
-        let mut rows = vec![model.forward(&x.narrow(1, 0, 5).unwrap(), Some(&mut cache), 64).unwrap()];
+        let mut rows = vec![model
+            .forward(&x.narrow(1, 0, 5).unwrap(), Some(&mut cache), 64)
+            .unwrap()];
         for t in 5..n {
-            rows.push(model.forward(&x.narrow(1, t, 1).unwrap(), Some(&mut cache), 1).unwrap());
+            rows.push(
+                model
+                    .forward(&x.narrow(1, t, 1).unwrap(), Some(&mut cache), 1)
+                    .unwrap(),
+            );
         }
         let decoded = Tensor::cat(&rows, 1).unwrap();
         let d = max_diff(&full, &decoded);
@@ -142,7 +176,10 @@ fn configs_round_trip_through_yaml_and_json_and_bad_ones_are_rejected() {
         }
         other => panic!("parsed {other:?}"),
     }
-    let bad = ModelConfig { n_heads: 3, ..cfg.clone() };
+    let bad = ModelConfig {
+        n_heads: 3,
+        ..cfg.clone()
+    };
     assert!(bad.validate().is_err());
     assert!(EncodingConfig::from_name("learned", 1.0).is_err());
     assert!(serde_saphyr::from_str::<ModelConfig>("vocab_size: 256\nd_model: 64\nn_layers: 2\nn_heads: 4\nd_ff: 128\nencoding:\n  kind: fire\n  widht: 3\n").is_err());

@@ -1,6 +1,8 @@
 //! End-to-end: a tiny model trains on the embedded corpus, its loss falls, it evaluates at four
 //! lengths, the plots exist, resume is exact, and sampling runs.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
+
 use std::path::Path;
 
 use candle_core::Device;
@@ -55,20 +57,46 @@ fn tiny_fire_model_trains_evaluates_plots_and_resumes_exactly() {
 
     // Uninterrupted.
     let a = dir.path().join("a");
-    let opts = Options { run: a.clone(), ..Options::default() };
+    let opts = Options {
+        run: a.clone(),
+        ..Options::default()
+    };
     let out = train::train(&m, &t, &opts, &dev).unwrap();
     let first: f32 = out.losses[..10].iter().map(|l| l.1).sum::<f32>() / 10.0;
     let last: f32 = out.losses[90..].iter().map(|l| l.1).sum::<f32>() / 10.0;
     let initial = out.losses[0].1;
-    assert!((initial - 256f32.ln()).abs() < 0.3, "initial loss {initial}, not near ln 256");
-    assert!(last < initial - 1.5 && last < first - 1.0, "loss fell only from {initial} ({first} over 10 steps) to {last}");
+    assert!(
+        (initial - 256f32.ln()).abs() < 0.3,
+        "initial loss {initial}, not near ln 256"
+    );
+    assert!(
+        last < initial - 1.5 && last < first - 1.0,
+        "loss fell only from {initial} ({first} over 10 steps) to {last}"
+    );
 
     // Interrupted after 40 steps (the last checkpoint is at 40), then resumed.
     let b = dir.path().join("b");
-    let stop = Options { run: b.clone(), stop_after: Some(40), ..Options::default() };
+    let stop = Options {
+        run: b.clone(),
+        stop_after: Some(40),
+        ..Options::default()
+    };
     train::train(&m, &t, &stop, &dev).unwrap();
-    assert!(train::train(&m, &t, &Options { run: b.clone(), ..Options::default() }, &dev).is_err());
-    let resume = Options { run: b.clone(), resume: true, ..Options::default() };
+    assert!(train::train(
+        &m,
+        &t,
+        &Options {
+            run: b.clone(),
+            ..Options::default()
+        },
+        &dev
+    )
+    .is_err());
+    let resume = Options {
+        run: b.clone(),
+        resume: true,
+        ..Options::default()
+    };
     train::train(&m, &t, &resume, &dev).unwrap();
     assert_eq!(losses(&a).len(), 100);
     assert_eq!(losses(&a), losses(&b), "resumed loss curve differs");
@@ -77,7 +105,12 @@ fn tiny_fire_model_trains_evaluates_plots_and_resumes_exactly() {
     let (model, loaded) = load_model(&a, &dev).unwrap();
     assert_eq!(loaded.state.step, 100);
     let split = Corpus::embedded().split(t.held_out).unwrap();
-    let cfg = EvalConfig { lengths: vec![32, 64, 128, 256], max_windows: 4, chunk: 32, batch: 2 };
+    let cfg = EvalConfig {
+        lengths: vec![32, 64, 128, 256],
+        max_windows: 4,
+        chunk: 32,
+        batch: 2,
+    };
     let results = eval::evaluate(&model, &split.eval, &cfg).unwrap();
     assert_eq!(results.len(), 4);
     for r in &results {
@@ -99,7 +132,10 @@ fn tiny_fire_model_trains_evaluates_plots_and_resumes_exactly() {
         log_x: true,
         series: vec![Series {
             label: "fire".into(),
-            points: results.iter().map(|r| (r.length as f64, r.log_ppl)).collect(),
+            points: results
+                .iter()
+                .map(|r| (r.length as f64, r.log_ppl))
+                .collect(),
         }],
     };
     let stem = dir.path().join("plots/log-ppl");
@@ -113,10 +149,20 @@ fn tiny_fire_model_trains_evaluates_plots_and_resumes_exactly() {
 
     // Sampling from the checkpoint.
     let tok = ByteTokenizer;
-    let cfg = SampleConfig { max_new: 20, temperature: 0.8, top_k: 20, seed: 1, chunk: 32 };
+    let cfg = SampleConfig {
+        max_new: 20,
+        temperature: 0.8,
+        top_k: 20,
+        seed: 1,
+        chunk: 32,
+    };
     let out = generate(&model, &tok.encode("The "), &cfg).unwrap();
     assert_eq!(out.len(), 20);
-    assert_eq!(out, generate(&model, &tok.encode("The "), &cfg).unwrap(), "seeded sampling");
+    assert_eq!(
+        out,
+        generate(&model, &tok.encode("The "), &cfg).unwrap(),
+        "seeded sampling"
+    );
 }
 
 #[test]
@@ -129,6 +175,9 @@ fn the_split_is_by_document_and_eval_documents_are_long_enough() {
     for d in &s.eval {
         assert!(!s.train.iter().any(|t| t.name == d.name));
     }
-    assert!(s.eval.iter().any(|d| d.tokens.len() > 1025), "some held-out document is longer than 8 x 128");
+    assert!(
+        s.eval.iter().any(|d| d.tokens.len() > 1025),
+        "some held-out document is longer than 8 x 128"
+    );
     assert_eq!(s.train.len() + s.eval.len(), 17);
 }

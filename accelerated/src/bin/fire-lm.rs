@@ -16,7 +16,11 @@ use fire_accelerated::plot::{self, Chart, Series};
 use fire_accelerated::train::{self, Options, TrainConfig};
 
 #[derive(Parser, Debug)]
-#[command(name = "fire-lm", version, about = "Decoder-only LMs with FIRE (arXiv:2310.04418) and baseline position encodings")]
+#[command(
+    name = "fire-lm",
+    version,
+    about = "Decoder-only LMs with FIRE (arXiv:2310.04418) and baseline position encodings"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,7 +29,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Train a model (or resume one with --resume).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Perplexity at several lengths for one or more runs; table, JSON and plot.
     Eval(EvalArgs),
     /// Plot the learned FIRE bias per layer and head for one query position; export parameters.
@@ -142,7 +146,8 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
             if p.extension().is_some_and(|e| e == "json") {
                 serde_json::from_str(&text)?
             } else {
-                serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+                serde_saphyr::from_str(&text)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
             }
         }
         None => TrainConfig::default(),
@@ -201,8 +206,10 @@ struct EvalArgs {
 }
 
 fn label(path: &Path) -> String {
-    path.file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
@@ -250,7 +257,11 @@ fn write_reports(reports: &[Report], out: &Path) -> Result<()> {
             .iter()
             .map(|r| Series {
                 label: format!("{} ({})", r.label, r.encoding),
-                points: r.results.iter().map(|x| (x.length as f64, x.log_ppl)).collect(),
+                points: r
+                    .results
+                    .iter()
+                    .map(|x| (x.length as f64, x.log_ppl))
+                    .collect(),
             })
             .collect(),
     };
@@ -276,7 +287,11 @@ fn run_bias(a: &BiasArgs) -> Result<()> {
     let (model, _) = load_model(&a.run, &dev)?;
     let modules = model.encoding.fire_modules();
     if modules.is_empty() {
-        bail!("{} uses {}, not FIRE", a.run.display(), model.encoding.name());
+        bail!(
+            "{} uses {}, not FIRE",
+            a.run.display(),
+            model.encoding.name()
+        );
     }
     let out = a.out.clone().unwrap_or_else(|| a.run.clone());
     std::fs::create_dir_all(&out)?;
@@ -295,7 +310,11 @@ fn run_bias(a: &BiasArgs) -> Result<()> {
                 .enumerate()
                 .map(|(h, row)| Series {
                     label: format!("head {h}"),
-                    points: keys.iter().zip(row).map(|(&j, &v)| (j as f64, f64::from(v))).collect(),
+                    points: keys
+                        .iter()
+                        .zip(row)
+                        .map(|(&j, &v)| (j as f64, f64::from(v)))
+                        .collect(),
                 })
                 .collect(),
         };
@@ -307,7 +326,10 @@ fn run_bias(a: &BiasArgs) -> Result<()> {
         }
         export.insert(format!("layer{l}"), serde_json::Value::Object(params));
     }
-    checkpoint::write_atomic(&out.join("fire-params.json"), &serde_json::to_vec_pretty(&export)?)?;
+    checkpoint::write_atomic(
+        &out.join("fire-params.json"),
+        &serde_json::to_vec_pretty(&export)?,
+    )?;
     println!(
         "wrote {} bias plots and fire-params.json to {}",
         modules.len(),
@@ -396,7 +418,10 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
             let Command::Train(args) = cli.command else {
                 bail!("internal: demo built a non-train command");
             };
-            println!("training {enc} for {} steps at length {}", a.steps, a.seq_len);
+            println!(
+                "training {enc} for {} steps at length {}",
+                a.steps, a.seq_len
+            );
             run_train(&args)?;
         }
         runs.push(run);

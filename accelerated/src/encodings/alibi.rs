@@ -39,7 +39,9 @@ impl Alibi {
 
     /// Alibi with explicit slopes.
     pub fn with_slopes(slopes: &[f64], device: &Device) -> Result<Self> {
-        ensure(!slopes.is_empty(), || "Alibi needs at least one head".into())?;
+        ensure(!slopes.is_empty(), || {
+            "Alibi needs at least one head".into()
+        })?;
         let v: Vec<f32> = slopes.iter().map(|&s| s as f32).collect();
         Ok(Self {
             slopes: Tensor::from_vec(v, (slopes.len(), 1, 1), device)?,
@@ -48,7 +50,11 @@ impl Alibi {
 
     /// `[H, Q, K]`.
     pub fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
-        Ok(grid.distance.unsqueeze(0)?.broadcast_mul(&self.slopes)?.neg()?)
+        Ok(grid
+            .distance
+            .unsqueeze(0)?
+            .broadcast_mul(&self.slopes)?
+            .neg()?)
     }
 
     /// Row-major `[H, Q, K]` at arbitrary positions.

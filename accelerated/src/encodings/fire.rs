@@ -82,7 +82,9 @@ impl Fire {
         let c = path.param("c", &[], Init::Const(cfg.c))?;
         let init_l = path.frozen("init_L", &[], Init::Const(cfg.l_init))?;
         let l_multiplier = match cfg.threshold {
-            Threshold::Learnable => path.param("L_multiplier", &[], Init::Const(cfg.l_multiplier))?,
+            Threshold::Learnable => {
+                path.param("L_multiplier", &[], Init::Const(cfg.l_multiplier))?
+            }
             Threshold::Fixed | Threshold::Disabled => {
                 path.frozen("L_multiplier", &[], Init::Const(cfg.l_multiplier))?
             }
@@ -102,7 +104,9 @@ impl Fire {
 
     /// A module from explicit parameters (the conformance harness's entry point).
     pub fn from_params(p: &FireParams, device: &Device) -> Result<Self> {
-        ensure(!p.layers.is_empty(), || "FIRE needs at least one layer".into())?;
+        ensure(!p.layers.is_empty(), || {
+            "FIRE needs at least one layer".into()
+        })?;
         let mut width = 1;
         let mut layers = Vec::with_capacity(p.layers.len());
         for (n, (w, out, inp, b)) in p.layers.iter().enumerate() {
@@ -110,7 +114,11 @@ impl Fire {
                 format!("FIRE layer {n}: weight [{out}, {inp}] does not follow width {width}")
             })?;
             ensure(w.len() == out * inp && b.len() == *out, || {
-                format!("FIRE layer {n}: {} weights and {} biases for [{out}, {inp}]", w.len(), b.len())
+                format!(
+                    "FIRE layer {n}: {} weights and {} biases for [{out}, {inp}]",
+                    w.len(),
+                    b.len()
+                )
             })?;
             ensure(w.iter().chain(b).all(|v| v.is_finite()), || {
                 format!("FIRE layer {n}: non-finite parameter")

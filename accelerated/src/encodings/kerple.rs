@@ -44,7 +44,11 @@ impl Kerple {
     /// From explicit per-head values.
     pub fn from_params(form: Form, r1: &[f64], r2: &[f64], device: &Device) -> Result<Self> {
         ensure(!r1.is_empty() && r1.len() == r2.len(), || {
-            format!("Kerple needs equal, non-empty r1/r2 lists, got {} and {}", r1.len(), r2.len())
+            format!(
+                "Kerple needs equal, non-empty r1/r2 lists, got {} and {}",
+                r1.len(),
+                r2.len()
+            )
         })?;
         let t = |v: &[f64]| {
             let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();

@@ -138,7 +138,11 @@ pub fn build(cfg: &ModelConfig, root: &mut Path<'_>) -> Result<Box<dyn PositionE
             };
             let modules = (0..layers)
                 .map(|l| {
-                    kerple::Kerple::new(form, heads, &mut root.pp(format!("layers.{l}.attn.kerple")))
+                    kerple::Kerple::new(
+                        form,
+                        heads,
+                        &mut root.pp(format!("layers.{l}.attn.kerple")),
+                    )
                 })
                 .collect::<Result<Vec<_>>>()?;
             Box::new(kerple::PerLayer { modules })

@@ -41,9 +41,11 @@ impl T5 {
         std: f64,
         path: &mut Path<'_>,
     ) -> Result<Self> {
-        let table = path
-            .pp("relative_attention_bias")
-            .param("weight", &[num_buckets, heads], Init::Normal(std))?;
+        let table = path.pp("relative_attention_bias").param(
+            "weight",
+            &[num_buckets, heads],
+            Init::Normal(std),
+        )?;
         Ok(Self {
             table,
             num_buckets,
@@ -54,9 +56,10 @@ impl T5 {
     /// From an explicit table (`[num_buckets][H]`).
     pub fn from_params(table: &[Vec<f64>], max_distance: u64, device: &Device) -> Result<Self> {
         let heads = table.first().map_or(0, Vec::len);
-        ensure(table.len() >= 2 && heads > 0 && table.iter().all(|r| r.len() == heads), || {
-            "T5 needs a rectangular table with >= 2 buckets and >= 1 head".into()
-        })?;
+        ensure(
+            table.len() >= 2 && heads > 0 && table.iter().all(|r| r.len() == heads),
+            || "T5 needs a rectangular table with >= 2 buckets and >= 1 head".into(),
+        )?;
         ensure(max_distance > (table.len() / 2) as u64, || {
             "T5 needs max_distance > num_buckets / 2".into()
         })?;
