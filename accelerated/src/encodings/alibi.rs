@@ -8,9 +8,11 @@ use crate::error::{ensure, Result};
 /// The standard slopes for `heads` heads: 2^(−8h/H) for a power of two H; otherwise those of
 /// the closest lower power of two P, then every other slope of the 2P sequence.
 pub fn slopes(heads: usize) -> Vec<f64> {
+    // 2^(−8h/n) from its exact dyadic exponent (not as a repeated product, which drifts).
     fn power_of_two(n: usize) -> Vec<f64> {
-        let start = 2f64.powf(-8.0 / n as f64);
-        (1..=n).map(|h| start.powi(h as i32)).collect()
+        (1..=n)
+            .map(|h| 2f64.powf(-8.0 * h as f64 / n as f64))
+            .collect()
     }
     if heads == 0 {
         return Vec::new();

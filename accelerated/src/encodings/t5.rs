@@ -9,16 +9,20 @@ use crate::error::{ensure, Result};
 use crate::params::{Init, Path};
 
 /// The causal bucket of distance `n = max(i − j, 0)`:
-/// `n` if `n < N/2`, else `min(N − 1, N/2 + ⌊ln(n/(N/2)) / ln(D/(N/2)) · (N − N/2)⌋)`.
+/// `n` if `n < N/2`, else `min(N − 1, N/2 + ⌊ln(n/(N/2)) / ln(D/(N/2)) · (N − N/2)⌋)`, computed
+/// in binary32 as the official code does (the ratio, its logarithm and the product are f32;
+/// the constant ln(D/(N/2)) is rounded once to f32). spec: [t5.bucket.official.float]
 pub fn bucket(query: u64, key: u64, num_buckets: usize, max_distance: u64) -> usize {
     let n = query.saturating_sub(key);
     let max_exact = (num_buckets / 2) as u64;
     if n < max_exact {
         return n as usize;
     }
-    let ratio = (n as f64 / max_exact as f64).ln() / (max_distance as f64 / max_exact as f64).ln();
-    let offset = (ratio * (num_buckets as u64 - max_exact) as f64) as u64;
-    (max_exact + offset).min(num_buckets as u64 - 1) as usize
+    let ratio = n as f32 / max_exact as f32;
+    let log = f64::from(ratio).ln() as f32;
+    let span = (max_distance as f64 / max_exact as f64).ln() as f32;
+    let scaled = (log / span) * (num_buckets as u64 - max_exact) as f32;
+    (max_exact + scaled as u64).min(num_buckets as u64 - 1) as usize
 }
 
 /// T5 RPE.
