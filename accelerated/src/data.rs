@@ -285,45 +285,49 @@ impl Batcher {
     }
 }
 
-/// Non-overlapping windows of `len + 1` tokens from the held-out documents that are at least
-/// `min_doc_tokens` long, stopping once `max_windows` windows are taken. Every evaluation
-/// length draws from the same documents.
-pub fn eval_windows(
-    eval: &[Document],
-    len: usize,
-    min_doc_tokens: usize,
-    max_windows: usize,
-) -> Result<Vec<Vec<u32>>> {
-    let mut out = Vec::new();
-    let eligible: Vec<&Document> = eval
-        .iter()
-        .filter(|d| d.tokens.len() >= min_doc_tokens.max(len + 1))
-        .collect();
-    if eligible.is_empty() {
-        let longest = eval.iter().map(|d| d.tokens.len()).max().unwrap_or(0);
+/// Evaluation spans: non-overlapping slices of `longest + 1` tokens from the held-out documents
+/// at least that long, taken round-robin over documents (so a cap still samples every
+/// document), at most `max_spans` of them.
+pub fn eval_spans(eval: &[Document], longest: usize, max_spans: usize) -> Result<Vec<&[u32]>> {
+    let eligible: Vec<&Document> = eval.iter().filter(|d| d.tokens.len() > longest).collect();
+    if eligible.is_empty() || longest == 0 {
+        let best = eval.iter().map(|d| d.tokens.len()).max().unwrap_or(0);
         return Err(Error::Data(format!(
-            "no held-out document has {} tokens (longest: {longest}); use shorter lengths or a \
+            "no held-out document has {} tokens (longest: {best}); use shorter lengths or a \
              larger corpus",
-            min_doc_tokens.max(len + 1)
+            longest + 1
         )));
     }
-    // Round-robin over documents so a cap still samples every document.
-    let mut k = 0;
-    loop {
+    let mut out = Vec::new();
+    for k in 0.. {
         let mut any = false;
         for d in &eligible {
-            let s = k * len;
-            if s + len < d.tokens.len() {
+            let s = k * longest;
+            if s + longest < d.tokens.len() {
                 any = true;
-                out.push(d.tokens[s..s + len + 1].to_vec());
-                if out.len() >= max_windows {
+                out.push(&d.tokens[s..s + longest + 1]);
+                if out.len() >= max_spans.max(1) {
                     return Ok(out);
                 }
             }
         }
         if !any {
-            return Ok(out);
+            break;
         }
-        k += 1;
     }
+    Ok(out)
+}
+
+/// Windows of `len + 1` tokens cut from each span (`⌊longest / len⌋` per span): every length
+/// predicts the same tokens of the same spans, only with different context lengths, so the
+/// numbers are comparable across lengths.
+pub fn eval_windows<'a>(spans: &[&'a [u32]], len: usize) -> Vec<&'a [u32]> {
+    let mut out = Vec::new();
+    for span in spans {
+        let longest = span.len() - 1;
+        for w in 0..longest / len.max(1) {
+            out.push(&span[w * len..w * len + len + 1]);
+        }
+    }
+    out
 }

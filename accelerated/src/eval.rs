@@ -1,13 +1,13 @@
 //! Perplexity at a list of lengths on held-out documents (the paper's Figure 1 measurement).
 //!
-//! Every length uses the same held-out documents — those at least as long as the longest
-//! length — cut into non-overlapping windows. Long sequences go through the model in query
+//! Every length scores the same tokens: spans of the longest length are taken from held-out
+//! documents at least that long, and each length cuts every span into windows of its size. Long sequences go through the model in query
 //! chunks with a key/value cache, so no `[H, N, N]` tensor is ever built.
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
-use crate::data::{eval_windows, Document};
+use crate::data::{eval_spans, eval_windows, Document};
 use crate::error::{ensure, Result};
 use crate::model::Model;
 use crate::nn::nll_sum;
@@ -17,7 +17,7 @@ use crate::nn::nll_sum;
 pub struct EvalConfig {
     /// Sequence lengths to evaluate.
     pub lengths: Vec<usize>,
-    /// At most this many windows per length.
+    /// Spans of the longest length (each shorter length cuts the same spans into windows).
     pub max_windows: usize,
     /// Query-chunk size (memory is `[B, H, chunk, N]` per layer).
     pub chunk: usize,
@@ -62,9 +62,10 @@ pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Ve
         "lengths must be positive".into()
     })?;
     let longest = cfg.lengths.iter().copied().max().unwrap_or(1);
+    let spans = eval_spans(docs, longest, cfg.max_windows)?;
     let mut out = Vec::with_capacity(cfg.lengths.len());
     for &len in &cfg.lengths {
-        let windows = eval_windows(docs, len, longest + 1, cfg.max_windows.max(1))?;
+        let windows = eval_windows(&spans, len);
         let mut total = 0f64;
         let mut tokens = 0usize;
         for group in windows.chunks(cfg.batch.max(1)) {

@@ -116,6 +116,8 @@ fn tiny_fire_model_trains_evaluates_plots_and_resumes_exactly() {
     for r in &results {
         assert!(r.log_ppl.is_finite() && r.log_ppl < 5.0, "{r:?}");
         assert_eq!(r.tokens, r.windows * r.length);
+        // Every length scores the same tokens: 4 spans of 256.
+        assert_eq!(r.tokens, 4 * 256, "{r:?}");
     }
     let report = Report {
         label: "a".into(),

@@ -190,7 +190,7 @@ struct EvalArgs {
     /// Lengths (default: 1, 2, 4 and 8 times the first run's training length).
     #[arg(long, value_delimiter = ',')]
     lengths: Vec<usize>,
-    /// Windows per length.
+    /// Spans of the longest length; shorter lengths cut the same spans into more windows.
     #[arg(long, default_value_t = 16)]
     max_windows: usize,
     /// Query-chunk size (default: the training length).
