@@ -129,3 +129,16 @@ fn copy_exports_a_verifiable_suite_with_a_loader() {
     let suite = load::load(&out.join("vectors")).unwrap();
     assert!(suite.cases().count() > 80);
 }
+
+#[test]
+fn setup_runs_once_before_the_implementation_and_a_failing_setup_aborts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let marker = tmp.path().join("built");
+    let setup = format!("touch {}", marker.display());
+    let o = run(&["run", "--run", "nope/*", "--setup", &setup, "--impl", &format!("{BIN} serve")]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    assert!(marker.exists());
+    let o = run(&["run", "--setup", "exit 3", "--impl", &format!("{BIN} serve")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--setup"));
+}
