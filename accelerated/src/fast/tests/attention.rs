@@ -196,7 +196,10 @@ fn bad_shapes_are_errors_not_panics() {
 
 #[test]
 fn the_vectorised_exp_is_accurate() {
-    for k in 0..=8700 {
+    for x in [-60.01f32, -87.0, -1e30, f32::NEG_INFINITY] {
+        assert_eq!(crate::fast::kernels::exp(x), 0.0);
+    }
+    for k in 0..=6000 {
         let x = -(k as f32) / 100.0;
         let (got, want) = (crate::fast::kernels::exp(x), x.exp());
         assert!(
