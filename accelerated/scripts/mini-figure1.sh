@@ -4,7 +4,7 @@
 #
 #   apt-get install -y python3.11-doc          # the corpus (PSF licence), ~500 documents, 12 MB
 #   cargo build --release -p fire-accelerated --bin fire-lm
-#   scripts/mini-figure1.sh [OUT_DIR]           # default runs/mini-figure1
+#   accelerated/scripts/mini-figure1.sh [OUT_DIR]           # default runs/mini-figure1
 #
 # Budget per model: 300 steps x 16 sequences x 128 tokens = 614 400 tokens, one CPU thread.
 # FIRE's init_L is 32 (= 128/4, the paper's 512/2048 ratio); RoPE-PI is not in this set.
