@@ -135,10 +135,24 @@ fn setup_runs_once_before_the_implementation_and_a_failing_setup_aborts() {
     let tmp = tempfile::tempdir().unwrap();
     let marker = tmp.path().join("built");
     let setup = format!("touch {}", marker.display());
-    let o = run(&["run", "--run", "nope/*", "--setup", &setup, "--impl", &format!("{BIN} serve")]);
+    let o = run(&[
+        "run",
+        "--run",
+        "nope/*",
+        "--setup",
+        &setup,
+        "--impl",
+        &format!("{BIN} serve"),
+    ]);
     assert!(o.status.success(), "{}", stdout(&o));
     assert!(marker.exists());
-    let o = run(&["run", "--setup", "exit 3", "--impl", &format!("{BIN} serve")]);
+    let o = run(&[
+        "run",
+        "--setup",
+        "exit 3",
+        "--impl",
+        &format!("{BIN} serve"),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--setup"));
 }

@@ -102,6 +102,9 @@ struct RunArgs {
     /// The implementation's command line, run through `sh -c` (default: the built-in reference).
     #[arg(long = "impl", value_name = "CMD")]
     implementation: Option<String>,
+    /// A built-in implementation: `reference` (default) or `accelerated` (feature `accelerated`).
+    #[arg(long, default_value = "reference")]
+    builtin: String,
     /// A command run once before the implementation starts.
     #[arg(long, value_name = "CMD")]
     setup: Option<String>,
@@ -179,7 +182,12 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         }
     }
     let mut imp: Box<dyn Implementation> = match &args.implementation {
-        None => Box::new(Reference),
+        None => match args.builtin.as_str() {
+            "reference" => Box::new(Reference),
+            #[cfg(feature = "accelerated")]
+            "accelerated" => Box::new(fire_conformance::implementations::accelerated::Accelerated),
+            other => bail!("unknown built-in implementation `{other}` (reference; accelerated needs the `accelerated` feature)"),
+        },
         Some(cmd) => Box::new(external::External::new(
             cmd,
             external::Limits {
