@@ -166,4 +166,49 @@ impl Attention {
         let out = out.transpose(1, 2)?.reshape((b, t, d_model))?;
         self.o.forward(&out)
     }
+
+    /// The fused path: `x: [B, T, D]` at `positions` (the whole sequence, no cache), the bias
+    /// filled per tile by `plan` (`None`: no bias) inside [`crate::fast::fused_causal`], so no
+    /// `[H, T, T]` tensor exists. Inference only; additive encodings only (no rotation).
+    /// spec: [attn.logits], [attn.causal]
+    pub fn forward_fused(
+        &self,
+        x: &Tensor,
+        positions: &[u64],
+        plan: Option<&dyn crate::fast::BiasPlan>,
+    ) -> Result<Tensor> {
+        let (b, t, d_model) = x.dims3()?;
+        let flat = |p: &Linear| -> Result<Vec<f32>> {
+            Ok(self
+                .split(&p.forward(x)?)?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1()?)
+        };
+        let (q, k, v) = (flat(&self.q)?, flat(&self.k)?, flat(&self.v)?);
+        let shape = crate::fast::Shape {
+            heads: self.heads,
+            queries: t,
+            keys: t,
+            head_dim: self.head_dim,
+        };
+        let per = self.heads * t * self.head_dim;
+        let mut out = Vec::with_capacity(b * per);
+        for r in 0..b {
+            let s = r * per..(r + 1) * per;
+            out.extend(crate::fast::fused_causal(
+                &q[s.clone()],
+                &k[s.clone()],
+                &v[s],
+                shape,
+                positions,
+                positions,
+                plan,
+            )?);
+        }
+        let out = Tensor::from_vec(out, (b, self.heads, t, self.head_dim), x.device())?
+            .to_dtype(x.dtype())?;
+        let out = out.transpose(1, 2)?.reshape((b, t, d_model))?;
+        self.o.forward(&out)
+    }
 }

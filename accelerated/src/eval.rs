@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{eval_spans, eval_windows, Document};
 use crate::error::{ensure, Result};
+use crate::fused::AttentionPath;
 use crate::model::Model;
 use crate::nn::nll_sum;
 
@@ -23,6 +24,10 @@ pub struct EvalConfig {
     pub chunk: usize,
     /// Windows per forward pass.
     pub batch: usize,
+    /// The attention implementation (fused by default where the encoding is additive and the
+    /// device is the CPU; otherwise the chunked candle path).
+    #[serde(default)]
+    pub attention: AttentionPath,
 }
 
 /// The result at one length.
@@ -63,6 +68,11 @@ pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Ve
     })?;
     let longest = cfg.lengths.iter().copied().max().unwrap_or(1);
     let spans = eval_spans(docs, longest, cfg.max_windows)?;
+    // Compiled once per evaluation from the current weights.
+    let fused = match cfg.attention {
+        AttentionPath::Fused => model.fused_encoding(longest)?,
+        AttentionPath::Materialised => None,
+    };
     let mut out = Vec::with_capacity(cfg.lengths.len());
     for &len in &cfg.lengths {
         let windows = eval_windows(&spans, len);
@@ -78,8 +88,13 @@ pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Ve
             }
             let x = Tensor::from_vec(x, (b, len), model.device())?;
             let y = Tensor::from_vec(y, b * len, model.device())?;
-            let mut cache = model.new_cache();
-            let logits = model.forward(&x, Some(&mut cache), cfg.chunk)?;
+            let logits = match &fused {
+                Some(f) => model.forward_fused(&x, f)?,
+                None => {
+                    let mut cache = model.new_cache();
+                    model.forward(&x, Some(&mut cache), cfg.chunk)?
+                }
+            };
             total += nll_sum(&logits.reshape((b * len, ()))?, &y)?;
             tokens += b * len;
         }

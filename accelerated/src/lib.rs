@@ -18,6 +18,7 @@ pub mod encodings;
 pub mod error;
 pub mod eval;
 pub mod fast;
+pub mod fused;
 pub mod generate;
 pub mod model;
 pub mod nn;

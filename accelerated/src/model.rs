@@ -9,6 +9,7 @@ use crate::attention::{causal_mask, Attention, LayerCache};
 use crate::config::ModelConfig;
 use crate::encodings::{self, Grid, PositionEncoding};
 use crate::error::{ensure, Result};
+use crate::fused::FusedEncoding;
 use crate::nn::{LayerNorm, Linear};
 use crate::params::{Init, ParamStore};
 
@@ -152,6 +153,52 @@ impl Model {
                 Ok(Tensor::cat(&outs, 1)?)
             }
         }
+    }
+
+    /// Logits `[B, T, V]` for `tokens` (`[B, T]`, u32) at positions `0..T` through the fused
+    /// attention kernel: the bias of each layer comes from `fused` (compiled once per
+    /// evaluation by [`PositionEncoding::tile_bias`]), planned once per call and shared by every
+    /// layer that uses the same source (FIRE-S). No `[H, T, T]` tensor is built. Inference only.
+    pub fn forward_fused(&self, tokens: &Tensor, fused: &FusedEncoding) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        ensure(t > 0, || "empty token sequence".into())?;
+        ensure(fused.layers() == self.blocks.len(), || {
+            format!(
+                "fused encoding has {} layers, the model {}",
+                fused.layers(),
+                self.blocks.len()
+            )
+        })?;
+        let positions: Vec<u64> = (0..t as u64).collect();
+        let plans = fused.plans(&positions, &positions)?;
+        let mut x = self
+            .embed
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, self.cfg.d_model))?;
+        for (l, block) in self.blocks.iter().enumerate() {
+            let h =
+                block
+                    .attn
+                    .forward_fused(&block.ln1.forward(&x)?, &positions, plans.layer(l))?;
+            x = (x + h)?;
+            let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
+            x = (&x + block.fc2.forward(&m)?)?;
+        }
+        let x = self.ln_f.forward(&x)?;
+        match &self.head {
+            Some(head) => head.forward(&x),
+            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
+        }
+    }
+
+    /// This model's encoding compiled for the fused kernel (tables for distances below
+    /// `capacity`), or `None` when the fused path does not apply: a rotary encoding, or a
+    /// device other than the CPU.
+    pub fn fused_encoding(&self, capacity: usize) -> Result<Option<FusedEncoding>> {
+        if !self.device.is_cpu() {
+            return Ok(None);
+        }
+        self.encoding.tile_bias(self.blocks.len(), capacity)
     }
 
     fn forward_chunk(

@@ -110,6 +110,7 @@ fn tiny_fire_model_trains_evaluates_plots_and_resumes_exactly() {
         max_windows: 4,
         chunk: 32,
         batch: 2,
+        attention: Default::default(),
     };
     let results = eval::evaluate(&model, &split.eval, &cfg).unwrap();
     assert_eq!(results.len(), 4);

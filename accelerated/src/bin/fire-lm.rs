@@ -198,6 +198,10 @@ struct EvalArgs {
     chunk: Option<usize>,
     #[arg(long, default_value_t = 4)]
     batch: usize,
+    /// `fused` (the tiled kernel with on-the-fly bias, used where the encoding is additive and
+    /// the device is the CPU; RoPE falls back) or `materialised` (the chunked candle path).
+    #[arg(long, default_value = "fused")]
+    attention: String,
     /// Where to write eval.json and log-ppl.{svg,png} (default: the first run).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -229,6 +233,7 @@ fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
             max_windows: a.max_windows,
             chunk: a.chunk.unwrap_or(t.seq_len),
             batch: a.batch,
+            attention: a.attention.parse()?,
         };
         let results = eval::evaluate(&model, &split.eval, &cfg)?;
         reports.push(Report {
@@ -432,6 +437,7 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
         max_windows: 16,
         chunk: None,
         batch: 4,
+        attention: "fused".into(),
         out: Some(a.out.clone()),
         device: a.device.clone(),
     })?;

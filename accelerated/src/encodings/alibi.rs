@@ -4,6 +4,8 @@ use candle_core::{Device, Tensor};
 
 use crate::encodings::{Grid, PositionEncoding};
 use crate::error::{ensure, Result};
+use crate::fast::{DistanceBias, DistanceEncoding};
+use crate::fused::{values, FusedEncoding};
 
 /// The standard slopes for `heads` heads: 2^(−8h/H) for a power of two H; otherwise those of
 /// the closest lower power of two P, then every other slope of the 2P sequence.
@@ -73,5 +75,12 @@ impl PositionEncoding for Alibi {
     fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
         let once = self.bias_tensor(grid)?;
         Ok(vec![Some(once); layers])
+    }
+    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
+        let slopes = values(&self.slopes)?;
+        let heads = slopes.len();
+        let enc = DistanceEncoding::Alibi { slopes };
+        let source = Box::new(DistanceBias::new(enc, heads, capacity)?);
+        Ok(Some(FusedEncoding::shared(source, layers)))
     }
 }

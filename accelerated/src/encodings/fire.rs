@@ -11,6 +11,8 @@ use candle_core::{DType, Device, Tensor};
 use crate::config::{Activation, FireConfig, Threshold, Transform};
 use crate::encodings::{Grid, PositionEncoding};
 use crate::error::{ensure, Error, Result};
+use crate::fast;
+use crate::fused::{scalar, FusedEncoding};
 use crate::params::{Init, ParamStore, Path};
 
 /// One FIRE module: f_θ and the position transformation.
@@ -221,6 +223,34 @@ impl Fire {
             .to_vec1()?)
     }
 
+    /// The module compiled for the fused kernel from its current weights: f_θ exactly
+    /// piecewise linear (ReLU, identity) or evaluated directly (GeLU), ψ tabulated for
+    /// distances below `capacity`.
+    pub fn compile(&self, capacity: usize) -> Result<fast::FireBias> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|(w, b)| fast::Linear::from_tensors(w, b))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mlp = fast::Mlp::new(
+            layers,
+            fast_activation(self.activation),
+            self.final_activation.map(fast_activation),
+        )?;
+        let params = fast::FireParams {
+            c: scalar(&self.c)?,
+            l_init: scalar(&self.init_l)?,
+            l_multiplier: scalar(&self.l_multiplier)?,
+            eps: self.eps,
+            transform: match self.transform {
+                Transform::Log => fast::Transform::Log,
+                Transform::Identity => fast::Transform::Identity,
+            },
+            threshold: !matches!(self.threshold, Threshold::Disabled),
+        };
+        Ok(fast::FireBias::new(mlp, params, capacity)?)
+    }
+
     /// The module's parameters as a PyTorch-style state dict (names relative to the module).
     pub fn state_dict(&self) -> Vec<(String, Tensor)> {
         let mut out = Vec::new();
@@ -243,6 +273,14 @@ pub fn activate(x: &Tensor, a: Activation) -> Result<Tensor> {
         Activation::Gelu => x.gelu_erf()?,
         Activation::Identity => x.clone(),
     })
+}
+
+fn fast_activation(a: Activation) -> fast::Activation {
+    match a {
+        Activation::Relu => fast::Activation::Relu,
+        Activation::Gelu => fast::Activation::Gelu,
+        Activation::Identity => fast::Activation::Identity,
+    }
 }
 
 /// Standard FIRE: one module per layer. spec: [fire.per-layer]
@@ -271,6 +309,20 @@ impl PositionEncoding for PerLayer {
     fn fire_modules(&self) -> Vec<&Fire> {
         self.modules.iter().collect()
     }
+    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
+        if layers != self.modules.len() {
+            return Err(Error::Config(format!(
+                "FIRE has {} modules for {layers} layers",
+                self.modules.len()
+            )));
+        }
+        let sources = self
+            .modules
+            .iter()
+            .map(|m| Ok(Box::new(m.compile(capacity)?) as Box<dyn fast::TileBias>))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(FusedEncoding::per_layer(sources)))
+    }
 }
 
 /// FIRE-S: one module shared by all layers; its bias is computed once per call and the same
@@ -291,6 +343,10 @@ impl PositionEncoding for Shared {
     }
     fn fire_modules(&self) -> Vec<&Fire> {
         vec![&self.module]
+    }
+    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
+        let once = Box::new(self.module.compile(capacity)?);
+        Ok(Some(FusedEncoding::shared(once, layers)))
     }
 }
 

@@ -6,6 +6,8 @@ use candle_core::{Device, Tensor};
 
 use crate::encodings::{Grid, PositionEncoding};
 use crate::error::{ensure, Error, Result};
+use crate::fast::{DistanceBias, DistanceEncoding, TileBias};
+use crate::fused::{values, FusedEncoding};
 use crate::params::{Init, Path};
 
 /// The clamp floor of both parameters in the reference code.
@@ -84,6 +86,24 @@ impl Kerple {
     }
 
     /// Row-major `[H, Q, K]` at arbitrary positions.
+    /// The module tabulated for the fused kernel, with the same clamps as [`Self::bias_tensor`].
+    pub fn compile(&self, capacity: usize) -> Result<DistanceBias> {
+        let r1: Vec<f64> = values(&self.bias_p)?.iter().map(|p| p.max(EPS)).collect();
+        let a = values(&self.bias_a)?;
+        let heads = r1.len();
+        let enc = match self.form {
+            Form::Log => DistanceEncoding::KerpleLog {
+                r1,
+                r2: a.iter().map(|a| a.max(EPS)).collect(),
+            },
+            Form::Power => DistanceEncoding::KerplePower {
+                r1,
+                r2: a.iter().map(|a| a.clamp(EPS, 2.0)).collect(),
+            },
+        };
+        Ok(DistanceBias::new(enc, heads, capacity)?)
+    }
+
     pub fn bias(&self, queries: &[u64], keys: &[u64]) -> Result<Vec<f32>> {
         let grid = Grid::new(queries, keys, self.bias_p.device())?;
         Ok(self.bias_tensor(&grid)?.flatten_all()?.to_vec1()?)
@@ -115,5 +135,19 @@ impl PositionEncoding for PerLayer {
             .iter()
             .map(|m| m.bias_tensor(grid).map(Some))
             .collect()
+    }
+    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
+        if layers != self.modules.len() {
+            return Err(Error::Config(format!(
+                "Kerple has {} modules for {layers} layers",
+                self.modules.len()
+            )));
+        }
+        let sources = self
+            .modules
+            .iter()
+            .map(|m| Ok(Box::new(m.compile(capacity)?) as Box<dyn TileBias>))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(FusedEncoding::per_layer(sources)))
     }
 }

@@ -18,6 +18,7 @@ use candle_core::{Device, Tensor};
 
 use crate::config::{EncodingConfig, ModelConfig};
 use crate::error::{ensure, Result};
+use crate::fused::FusedEncoding;
 use crate::params::Path;
 
 /// The (query, key) position pairs one attention call covers.
@@ -95,6 +96,14 @@ pub trait PositionEncoding: std::fmt::Debug {
     fn fire_modules(&self) -> Vec<&fire::Fire> {
         Vec::new()
     }
+
+    /// The encoding as the fused kernel's bias sources, compiled from the current weights with
+    /// tables for distances below `capacity`; `None` when it is not additive (RoPE, RoPE-PI),
+    /// which keeps the materialised path. See [`crate::fused`].
+    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
+        let _ = (layers, capacity);
+        Ok(None)
+    }
 }
 
 /// No positional information at all: causal masking alone breaks the symmetry.
@@ -107,6 +116,9 @@ impl PositionEncoding for Nope {
     }
     fn biases(&self, _grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
         Ok(vec![None; layers])
+    }
+    fn tile_bias(&self, layers: usize, _capacity: usize) -> Result<Option<FusedEncoding>> {
+        Ok(Some(FusedEncoding::none(layers)))
     }
 }
 

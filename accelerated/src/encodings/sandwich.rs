@@ -5,6 +5,8 @@ use candle_core::{Device, Tensor, D};
 
 use crate::encodings::{Grid, PositionEncoding};
 use crate::error::{ensure, Result};
+use crate::fast::{DistanceBias, DistanceEncoding};
+use crate::fused::FusedEncoding;
 
 /// Sandwich.
 #[derive(Debug, Clone)]
@@ -58,5 +60,14 @@ impl PositionEncoding for Sandwich {
     fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
         let once = self.bias_tensor(grid)?;
         Ok(vec![Some(once); layers])
+    }
+    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
+        let heads = self.scales.dims()[0];
+        let enc = DistanceEncoding::Sandwich {
+            heads,
+            dim: 2 * self.half,
+        };
+        let source = Box::new(DistanceBias::new(enc, heads, capacity)?);
+        Ok(Some(FusedEncoding::shared(source, layers)))
     }
 }

@@ -6,6 +6,8 @@ use candle_core::{Device, Tensor};
 
 use crate::encodings::{Grid, PositionEncoding};
 use crate::error::{ensure, Result};
+use crate::fast::{DistanceBias, DistanceEncoding};
+use crate::fused::{values, FusedEncoding};
 use crate::params::{Init, Path};
 
 /// The causal bucket of distance `n = max(i − j, 0)`:
@@ -104,5 +106,16 @@ impl PositionEncoding for T5 {
     fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
         let once = self.bias_tensor(grid)?;
         Ok(vec![Some(once); layers])
+    }
+    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
+        // The kernel's table is `[H, buckets]`; ours is `[buckets, H]`.
+        let heads = self.table.dims()[1];
+        let enc = DistanceEncoding::T5 {
+            buckets: self.num_buckets,
+            max_distance: self.max_distance as usize,
+            table: values(&self.table.t()?)?,
+        };
+        let source = Box::new(DistanceBias::new(enc, heads, capacity)?);
+        Ok(Some(FusedEncoding::shared(source, layers)))
     }
 }
