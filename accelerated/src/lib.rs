@@ -26,6 +26,7 @@ pub mod optim;
 pub mod params;
 pub mod plot;
 pub mod rng;
+pub mod throughput;
 pub mod train;
 
 pub use config::{EncodingConfig, FireConfig, ModelConfig};

@@ -36,6 +36,8 @@ enum Command {
     Bias(BiasArgs),
     /// Sample text from a checkpoint.
     Generate(GenerateArgs),
+    /// Side-by-side speed: the fused kernels' table and end-to-end eval tokens/s, as ratios.
+    Bench(BenchArgs),
     /// Train and evaluate a tiny FIRE model on the embedded corpus (a couple of minutes on CPU).
     Demo(DemoArgs),
 }
@@ -444,6 +446,65 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
+#[derive(Args, Debug)]
+struct BenchArgs {
+    /// Kernel-table lengths (`fast::bench::compare`); empty skips the kernel table.
+    #[arg(long, value_delimiter = ',', default_value = "512,1024")]
+    kernel_lengths: Vec<usize>,
+    /// Heads of the kernel table.
+    #[arg(long, default_value_t = 12)]
+    kernel_heads: usize,
+    /// Training length of the end-to-end model (FIRE's L_init, the candle chunk).
+    #[arg(long, default_value_t = 64)]
+    train_len: usize,
+    /// Evaluated lengths, as multiples of the training length (empty skips end-to-end).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    multiples: Vec<usize>,
+    #[arg(long, default_value_t = 128)]
+    d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    #[arg(long, default_value_t = 2)]
+    layers: usize,
+    #[arg(long, default_value_t = 2)]
+    repeats: usize,
+    /// Skip the candle path above this length.
+    #[arg(long, default_value_t = 1 << 20)]
+    candle_max_len: usize,
+    /// End-to-end: measure only fused FIRE (long-context memory runs).
+    #[arg(long)]
+    fire_only: bool,
+}
+
+fn run_bench(a: &BenchArgs) -> Result<()> {
+    use fire_accelerated::{fast, throughput};
+    if !a.kernel_lengths.is_empty() {
+        let cfg = fast::bench::Config {
+            heads: a.kernel_heads,
+            lengths: a.kernel_lengths.clone(),
+            repeats: a.repeats.max(1),
+            ..fast::bench::Config::default()
+        };
+        let table = fast::bench::compare(&cfg, |l| eprintln!("{l}"))?;
+        println!("{table}");
+    }
+    if !a.multiples.is_empty() {
+        let cfg = throughput::Config {
+            train_len: a.train_len,
+            multiples: a.multiples.clone(),
+            d_model: a.d_model,
+            heads: a.heads,
+            layers: a.layers,
+            repeats: a.repeats,
+            candle_max_len: a.candle_max_len,
+            fire_only: a.fire_only,
+        };
+        let rows = throughput::end_to_end(&cfg, |l| eprintln!("{l}"))?;
+        print!("{}", throughput::table(&cfg, &rows));
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Train(a) => run_train(&a),
@@ -451,5 +512,6 @@ fn main() -> Result<()> {
         Command::Bias(a) => run_bias(&a),
         Command::Generate(a) => run_generate(&a),
         Command::Demo(a) => run_demo(&a),
+        Command::Bench(a) => run_bench(&a),
     }
 }
