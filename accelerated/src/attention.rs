@@ -167,42 +167,71 @@ impl Attention {
         self.o.forward(&out)
     }
 
-    /// The fused path: `x: [B, T, D]` at `positions` (the whole sequence, no cache), the bias
-    /// filled per tile by `plan` (`None`: no bias) inside [`crate::fast::fused_causal`], so no
-    /// `[H, T, T]` tensor exists. Inference only; additive encodings only (no rotation).
+    /// The fused path: `x: [B, T, D]` at query positions `queries` (`[T]`) against `keys`
+    /// (the cached positions followed by `queries`), the bias filled per tile by `plan`
+    /// (`None`: no bias) inside [`crate::fast::fused_causal`], so no `[H, T, K]` tensor exists.
+    /// With one query this is the decoding step ([`crate::fast::decode`]'s computation): the
+    /// bias row costs O(K·H). Inference only; additive encodings only (no rotation).
     /// spec: [attn.logits], [attn.causal]
     pub fn forward_fused(
         &self,
         x: &Tensor,
-        positions: &[u64],
+        queries: &[u64],
+        keys: &[u64],
         plan: Option<&dyn crate::fast::BiasPlan>,
+        cache: Option<&mut LayerCache>,
     ) -> Result<Tensor> {
         let (b, t, d_model) = x.dims3()?;
-        let flat = |p: &Linear| -> Result<Vec<f32>> {
-            Ok(self
-                .split(&p.forward(x)?)?
-                .to_dtype(DType::F32)?
-                .flatten_all()?
-                .to_vec1()?)
+        let q = self.split(&self.q.forward(x)?)?;
+        let k = self.split(&self.k.forward(x)?)?;
+        let v = self.split(&self.v.forward(x)?)?;
+        let (k, v) = match cache {
+            None => (k, v),
+            Some(c) => {
+                let k = match &c.k {
+                    Some(old) => Tensor::cat(&[old, &k], 2)?,
+                    None => k,
+                };
+                let v = match &c.v {
+                    Some(old) => Tensor::cat(&[old, &v], 2)?,
+                    None => v,
+                };
+                c.k = Some(k.detach());
+                c.v = Some(v.detach());
+                (k, v)
+            }
         };
-        let (q, k, v) = (flat(&self.q)?, flat(&self.k)?, flat(&self.v)?);
+        let nk = k.dims()[2];
+        ensure(nk == keys.len() && t == queries.len(), || {
+            format!(
+                "fused attention: {t} queries and {nk} keys, positions for {} and {}",
+                queries.len(),
+                keys.len()
+            )
+        })?;
+        let flat = |x: &Tensor| -> Result<Vec<f32>> {
+            Ok(x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
+        };
+        let (q, k, v) = (flat(&q)?, flat(&k)?, flat(&v)?);
         let shape = crate::fast::Shape {
             heads: self.heads,
             queries: t,
-            keys: t,
+            keys: nk,
             head_dim: self.head_dim,
         };
-        let per = self.heads * t * self.head_dim;
-        let mut out = Vec::with_capacity(b * per);
+        let (pq, pk) = (
+            self.heads * t * self.head_dim,
+            self.heads * nk * self.head_dim,
+        );
+        let mut out = Vec::with_capacity(b * pq);
         for r in 0..b {
-            let s = r * per..(r + 1) * per;
             out.extend(crate::fast::fused_causal(
-                &q[s.clone()],
-                &k[s.clone()],
-                &v[s],
+                &q[r * pq..(r + 1) * pq],
+                &k[r * pk..(r + 1) * pk],
+                &v[r * pk..(r + 1) * pk],
                 shape,
-                positions,
-                positions,
+                queries,
+                keys,
                 plan,
             )?);
         }

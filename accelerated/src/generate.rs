@@ -5,6 +5,7 @@
 use candle_core::{DType, Tensor};
 
 use crate::error::{ensure, Result};
+use crate::fused::AttentionPath;
 use crate::model::Model;
 use crate::rng::SplitMix64;
 
@@ -49,8 +50,20 @@ pub fn sample(logits: &[f32], cfg: &SampleConfig, rng: &mut SplitMix64) -> u32 {
     idx[idx.len() - 1] as u32
 }
 
-/// Continues `prompt` by `cfg.max_new` tokens.
+/// Continues `prompt` by `cfg.max_new` tokens on the materialised candle path.
 pub fn generate(model: &Model, prompt: &[u32], cfg: &SampleConfig) -> Result<Vec<u32>> {
+    generate_with(model, prompt, cfg, AttentionPath::Materialised)
+}
+
+/// Continues `prompt` by `cfg.max_new` tokens; with [`AttentionPath::Fused`] (additive
+/// encodings on the CPU) the prompt goes through the fused kernel in one call and every new
+/// token is one fused decoding step against the cache, with the encoding compiled once.
+pub fn generate_with(
+    model: &Model,
+    prompt: &[u32],
+    cfg: &SampleConfig,
+    attention: AttentionPath,
+) -> Result<Vec<u32>> {
     ensure(!prompt.is_empty(), || "the prompt is empty".into())?;
     let vocab = model.cfg.vocab_size as u32;
     ensure(prompt.iter().all(|&t| t < vocab), || {
@@ -59,7 +72,15 @@ pub fn generate(model: &Model, prompt: &[u32], cfg: &SampleConfig) -> Result<Vec
     let mut rng = SplitMix64::new(cfg.seed);
     let mut cache = model.new_cache();
     let x = Tensor::from_slice(prompt, (1, prompt.len()), model.device())?;
-    let mut logits = model.forward(&x, Some(&mut cache), cfg.chunk)?;
+    let fused = match attention {
+        AttentionPath::Fused => model.fused_encoding(prompt.len() + cfg.max_new)?,
+        AttentionPath::Materialised => None,
+    };
+    let step = |x: &Tensor, cache: &mut crate::model::Cache, chunk: usize| match &fused {
+        Some(f) => model.forward_fused_cached(x, f, Some(cache)),
+        None => model.forward(x, Some(cache), chunk),
+    };
+    let mut logits = step(&x, &mut cache, cfg.chunk)?;
     let mut out = Vec::with_capacity(cfg.max_new);
     for _ in 0..cfg.max_new {
         let last = logits
@@ -70,7 +91,7 @@ pub fn generate(model: &Model, prompt: &[u32], cfg: &SampleConfig) -> Result<Vec
         let t = sample(&v, cfg, &mut rng);
         out.push(t);
         let x = Tensor::from_slice(&[t], (1, 1), model.device())?;
-        logits = model.forward(&x, Some(&mut cache), 1)?;
+        logits = step(&x, &mut cache, 1)?;
     }
     Ok(out)
 }

@@ -160,6 +160,18 @@ impl Model {
     /// evaluation by [`PositionEncoding::tile_bias`]), planned once per call and shared by every
     /// layer that uses the same source (FIRE-S). No `[H, T, T]` tensor is built. Inference only.
     pub fn forward_fused(&self, tokens: &Tensor, fused: &FusedEncoding) -> Result<Tensor> {
+        self.forward_fused_cached(tokens, fused, None)
+    }
+
+    /// [`Self::forward_fused`] continuing a key/value cache: `tokens` sit at positions
+    /// `cache.len()..`, and every query's FIRE normaliser uses its own position. One token at a
+    /// time is KV-cache decoding (a bias row costs O(K·H)).
+    pub fn forward_fused_cached(
+        &self,
+        tokens: &Tensor,
+        fused: &FusedEncoding,
+        mut cache: Option<&mut Cache>,
+    ) -> Result<Tensor> {
         let (b, t) = tokens.dims2()?;
         ensure(t > 0, || "empty token sequence".into())?;
         ensure(fused.layers() == self.blocks.len(), || {
@@ -169,17 +181,28 @@ impl Model {
                 self.blocks.len()
             )
         })?;
-        let positions: Vec<u64> = (0..t as u64).collect();
-        let plans = fused.plans(&positions, &positions)?;
+        if let Some(c) = cache.as_deref() {
+            ensure(c.layers.len() == self.blocks.len(), || {
+                "cache does not belong to this model".into()
+            })?;
+        }
+        let start = cache.as_deref().map_or(0, Cache::len) as u64;
+        let queries: Vec<u64> = (start..start + t as u64).collect();
+        let keys: Vec<u64> = (0..start + t as u64).collect();
+        let plans = fused.plans(&queries, &keys)?;
         let mut x = self
             .embed
             .index_select(&tokens.flatten_all()?, 0)?
             .reshape((b, t, self.cfg.d_model))?;
         for (l, block) in self.blocks.iter().enumerate() {
-            let h =
-                block
-                    .attn
-                    .forward_fused(&block.ln1.forward(&x)?, &positions, plans.layer(l))?;
+            let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
+            let h = block.attn.forward_fused(
+                &block.ln1.forward(&x)?,
+                &queries,
+                &keys,
+                plans.layer(l),
+                layer_cache,
+            )?;
             x = (x + h)?;
             let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
             x = (&x + block.fc2.forward(&m)?)?;

@@ -10,6 +10,7 @@ use fire_accelerated::config::{Activation, EncodingConfig, FireConfig, ModelConf
 use fire_accelerated::data::Corpus;
 use fire_accelerated::eval::{self, EvalConfig};
 use fire_accelerated::fused::AttentionPath;
+use fire_accelerated::generate::{generate, generate_with, SampleConfig};
 use fire_accelerated::nn::nll_sum;
 use fire_accelerated::params::ParamStore;
 use fire_accelerated::rng::SplitMix64;
@@ -163,4 +164,77 @@ fn rotary_encodings_have_no_fused_form_and_paths_parse() {
         AttentionPath::Materialised
     );
     assert!("flash".parse::<AttentionPath>().is_err());
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+#[test]
+fn fused_kv_cache_decoding_equals_the_candle_cache_path() {
+    // Prompt 20 tokens (past FIRE's threshold 9), then 6 single-token decoding steps: each
+    // step's logits match the candle path's (each query normalised at its own position).
+    let encs = [
+        EncodingConfig::Fire(fire(2)),
+        EncodingConfig::FireS(fire(1)),
+        EncodingConfig::from_name("kerple-log", 4.0).unwrap(),
+        EncodingConfig::from_name("t5", 4.0).unwrap(),
+    ];
+    for (seed, enc) in encs.into_iter().enumerate() {
+        let m = model(&small(enc), 50 + seed as u64);
+        let fused = m.fused_encoding(26).unwrap().unwrap();
+        let prompt = tokens(1, 20, seed as u64);
+        let mut a = m.new_cache();
+        let mut b = m.new_cache();
+        let la = m
+            .forward_fused_cached(&prompt, &fused, Some(&mut a))
+            .unwrap();
+        let lb = m.forward(&prompt, Some(&mut b), 7).unwrap();
+        assert!(max_diff(&la, &lb) < 2e-4, "prompt logits, seed {seed}");
+        let next = tokens(1, 6, 99 + seed as u64);
+        for s in 0..6 {
+            let x = next.narrow(1, s, 1).unwrap();
+            let la = m.forward_fused_cached(&x, &fused, Some(&mut a)).unwrap();
+            let lb = m.forward(&x, Some(&mut b), 1).unwrap();
+            let d = max_diff(&la, &lb);
+            assert!(d < 2e-4, "decoding step {s}, seed {seed}: {d}");
+        }
+        assert_eq!(a.len(), 26);
+        // The whole sequence in one fused call equals the cached steps' last logits.
+        let all = Tensor::cat(&[&prompt, &next], 1).unwrap();
+        let full = m.forward_fused(&all, &fused).unwrap();
+        let last = full.narrow(1, 25, 1).unwrap();
+        let mut c = m.new_cache();
+        let stepped = m
+            .forward_fused_cached(&all.narrow(1, 0, 25).unwrap(), &fused, Some(&mut c))
+            .unwrap();
+        assert_eq!(stepped.dims()[1], 25);
+        let one = m
+            .forward_fused_cached(&all.narrow(1, 25, 1).unwrap(), &fused, Some(&mut c))
+            .unwrap();
+        assert!(max_diff(&last, &one) < 2e-4);
+    }
+    // Greedy generation picks the same tokens on both paths.
+    let m = model(&small(EncodingConfig::Fire(fire(1))), 5);
+    let cfg = SampleConfig {
+        max_new: 12,
+        temperature: 0.0,
+        top_k: 0,
+        seed: 1,
+        chunk: 8,
+    };
+    let prompt: Vec<u32> = (0..10).map(|i| 40 + i).collect();
+    let slow = generate(&m, &prompt, &cfg).unwrap();
+    let fast = generate_with(&m, &prompt, &cfg, AttentionPath::Fused).unwrap();
+    assert_eq!(slow.len(), 12);
+    assert_eq!(slow, fast);
 }
