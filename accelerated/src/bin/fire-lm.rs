@@ -11,7 +11,7 @@ use fire_accelerated::config::{EncodingConfig, FireConfig, ModelConfig};
 use fire_accelerated::data::{ByteTokenizer, Corpus};
 use fire_accelerated::encodings::Grid;
 use fire_accelerated::eval::{self, EvalConfig, Report};
-use fire_accelerated::generate::{generate, SampleConfig};
+use fire_accelerated::generate::{generate_with, SampleConfig};
 use fire_accelerated::plot::{self, Chart, Series};
 use fire_accelerated::train::{self, Options, TrainConfig};
 
@@ -359,6 +359,10 @@ struct GenerateArgs {
     top_k: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// `fused` (additive encodings on the CPU: the fused kernel, one decoding step per token)
+    /// or `materialised` (the candle cache path).
+    #[arg(long, default_value = "fused")]
+    attention: String,
     #[command(flatten)]
     device: DeviceArg,
 }
@@ -374,7 +378,7 @@ fn run_generate(a: &GenerateArgs) -> Result<()> {
         seed: a.seed,
         chunk: loaded.state.train.seq_len,
     };
-    let out = generate(&model, &tok.encode(&a.prompt), &cfg)?;
+    let out = generate_with(&model, &tok.encode(&a.prompt), &cfg, a.attention.parse()?)?;
     println!("{}{}", a.prompt, tok.decode(&out));
     Ok(())
 }
