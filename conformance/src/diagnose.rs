@@ -106,7 +106,7 @@ pub fn diagnose(
         .collect();
     if finding.variants.is_empty() && case.flags.contains(&crate::vectors::flags::Flag::TinyC) {
         finding.notes.push(
-            "tiny-c cases are ill-conditioned: computing ψ as log(1 + |c|·x) (Appendix E) instead of log1p(|c|·x) loses about u/ψ(L) of relative precision, even in f64 [num.profiles]".into(),
+            "small-c cases make ε visible and are chosen so that both log1p(|c|·x) and Appendix E's log(1 + |c|·x) stay within f64; a failure no variant explains points at how ψ or ε is computed [num.profiles]".into(),
         );
     }
     if let Some(expected) = &case.expected {

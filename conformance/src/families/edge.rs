@@ -107,9 +107,9 @@ pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
         .flags(&[Flag::RandomPositions, Flag::NonContiguous, Flag::FutureKeys]),
     ];
     let mut tiny = r.clone();
-    tiny.c = 1e-7;
+    tiny.c = 1e-3;
     let mut tiny_neg = d.clone();
-    tiny_neg.c = -1e-9;
+    tiny_neg.c = -1e-4;
     let mut neg_c = r.clone();
     neg_c.c = -0.7;
     let mut neg_m = r.clone();
@@ -120,7 +120,7 @@ pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
     let params = vec![
         Draft::bias(
             "tiny-c",
-            "c = 1e-7: ψ(L) ≈ 8e-7 is comparable to ε, so where ε goes shows",
+            "c = 1e-3 with a small L: ψ(L) ≈ 1e-2, so ε moves x by ~1e-4 and where ε goes shows in f64",
             fire_enc(&tiny),
             range(12),
             range(12),
@@ -132,7 +132,7 @@ pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
         .profile("f64"),
         Draft::bias(
             "tiny-negative-c",
-            "c = −1e-9 at default init: ε dominates the normaliser",
+            "c = −1e-4 at default init: ψ(L) ≈ 0.05, so ε moves x by ~2e-5 and where ε goes shows in f64",
             fire_enc(&tiny_neg),
             range(8),
             range(8),

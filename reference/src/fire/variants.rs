@@ -30,7 +30,7 @@ pub struct Variant {
 pub const CATALOGUE: &[Variant] = &[
     v("one-based-positions", "positions start at 1 (the paper's prose) instead of 0", "conv.indexing", one_based),
     v("normalize-by-length", "normalises by the context length instead of the query position", "fire.normalizer", by_length),
-    v("normalize-by-key", "normalises by the key position instead of the query position", "fire.normalizer", by_key),
+    v("normalize-by-key", "normalises by the key position, which is also what a transposed bias b(j, i) computes", "fire.normalizer", by_key),
     v("eps-missing", "omits ε from the normaliser", "fire.normalizer", eps_missing),
     v("eps-inside-log", "adds ε to max(i, L) inside ψ instead of to ψ", "fire.normalizer", eps_inside_log),
     v("eps-twice", "adds ε to the numerator as well as the normaliser", "fire.input", eps_twice),
@@ -44,7 +44,6 @@ pub const CATALOGUE: &[Variant] = &[
     v("final-relu", "applies a ReLU to the MLP output", "fire.mlp", final_relu),
     v("weights-column-major", "reads each [out, in] weight buffer as column-major", "fire.mlp", weights_column_major),
     v("heads-reversed", "emits the heads in reverse order", "conv.layout", heads_reversed),
-    v("query-key-swapped", "transposes the bias: b(j, i) at row i, column j", "conv.layout", query_key_swapped),
     v("gelu-tanh", "uses the tanh approximation of GeLU where the exact form is specified", "fire.activation", gelu_tanh),
 ];
 
@@ -216,13 +215,6 @@ fn heads_reversed(fire: &Fire, p: Pair) -> DVector<f64> {
     DVector::from_fn(n, |h, _| b[n - 1 - h])
 }
 
-fn query_key_swapped(fire: &Fire, p: Pair) -> DVector<f64> {
-    fire.bias(Pair {
-        i: p.j,
-        j: p.i,
-        length: p.length,
-    })
-}
 
 fn gelu_tanh(fire: &Fire, p: Pair) -> DVector<f64> {
     let (i, j) = ij(p);
