@@ -61,6 +61,37 @@ pub struct FireParams {
     pub threshold: Threshold,
 }
 
+/// The scalar requirements of [fire.params]: finite values, `L_init > 0`, `ε ≥ 0`, `c ≠ 0` with
+/// the log transform, and a nonzero normaliser at query 0 (ε = 0 needs an active threshold with
+/// `m ≠ 0`). spec: [fire.params], [fire.normalizer]
+fn validate_scalars(
+    c: f64,
+    l_init: f64,
+    l_multiplier: f64,
+    eps: f64,
+    transform: Transform,
+    threshold: Threshold,
+) -> Result<()> {
+    ensure(c.is_finite() && l_multiplier.is_finite(), || {
+        format!("FIRE c = {c} and L_multiplier = {l_multiplier} must be finite")
+    })?;
+    ensure(l_init > 0.0 && l_init.is_finite(), || {
+        format!("FIRE needs a finite init_L > 0, got {l_init}")
+    })?;
+    ensure(eps >= 0.0 && eps.is_finite(), || {
+        format!("FIRE needs a finite eps >= 0, got {eps}")
+    })?;
+    ensure(transform != Transform::Log || c != 0.0, || {
+        "FIRE with the log transform needs c != 0 (c = 0 makes every bias constant)".into()
+    })?;
+    ensure(eps > 0.0 || threshold != Threshold::Disabled, || {
+        "FIRE without a threshold needs eps > 0 (query 0 would divide 0 by 0)".into()
+    })?;
+    ensure(eps > 0.0 || l_multiplier != 0.0, || {
+        "FIRE with eps = 0 needs L_multiplier != 0 (L = 0 divides 0 by 0 at query 0)".into()
+    })
+}
+
 /// The state-dict index of layer `n` of f_θ inside `nn.Sequential` (activations take slots).
 fn sequential_index(n: usize) -> usize {
     2 * n
@@ -70,6 +101,14 @@ impl Fire {
     /// A module with Appendix E's initialisation (`nn.Linear` defaults for f_θ, c = 0.1,
     /// `init_L` = 512, `L_multiplier` = 1 unless configured otherwise). spec: [fire.defaults]
     pub fn new(cfg: &FireConfig, heads: usize, path: &mut Path<'_>) -> Result<Self> {
+        validate_scalars(
+            cfg.c,
+            cfg.l_init,
+            cfg.l_multiplier,
+            cfg.eps,
+            cfg.transform,
+            cfg.threshold,
+        )?;
         let mut layers = Vec::with_capacity(cfg.depth + 1);
         let mut fan_in = 1;
         for n in 0..=cfg.depth {
@@ -131,12 +170,14 @@ impl Fire {
             ));
             width = *out;
         }
-        ensure(p.c.is_finite() && p.l_multiplier.is_finite(), || {
-            "FIRE c and L_multiplier must be finite".into()
-        })?;
-        ensure(p.l_init > 0.0 && p.eps >= 0.0, || {
-            "FIRE needs init_L > 0 and eps >= 0".into()
-        })?;
+        validate_scalars(
+            p.c,
+            p.l_init,
+            p.l_multiplier,
+            p.eps,
+            p.transform,
+            p.threshold,
+        )?;
         let scalar = |v: f64| Tensor::new(v as f32, device);
         Ok(Self {
             layers,
