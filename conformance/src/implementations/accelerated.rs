@@ -1,15 +1,27 @@
-//! The accelerated crate's FIRE (candle, f32 on the CPU) as a built-in implementation, checked
-//! like any third party: `fire-conformance run --builtin accelerated` (cargo feature
-//! `accelerated`). It answers bias cases of single FIRE modules and skips the rest.
+//! The accelerated crate (candle, f32 on the CPU) as a built-in implementation, checked like
+//! any third party: `fire-conformance run --builtin accelerated` (cargo feature `accelerated`).
+//!
+//! It answers bias cases of FIRE, FIRE-S, per-layer FIRE and the baselines the accelerated
+//! crate implements (Alibi, Kerple log/power, Sandwich in NeMo's centred form, T5 with the
+//! official causal buckets, NoPE), causal attention outputs with any of those biases or with
+//! RoPE (half-split), and FIRE's vector-Jacobian products through candle's autograd. Every other
+//! case is skipped with the reason the accelerated crate cannot answer it. spec: [proto.reply]
 
 use std::collections::BTreeMap;
 
+use candle_core::{Device, Var};
 use fire_accelerated::config::{Activation, Threshold, Transform};
+use fire_accelerated::encodings::alibi::Alibi;
 use fire_accelerated::encodings::fire::{Fire, FireParams};
+use fire_accelerated::encodings::kerple::{Form, Kerple};
+use fire_accelerated::encodings::rope::Rope;
+use fire_accelerated::encodings::sandwich::Sandwich;
+use fire_accelerated::encodings::t5::T5;
+use fire_accelerated::encodings::{Grid, PositionEncoding};
 
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
-use crate::vectors::format::{Encoding, Kind, Tensor};
-use crate::vectors::params::check_tensor;
+use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
+use crate::vectors::params::{check_tensor, layer_name};
 
 /// `fire-accelerated` in process.
 #[derive(Debug, Default)]
@@ -61,6 +73,376 @@ fn params(p: &crate::vectors::format::FireParams) -> Result<FireParams, Reply> {
     })
 }
 
+/// A bias `[H, Q, K]`, row-major f32.
+struct Bias {
+    heads: usize,
+    data: Vec<f32>,
+}
+
+fn skip(why: impl Into<String>) -> Reply {
+    Reply::Skipped(why.into())
+}
+
+fn errored(e: impl std::fmt::Display) -> Reply {
+    Reply::Errored(e.to_string())
+}
+
+fn fire_module(p: &crate::vectors::format::FireParams, device: &Device) -> Result<Fire, Reply> {
+    Fire::from_params(&params(p)?, device).map_err(errored)
+}
+
+fn fire_bias(f: &Fire, q: &[u64], k: &[u64]) -> Result<Bias, Reply> {
+    Ok(Bias {
+        heads: f.heads(),
+        data: f.bias(q, k).map_err(errored)?,
+    })
+}
+
+fn setting(b: &BaselineParams, key: &str) -> Result<i64, Reply> {
+    b.settings
+        .get(key)
+        .copied()
+        .ok_or_else(|| errored(format!("{}: setting `{key}` is missing", b.name)))
+}
+
+fn count(b: &BaselineParams, key: &str) -> Result<usize, Reply> {
+    usize::try_from(setting(b, key)?)
+        .map_err(|_| errored(format!("{}: setting `{key}` must be >= 0", b.name)))
+}
+
+fn tensor<'a>(b: &'a BaselineParams, key: &str) -> Result<&'a Tensor, Reply> {
+    let t = b
+        .params
+        .get(key)
+        .ok_or_else(|| errored(format!("{}: parameter `{key}` is missing", b.name)))?;
+    check_tensor(key, t).map_err(errored)?;
+    Ok(t)
+}
+
+fn vector(b: &BaselineParams, key: &str) -> Result<Vec<f64>, Reply> {
+    let t = tensor(b, key)?;
+    if t.shape.len() != 1 {
+        return Err(errored(format!("{}: `{key}` must have one axis", b.name)));
+    }
+    Ok(t.data.clone())
+}
+
+/// A baseline's bias, or the reason the accelerated crate has no such form.
+fn baseline_bias(b: &BaselineParams, q: &[u64], k: &[u64], dev: &Device) -> Result<Bias, Reply> {
+    let bias = |heads: usize, data: fire_accelerated::Result<Vec<f32>>| {
+        Ok(Bias {
+            heads,
+            data: data.map_err(errored)?,
+        })
+    };
+    match b.name.as_str() {
+        "alibi" => {
+            let slopes = vector(b, "slopes")?;
+            let a = Alibi::with_slopes(&slopes, dev).map_err(errored)?;
+            bias(slopes.len(), a.bias(q, k))
+        }
+        "kerple-log" | "kerple-power" => {
+            let form = if b.name == "kerple-log" {
+                Form::Log
+            } else {
+                Form::Power
+            };
+            let (r1, r2) = (vector(b, "r1")?, vector(b, "r2")?);
+            let m = Kerple::from_params(form, &r1, &r2, dev).map_err(errored)?;
+            bias(r1.len(), m.bias(q, k))
+        }
+        "sandwich-centred" => {
+            let heads = count(b, "heads")?;
+            let s = Sandwich::new(heads, count(b, "head_dim")?, dev).map_err(errored)?;
+            bias(heads, s.bias(q, k))
+        }
+        "t5-official" => {
+            if setting(b, "bidirectional")? != 0 {
+                return Err(skip(
+                    "the accelerated crate has only the unidirectional (causal) T5 buckets",
+                ));
+            }
+            let max_distance = u64::try_from(setting(b, "max_distance")?)
+                .map_err(|_| errored("t5-official: setting `max_distance` must be >= 0"))?;
+            let values = tensor(b, "values")?;
+            let [heads, buckets] = values.shape[..] else {
+                return Err(errored("t5-official: `values` must be [heads, buckets]"));
+            };
+            if count(b, "num_buckets")? != buckets {
+                return Err(errored(
+                    "t5-official: `num_buckets` differs from the width of `values`",
+                ));
+            }
+            let table: Vec<Vec<f64>> = (0..buckets)
+                .map(|n| (0..heads).map(|h| values.data[h * buckets + n]).collect())
+                .collect();
+            let t = T5::from_params(&table, max_distance, dev).map_err(errored)?;
+            bias(heads, t.bias(q, k))
+        }
+        "nope" => {
+            let heads = count(b, "heads")?;
+            if heads == 0 {
+                return Err(errored("nope: heads must be > 0"));
+            }
+            bias(heads, Ok(vec![0.0; heads * q.len() * k.len()]))
+        }
+        "sandwich-paper" => Err(skip(
+            "the accelerated crate implements Sandwich only in NeMo's centred form \
+             (no learned r1/r2 paper form)",
+        )),
+        "t5-simplified" | "t5-buckets" => Err(skip(
+            "the accelerated crate implements T5 only with the official log-binned buckets \
+             (no simplified cap or explicit-boundary form)",
+        )),
+        other => Err(skip(format!(
+            "the accelerated crate has no additive `{other}` bias"
+        ))),
+    }
+}
+
+/// One bias per layer: FIRE-S evaluates its module once, per-layer FIRE each module.
+/// spec: [fire.shared], [fire.per-layer]
+fn layer_biases(encoding: &Encoding, q: &[u64], k: &[u64]) -> Result<Vec<Bias>, Reply> {
+    let dev = Device::Cpu;
+    match encoding {
+        Encoding::Fire(p) => Ok(vec![fire_bias(&fire_module(p, &dev)?, q, k)?]),
+        Encoding::FireShared(s) => {
+            if s.layers == 0 {
+                return Err(errored("FIRE-S needs at least one layer"));
+            }
+            let once = fire_bias(&fire_module(&s.module, &dev)?, q, k)?;
+            Ok((0..s.layers)
+                .map(|_| Bias {
+                    heads: once.heads,
+                    data: once.data.clone(),
+                })
+                .collect())
+        }
+        Encoding::FirePerLayer(p) => {
+            if p.modules.is_empty() {
+                return Err(errored("per-layer FIRE needs at least one layer"));
+            }
+            p.modules
+                .iter()
+                .map(|m| fire_bias(&fire_module(m, &dev)?, q, k))
+                .collect()
+        }
+        Encoding::Baseline(b) => Ok(vec![baseline_bias(b, q, k, &dev)?]),
+    }
+}
+
+fn to_f64(v: &[f32]) -> Vec<f64> {
+    v.iter().copied().map(f64::from).collect()
+}
+
+/// An attention input `[H, rows, dim]` as f32 rows per head.
+fn attention_input(
+    name: &str,
+    t: &Option<Tensor>,
+    heads: usize,
+) -> Result<(usize, Vec<f32>), Reply> {
+    let t = t
+        .as_ref()
+        .ok_or_else(|| errored(format!("attention input `{name}` is missing")))?;
+    check_tensor(name, t).map_err(errored)?;
+    match t.shape[..] {
+        [h, _, d] if h == heads => Ok((d, t.data.iter().map(|&x| x as f32).collect())),
+        _ => Err(errored(format!(
+            "attention input `{name}` must be [{heads}, rows, dim], got {:?}",
+            t.shape
+        ))),
+    }
+}
+
+/// Causal attention per head (bias after the 1/√d scaling), `[H, Q, d_v]`.
+/// spec: [attn.logits], [attn.placement], [attn.causal]
+fn attention(inputs: &Inputs, bias: &Bias, q: &[u64], k: &[u64]) -> Result<Tensor, Reply> {
+    let h = bias.heads;
+    let (dq, qs) = attention_input("q", &inputs.q, h)?;
+    let (dk, ks) = attention_input("k", &inputs.k, h)?;
+    let (dv, vs) = attention_input("v", &inputs.v, h)?;
+    let (nq, nk) = (q.len(), k.len());
+    if qs.len() != h * nq * dq || ks.len() != h * nk * dk || vs.len() != h * nk * dv {
+        return Err(errored("attention inputs do not match the position counts"));
+    }
+    let mut out = Vec::with_capacity(h * nq * dv);
+    for head in 0..h {
+        let o = fire_accelerated::attention::causal_head(
+            &qs[head * nq * dq..(head + 1) * nq * dq],
+            &ks[head * nk * dk..(head + 1) * nk * dk],
+            &vs[head * nk * dv..(head + 1) * nk * dv],
+            &bias.data[head * nq * nk..(head + 1) * nq * nk],
+            q,
+            k,
+            &Device::Cpu,
+        )
+        .map_err(errored)?;
+        out.extend(to_f64(&o));
+    }
+    Ok(Tensor::new(vec![h, nq, dv], out))
+}
+
+/// RoPE attention: queries and keys rotated by the accelerated crate's `Rope`, no bias.
+/// spec: [rope.rotation], [rope.score]
+fn rope_attention(
+    b: &BaselineParams,
+    inputs: &Inputs,
+    q: &[u64],
+    k: &[u64],
+) -> Result<Tensor, Reply> {
+    if setting(b, "interleaved")? != 0 {
+        return Err(skip(
+            "the accelerated crate's RoPE uses only the half-split (GPT-NeoX) pairing",
+        ));
+    }
+    let scalar = |key: &str| -> Result<f64, Reply> {
+        match tensor(b, key)?.data[..] {
+            [v] => Ok(v),
+            _ => Err(errored(format!("rope: `{key}` must be a scalar"))),
+        }
+    };
+    let heads = inputs
+        .q
+        .as_ref()
+        .and_then(|t| t.shape.first().copied())
+        .unwrap_or(0);
+    let (d, qs) = attention_input("q", &inputs.q, heads)?;
+    let (dk, ks) = attention_input("k", &inputs.k, heads)?;
+    if dk != d || qs.len() != heads * q.len() * d || ks.len() != heads * k.len() * d {
+        return Err(errored("rope: q and k shapes do not match the positions"));
+    }
+    let rope = Rope::new(scalar("base")?, scalar("scale")?, d).map_err(errored)?;
+    let rotate = |x: Vec<f32>, positions: &[u64]| -> Result<Vec<f64>, Reply> {
+        let t = candle_core::Tensor::from_vec(x, (heads, positions.len(), d), &Device::Cpu)
+            .map_err(errored)?;
+        let r = rope.rotate(&t, positions).map_err(errored)?;
+        let v: Vec<f32> = r.flatten_all().and_then(|r| r.to_vec1()).map_err(errored)?;
+        Ok(to_f64(&v))
+    };
+    let mut rotated = inputs.clone();
+    rotated.q = Some(Tensor::new(vec![heads, q.len(), d], rotate(qs, q)?));
+    rotated.k = Some(Tensor::new(vec![heads, k.len(), d], rotate(ks, k)?));
+    let zero = Bias {
+        heads,
+        data: vec![0.0; heads * q.len() * k.len()],
+    };
+    attention(&rotated, &zero, q, k)
+}
+
+/// FIRE's vector-Jacobian product through candle's autograd: the module is rebuilt on `Var`s,
+/// `Σ cotangent ⊙ b` is differentiated, and the gradients come back in Appendix E's names.
+/// spec: [grad.vjp], [grad.layout]
+fn vjp(
+    p: &crate::vectors::format::FireParams,
+    inputs: &Inputs,
+    q: &[u64],
+    k: &[u64],
+) -> Result<BTreeMap<String, Tensor>, Reply> {
+    let dev = Device::Cpu;
+    let mut fire = fire_module(p, &dev)?;
+    let cot = inputs
+        .cotangent
+        .as_ref()
+        .ok_or_else(|| errored("vjp: `cotangent` is missing"))?;
+    check_tensor("cotangent", cot).map_err(errored)?;
+    let want = [fire.heads(), q.len(), k.len()];
+    if cot.shape != want {
+        return Err(errored(format!(
+            "cotangent must be {want:?}, got {:?}",
+            cot.shape
+        )));
+    }
+    let var = |t: &candle_core::Tensor| Var::from_tensor(t).map_err(errored);
+    let mut layer_vars = Vec::new();
+    for (w, b) in &mut fire.layers {
+        let (vw, vb) = (var(w)?, var(b)?);
+        *w = vw.as_tensor().clone();
+        *b = vb.as_tensor().clone();
+        layer_vars.push((vw, vb));
+    }
+    let c = var(&fire.c)?;
+    fire.c = c.as_tensor().clone();
+    let m = var(&fire.l_multiplier)?;
+    fire.l_multiplier = m.as_tensor().clone();
+    let grads = (|| -> candle_core::Result<_> {
+        let cot: Vec<f32> = cot.data.iter().map(|&x| x as f32).collect();
+        let cot = candle_core::Tensor::from_vec(cot, (want[0], want[1], want[2]), &dev)?;
+        let grid = Grid::new(q, k, &dev).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let b = fire
+            .bias_tensor(&grid)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        (b * cot)?.sum_all()?.backward()
+    })()
+    .map_err(errored)?;
+    let grad = |v: &Var| -> Result<Tensor, Reply> {
+        let shape = v.dims().to_vec();
+        let data: Vec<f32> = match grads.get(v) {
+            Some(g) => g.flatten_all().and_then(|g| g.to_vec1()).map_err(errored)?,
+            None => vec![0.0; v.elem_count()],
+        };
+        Ok(Tensor::new(shape, to_f64(&data)))
+    };
+    let mut out = BTreeMap::new();
+    for (n, (w, b)) in layer_vars.iter().enumerate() {
+        out.insert(format!("{}.weight", layer_name(n)), grad(w)?);
+        out.insert(format!("{}.bias", layer_name(n)), grad(b)?);
+    }
+    out.insert("c".into(), grad(&c)?);
+    if fire.threshold == Threshold::Learnable {
+        out.insert("L_multiplier".into(), grad(&m)?);
+    }
+    Ok(out)
+}
+
+fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
+    let heads = layers.first().map_or(0, |b| b.heads);
+    Tensor::new(
+        vec![layers.len(), heads, q, k],
+        layers.iter().flat_map(|b| to_f64(&b.data)).collect(),
+    )
+}
+
+fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
+    let positions = |what: &str, v: &[i64]| {
+        v.iter()
+            .map(|&x| u64::try_from(x))
+            .collect::<Result<Vec<u64>, _>>()
+            .map_err(|_| errored(format!("{what}: negative position")))
+    };
+    let q = positions("query positions", &r.inputs.queries)?;
+    let k = positions("key positions", &r.inputs.keys)?;
+    let mut out = BTreeMap::new();
+    match (r.kind, &r.encoding) {
+        (Kind::Bias, Encoding::Baseline(b)) if b.name == "rope" => {
+            return Err(errored("RoPE is not an additive bias"))
+        }
+        (Kind::Bias, e) => {
+            let layers = layer_biases(e, &q, &k)?;
+            let t = match e {
+                Encoding::Fire(_) | Encoding::Baseline(_) => {
+                    let b = &layers[0];
+                    Tensor::new(vec![b.heads, q.len(), k.len()], to_f64(&b.data))
+                }
+                _ => stacked(&layers, q.len(), k.len()),
+            };
+            out.insert("bias".into(), t);
+        }
+        (Kind::Attention, Encoding::Baseline(b)) if b.name == "rope" => {
+            out.insert("output".into(), rope_attention(b, &r.inputs, &q, &k)?);
+        }
+        (Kind::Attention, e) => {
+            let layers = layer_biases(e, &q, &k)?;
+            let [bias] = &layers[..] else {
+                return Err(errored("attention cases take a single-layer encoding"));
+            };
+            out.insert("output".into(), attention(&r.inputs, bias, &q, &k)?);
+        }
+        (Kind::Vjp, Encoding::Fire(p)) => out = vjp(p, &r.inputs, &q, &k)?,
+        (Kind::Vjp, _) => return Err(errored("gradients are defined for a single FIRE module")),
+    }
+    Ok(out)
+}
+
 impl Implementation for Accelerated {
     fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
         Ok(Capabilities {
@@ -73,39 +455,9 @@ impl Implementation for Accelerated {
     }
 
     fn run(&mut self, r: &Request) -> Reply {
-        let (Encoding::Fire(p), Kind::Bias) = (&r.encoding, r.kind) else {
-            return Reply::Skipped("only bias cases of a single FIRE module".into());
-        };
-        let p = match params(p) {
-            Ok(p) => p,
-            Err(reply) => return reply,
-        };
-        let positions = |v: &[i64]| {
-            v.iter()
-                .map(|&x| u64::try_from(x))
-                .collect::<Result<Vec<u64>, _>>()
-        };
-        let (Ok(q), Ok(k)) = (positions(&r.inputs.queries), positions(&r.inputs.keys)) else {
-            return Reply::Errored("negative position".into());
-        };
-        let device = candle_core::Device::Cpu;
-        let result = Fire::from_params(&p, &device).and_then(|f| {
-            let data = f.bias(&q, &k)?;
-            Ok((f.heads(), data))
-        });
-        match result {
-            Ok((h, data)) => {
-                let mut out = BTreeMap::new();
-                out.insert(
-                    "bias".to_owned(),
-                    Tensor::new(
-                        vec![h, q.len(), k.len()],
-                        data.into_iter().map(f64::from).collect(),
-                    ),
-                );
-                Reply::Output(out)
-            }
-            Err(e) => Reply::Errored(e.to_string()),
+        match evaluate(r) {
+            Ok(out) => Reply::Output(out),
+            Err(reply) => reply,
         }
     }
 }
