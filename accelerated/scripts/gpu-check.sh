@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (driver for CUDA >= 13.0): builds fire-lm with `--features
 # cuda`, trains a tiny FIRE model for 50 steps on the GPU, evaluates it on the GPU and on the CPU,
-# and checks that the two agree; then (when the crate has it) runs the CUDA-vs-CPU parity test of
-# FIRE's bias and one forward pass. About 1-3 minutes after the build.
+# and checks that the two agree; then runs the CUDA-vs-CPU parity test of FIRE's bias and one
+# forward pass (accelerated/tests/cuda_parity.rs). Estimated 4-5 minutes on a fresh 16-core GPU
+# machine (toolkit download ~40 s, cold build ~3-4 min, checks ~30 s); seconds when warm.
 #
 #   accelerated/scripts/gpu-check.sh [OUT_DIR]     (default: target/gpu-check)
 #
@@ -21,16 +22,17 @@ step "GPU and driver"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
   fail "nvidia-smi found no GPU"
 
-step "toolkit and build (cargo build --release --features cuda)"
-eval "$("$here/cuda-toolchain.sh" "${FIRE_CUDA_HOME:-$HOME/.cache/fire-cuda/13.0}")"
-# The stub libcuda must never be loaded: the driver's real one has to come first.
-[[ "$LD_LIBRARY_PATH" != *stubs* ]] || fail "LD_LIBRARY_PATH contains a stubs directory"
-export CARGO_TARGET_DIR="${FIRE_CUDA_TARGET_DIR:-$repo/target/cuda}"
-# candle-kernels compiles its ~25 CUDA files on half the cores unless told otherwise.
+step "toolkit and build (cuda-compile-check.sh: every target, --features cuda)"
+# One dev-profile build (its dependencies are optimised) serves fire-lm and the parity test.
 export CUDAFORGE_THREADS="${CUDAFORGE_THREADS:-$(nproc)}"
-cargo build --release --locked -p fire-accelerated --features cuda --bin fire-lm
-lm="$CARGO_TARGET_DIR/release/fire-lm"
-ldd "$lm" | grep -E 'libcuda\.|libcudart|libcublas\.' || true
+"$here/cuda-compile-check.sh"
+eval "$("$here/cuda-toolchain.sh" "${FIRE_CUDA_HOME:-$HOME/.cache/fire-cuda/13.0}")"
+export CARGO_TARGET_DIR="${FIRE_CUDA_TARGET_DIR:-$repo/target/cuda}"
+# The stub libcuda must never be loaded here: the driver's real one has to be found.
+[[ "$LD_LIBRARY_PATH" != *stubs* ]] || fail "LD_LIBRARY_PATH contains a stubs directory"
+lm="$CARGO_TARGET_DIR/debug/fire-lm"
+ldd "$lm" | grep -E 'libcuda\.|libcudart|libcublas\.|libcurand'
+! ldd "$lm" | grep -q 'not found' || fail "fire-lm cannot find all its libraries (is the driver installed?)"
 
 run="$out/fire-cuda"
 rm -rf "$run"
@@ -46,15 +48,12 @@ step "compare"
 python3 - "$run" "$out" <<'PY'
 import json, sys
 run, out = sys.argv[1], sys.argv[2]
-# The loss must fall over 50 steps (metrics are JSON lines with "step" and "loss").
-losses = []
-with open(f"{run}/metrics.jsonl") as f:
-    for line in f:
-        row = json.loads(line)
-        if "loss" in row:
-            losses.append(row["loss"])
-print(f"loss: first {losses[0]:.4f}, last {losses[-1]:.4f} over {len(losses)} records")
-assert len(losses) >= 2 and losses[-1] < losses[0] - 0.5, "the loss did not fall on CUDA"
+# The model must learn on CUDA: metrics.jsonl has a line every 10 steps; a byte model that has
+# learned nothing sits at ln(256) = 5.55 nats/token (the CPU reaches ~3.2 in these 50 steps).
+losses = [json.loads(line)["loss"] for line in open(f"{run}/metrics.jsonl")]
+print(f"loss: step 10 {losses[0]:.4f}, step 50 {losses[-1]:.4f} ({len(losses)} records)")
+assert len(losses) == 5, "expected 5 metrics lines for 50 steps"
+assert losses[-1] < losses[0] and losses[-1] < 4.0, "the loss did not fall on CUDA"
 cuda = json.load(open(f"{out}/eval-cuda/eval.json"))[0]["results"]
 cpu = json.load(open(f"{out}/eval-cpu/eval.json"))[0]["results"]
 worst = 0.0
@@ -69,10 +68,10 @@ PY
 
 step "FIRE bias and one forward pass, CUDA vs CPU"
 if [[ -f accelerated/tests/cuda_parity.rs ]]; then
-  FIRE_PARITY_RUN="$run" cargo test --release --locked -p fire-accelerated --features cuda \
+  FIRE_PARITY_RUN="$run" cargo test --locked -p fire-accelerated --features cuda \
     --test cuda_parity -- --ignored --nocapture
 else
-  fail "accelerated/tests/cuda_parity.rs is missing (the parity test of FIRE's bias)"
+  fail "accelerated/tests/cuda_parity.rs is missing: FIRE's bias was not compared (everything above passed)"
 fi
 
 printf '\ngpu-check: ok (outputs in %s)\n' "$out"
