@@ -63,7 +63,13 @@ fi
 command -v python3 >/dev/null || die "python3 (with pip) is required"
 command -v cc >/dev/null || die "a C compiler (cc) is required to build the libcuda stub"
 
-[[ -e "$prefix" ]] && { log "removing incomplete or outdated $prefix"; rm -rf "$prefix"; }
+if [[ -f "$stamp" ]]; then
+  log "replacing the outdated toolkit in $prefix"
+  rm -rf "$prefix"
+elif [[ -e "$prefix" ]]; then
+  # Never delete a directory this script did not make.
+  die "$prefix exists and is not a toolkit installed by this script; remove it or pick another prefix"
+fi
 work="$prefix.partial.$$"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/wheels" "$work/tree"
