@@ -215,7 +215,6 @@ fn heads_reversed(fire: &Fire, p: Pair) -> DVector<f64> {
     DVector::from_fn(n, |h, _| b[n - 1 - h])
 }
 
-
 fn gelu_tanh(fire: &Fire, p: Pair) -> DVector<f64> {
     let (i, j) = ij(p);
     let x = fire.input(i, j);
