@@ -52,7 +52,11 @@ struct DeviceArg {
 fn device(arg: &DeviceArg) -> Result<Device> {
     match arg.device.as_str() {
         "cpu" => Ok(Device::Cpu),
-        "cuda" => Device::new_cuda(0).context("CUDA device 0 (build with --features cuda)"),
+        "cuda" => Device::new_cuda(0).context(if cfg!(feature = "cuda") {
+            "CUDA device 0: is an NVIDIA GPU with its driver present?"
+        } else {
+            "CUDA device 0: this binary was built without `--features cuda`"
+        }),
         other => bail!("unknown device `{other}` (cpu or cuda)"),
     }
 }

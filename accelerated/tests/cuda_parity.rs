@@ -1,0 +1,76 @@
+//! CUDA against CPU on one trained checkpoint: every FIRE module's bias and one full forward
+//! pass must agree to f32 rounding. Needs a GPU, so it is ignored by default and run by
+//! `accelerated/scripts/gpu-check.sh` (which sets `FIRE_PARITY_RUN`); `--features cuda` builds
+//! it, so CI's CUDA compile-check keeps it compiling.
+#![cfg(feature = "cuda")]
+#![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
+
+use std::path::PathBuf;
+
+use candle_core::{Device, Tensor};
+use fire_accelerated::checkpoint::load_model;
+use fire_accelerated::encodings::Grid;
+
+/// Largest |a - b| relative to the largest |a| (at least 1).
+fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let b = b.to_device(a.device()).unwrap();
+    let diff: f32 = (a - &b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar()
+        .unwrap();
+    let scale: f32 = a.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+    diff / scale.max(1.0)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and a checkpoint; run by accelerated/scripts/gpu-check.sh"]
+fn cuda_matches_cpu_on_a_checkpoint() {
+    let run =
+        PathBuf::from(std::env::var("FIRE_PARITY_RUN").expect("FIRE_PARITY_RUN: a run directory"));
+    let cuda = Device::new_cuda(0).unwrap();
+    let (on_cpu, loaded) = load_model(&run, &Device::Cpu).unwrap();
+    let (on_gpu, _) = load_model(&run, &cuda).unwrap();
+    let seq = loaded.state.train.seq_len as u64;
+
+    // FIRE's bias for a query at the training length and at 8x it (past the threshold).
+    let modules = on_cpu.encoding.fire_modules();
+    assert!(
+        !modules.is_empty(),
+        "the checkpoint must be a FIRE or FIRE-S model"
+    );
+    for query in [seq - 1, 8 * seq - 1] {
+        let keys: Vec<u64> = (0..=query).collect();
+        let g_cpu = Grid::new(&[query], &keys, &Device::Cpu).unwrap();
+        let g_gpu = Grid::new(&[query], &keys, &cuda).unwrap();
+        for (l, (c, g)) in modules
+            .iter()
+            .zip(on_gpu.encoding.fire_modules())
+            .enumerate()
+        {
+            let d = rel_diff(
+                &c.bias_tensor(&g_cpu).unwrap(),
+                &g.bias_tensor(&g_gpu).unwrap(),
+            );
+            println!("FIRE bias, layer {l}, query {query}: max relative difference {d:.2e}");
+            assert!(
+                d < 1e-5,
+                "layer {l}, query {query}: CUDA bias differs from CPU by {d}"
+            );
+        }
+    }
+
+    // One forward pass over 2 x seq tokens of fixed bytes.
+    let n = 2 * seq as usize;
+    let tokens: Vec<u32> = (0..n).map(|i| (i * 37 % 251) as u32).collect();
+    let x_cpu = Tensor::from_vec(tokens.clone(), (1, n), &Device::Cpu).unwrap();
+    let x_gpu = Tensor::from_vec(tokens, (1, n), &cuda).unwrap();
+    let y_cpu = on_cpu.forward(&x_cpu, None, n).unwrap();
+    let y_gpu = on_gpu.forward(&x_gpu, None, n).unwrap();
+    let d = rel_diff(&y_cpu, &y_gpu);
+    println!("forward pass over {n} tokens: max relative logit difference {d:.2e}");
+    assert!(d < 1e-3, "CUDA logits differ from CPU by {d}");
+}
