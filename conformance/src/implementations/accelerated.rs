@@ -311,7 +311,15 @@ fn rope_attention(
     if dk != d || qs.len() != heads * q.len() * d || ks.len() != heads * k.len() * d {
         return Err(errored("rope: q and k shapes do not match the positions"));
     }
-    let rope = Rope::new(scalar("base")?, scalar("scale")?, d).map_err(errored)?;
+    // The suite's scale multiplies positions (s = L_train / L_target ≤ 1, spec: [rope.pi]); the
+    // accelerated crate divides them by its own, so it takes 1/s.
+    let s = scalar("scale")?;
+    if !(s.is_finite() && s > 0.0) {
+        return Err(errored(format!(
+            "rope: scale must be finite and > 0, got {s}"
+        )));
+    }
+    let rope = Rope::new(scalar("base")?, 1.0 / s, d).map_err(errored)?;
     let rotate = |x: Vec<f32>, positions: &[u64]| -> Result<Vec<f64>, Reply> {
         let t = candle_core::Tensor::from_vec(x, (heads, positions.len(), d), &Device::Cpu)
             .map_err(errored)?;
