@@ -1,6 +1,6 @@
 //! The accelerated crate, driven in process, against the committed suite in f32: every case it
-//! answers passes, except the two ReLU-kink gradients where candle's autograd takes relu'(0) = 1
-//! and [grad.kinks] asks for PyTorch's 0; every case it does not answer says precisely why.
+//! answers passes (the ReLU-kink gradients included) and every case it does not answer says
+//! precisely why.
 
 #![cfg(feature = "accelerated")]
 #![allow(clippy::unwrap_used)] // tests may unwrap
@@ -11,12 +11,6 @@ use fire_conformance::implementations::accelerated::Accelerated;
 use fire_conformance::runner::{self, Options, Status};
 use fire_conformance::vectors::load;
 
-/// Cases that fail because of candle's relu'(0) = 1 (a known accelerated-crate discrepancy).
-const RELU_KINK: [&str; 2] = [
-    "fire-grad/kinks/relu-at-zero",
-    "fire-grad/kinks/threshold-tie",
-];
-
 #[test]
 fn accelerated_passes_every_case_it_answers_in_f32() {
     let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
@@ -24,8 +18,10 @@ fn accelerated_passes_every_case_it_answers_in_f32() {
     assert_eq!(report.dtype, "f32");
     let with = |s: Status| report.outcomes.iter().filter(move |o| o.status == s);
     let failed: Vec<&str> = with(Status::Failed).map(|o| o.id.as_str()).collect();
+    // Including `fire-grad/kinks/*`: relu'(0) = 0 as [grad.kinks] requires (candle's own
+    // `relu` backward takes 1, which these cases caught).
     assert!(
-        failed.iter().all(|id| RELU_KINK.contains(id)),
+        failed.is_empty(),
         "unexpected failures {failed:?}: {}",
         report.summary()
     );

@@ -310,7 +310,10 @@ impl Fire {
 /// σ. spec: [fire.activation]
 pub fn activate(x: &Tensor, a: Activation) -> Result<Tensor> {
     Ok(match a {
-        Activation::Relu => x.relu()?,
+        // Not `x.relu()`: candle's backward takes relu'(0) = 1, while [grad.kinks] (and PyTorch
+        // and JAX) take 0. Multiplying by the mask `x > 0`, which carries no gradient, gives the
+        // same values and relu'(0) = 0. The conformance suite's `fire-grad/kinks/*` cases caught it.
+        Activation::Relu => (x * x.gt(0.0)?.to_dtype(x.dtype())?)?,
         Activation::Gelu => x.gelu_erf()?,
         Activation::Identity => x.clone(),
     })
