@@ -22,6 +22,22 @@ pub struct LayerCache {
 }
 
 impl LayerCache {
+    /// Appends this step's keys and values (`[B, H, T, d]`) after the cached ones and returns
+    /// the full `[B, H, K + T, d]` pair the step attends to; the cache keeps detached copies.
+    pub fn append(&mut self, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
+        let k = match &self.k {
+            Some(old) => Tensor::cat(&[old, &k], 2)?,
+            None => k,
+        };
+        let v = match &self.v {
+            Some(old) => Tensor::cat(&[old, &v], 2)?,
+            None => v,
+        };
+        self.k = Some(k.detach());
+        self.v = Some(v.detach());
+        Ok((k, v))
+    }
+
     /// The number of cached positions.
     pub fn len(&self) -> usize {
         self.k.as_ref().map_or(0, |k| k.dims()[2])
@@ -142,19 +158,7 @@ impl Attention {
         let v = self.split(&self.v.forward(x)?)?;
         let (k, v) = match cache {
             None => (k, v),
-            Some(c) => {
-                let k = match &c.k {
-                    Some(old) => Tensor::cat(&[old, &k], 2)?,
-                    None => k,
-                };
-                let v = match &c.v {
-                    Some(old) => Tensor::cat(&[old, &v], 2)?,
-                    None => v,
-                };
-                c.k = Some(k.detach());
-                c.v = Some(v.detach());
-                (k, v)
-            }
+            Some(c) => c.append(k, v)?,
         };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let mut logits = (q.matmul(&k.t()?)? * scale)?;
@@ -187,19 +191,7 @@ impl Attention {
         let v = self.split(&self.v.forward(x)?)?;
         let (k, v) = match cache {
             None => (k, v),
-            Some(c) => {
-                let k = match &c.k {
-                    Some(old) => Tensor::cat(&[old, &k], 2)?,
-                    None => k,
-                };
-                let v = match &c.v {
-                    Some(old) => Tensor::cat(&[old, &v], 2)?,
-                    None => v,
-                };
-                c.k = Some(k.detach());
-                c.v = Some(v.detach());
-                (k, v)
-            }
+            Some(c) => c.append(k, v)?,
         };
         let nk = k.dims()[2];
         ensure(nk == keys.len() && t == queries.len(), || {
