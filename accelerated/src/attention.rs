@@ -232,4 +232,22 @@ impl Attention {
         let out = out.transpose(1, 2)?.reshape((b, t, d_model))?;
         self.o.forward(&out)
     }
+
+    /// The training path through the fused op ([`crate::fused_op`]): `x: [B, T, D]` at
+    /// positions `0..T`, `bias` this layer's bias; differentiable with respect to the
+    /// projections and the bias parameters, and no `[B, H, T, T]` tensor exists (forward or
+    /// backward). Additive encodings only. spec: [attn.logits], [attn.causal]
+    pub fn forward_train_fused(
+        &self,
+        x: &Tensor,
+        bias: &crate::fused_op::LayerBias,
+    ) -> Result<Tensor> {
+        let (b, t, d_model) = x.dims3()?;
+        let q = self.split(&self.q.forward(x)?)?;
+        let k = self.split(&self.k.forward(x)?)?;
+        let v = self.split(&self.v.forward(x)?)?;
+        let out = crate::fused_op::fused_attention(&q, &k, &v, bias)?;
+        let out = out.transpose(1, 2)?.reshape((b, t, d_model))?;
+        self.o.forward(&out)
+    }
 }

@@ -19,6 +19,7 @@ pub mod error;
 pub mod eval;
 pub mod fast;
 pub mod fused;
+pub mod fused_op;
 pub mod generate;
 pub mod model;
 pub mod nn;

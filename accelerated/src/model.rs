@@ -214,6 +214,43 @@ impl Model {
         }
     }
 
+    /// Logits `[B, T, V]` for training through the fused attention op with a backward pass
+    /// ([`crate::fused_op`]): positions `0..T`, autograd intact (FIRE's `c` and
+    /// `L_multiplier` included), and neither the forward nor the backward builds an
+    /// `[B, H, T, T]` tensor, so a step at thousands of tokens fits where the materialised
+    /// path's scores would not. CPU, additive encodings (everything but RoPE).
+    pub fn forward_train_fused(&self, tokens: &Tensor) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        ensure(t > 0, || "empty token sequence".into())?;
+        let biases = self
+            .encoding
+            .train_bias(self.blocks.len(), t, &self.device)?
+            .ok_or_else(|| {
+                crate::Error::Config(format!(
+                    "fused training attention needs an additive encoding; `{}` rotates queries \
+                     and keys (use the materialised path)",
+                    self.encoding.name()
+                ))
+            })?;
+        let mut x = self
+            .embed
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, self.cfg.d_model))?;
+        for (block, bias) in self.blocks.iter().zip(&biases) {
+            let h = block
+                .attn
+                .forward_train_fused(&block.ln1.forward(&x)?, bias)?;
+            x = (x + h)?;
+            let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
+            x = (&x + block.fc2.forward(&m)?)?;
+        }
+        let x = self.ln_f.forward(&x)?;
+        match &self.head {
+            Some(head) => head.forward(&x),
+            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
+        }
+    }
+
     /// This model's encoding compiled for the fused kernel (tables for distances below
     /// `capacity`), or `None` when the fused path does not apply: a rotary encoding, or a
     /// device other than the CPU.

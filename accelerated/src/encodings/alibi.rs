@@ -83,4 +83,12 @@ impl PositionEncoding for Alibi {
         let source = Box::new(DistanceBias::new(enc, heads, capacity)?);
         Ok(Some(FusedEncoding::shared(source, layers)))
     }
+    fn train_bias(
+        &self,
+        layers: usize,
+        n: usize,
+        device: &Device,
+    ) -> Result<Option<Vec<crate::fused_op::LayerBias>>> {
+        crate::encodings::distance_tables(self, layers, n, device)
+    }
 }

@@ -13,6 +13,7 @@ use crate::encodings::{Grid, PositionEncoding};
 use crate::error::{ensure, Error, Result};
 use crate::fast;
 use crate::fused::{scalar, FusedEncoding};
+use crate::fused_op::{FireSpec, LayerBias};
 use crate::params::{Init, ParamStore, Path};
 
 /// One FIRE module: f_θ and the position transformation.
@@ -292,6 +293,35 @@ impl Fire {
         Ok(fast::FireBias::new(mlp, params, capacity)?)
     }
 
+    /// The module for the fused training op: θ, `c` and `L_multiplier` packed into one
+    /// differentiable tensor in [grad.layout]'s order (autograd splits the op's gradient back
+    /// onto each variable; `init_L` enters as a constant). spec: [grad.layout]
+    pub fn train_bias(&self) -> Result<LayerBias> {
+        let mut parts = Vec::with_capacity(2 * self.layers.len() + 2);
+        let mut shapes = Vec::with_capacity(self.layers.len());
+        for (w, b) in &self.layers {
+            shapes.push(w.dims2()?);
+            parts.push(w.flatten_all()?);
+            parts.push(b.flatten_all()?);
+        }
+        parts.push(self.c.reshape(1)?);
+        parts.push(self.l_multiplier.reshape(1)?);
+        let params = Tensor::cat(&parts, 0)?.to_dtype(DType::F32)?;
+        let spec = FireSpec {
+            layers: shapes,
+            activation: fast_activation(self.activation),
+            final_activation: self.final_activation.map(fast_activation),
+            l_init: scalar(&self.init_l)?,
+            eps: self.eps,
+            transform: match self.transform {
+                Transform::Log => fast::Transform::Log,
+                Transform::Identity => fast::Transform::Identity,
+            },
+            threshold: !matches!(self.threshold, Threshold::Disabled),
+        };
+        Ok(LayerBias::Fire { spec, params })
+    }
+
     /// The module's parameters as a PyTorch-style state dict (names relative to the module).
     pub fn state_dict(&self) -> Vec<(String, Tensor)> {
         let mut out = Vec::new();
@@ -367,6 +397,24 @@ impl PositionEncoding for PerLayer {
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(FusedEncoding::per_layer(sources)))
     }
+    fn train_bias(
+        &self,
+        layers: usize,
+        _n: usize,
+        _device: &Device,
+    ) -> Result<Option<Vec<LayerBias>>> {
+        if layers != self.modules.len() {
+            return Err(Error::Config(format!(
+                "FIRE has {} modules for {layers} layers",
+                self.modules.len()
+            )));
+        }
+        self.modules
+            .iter()
+            .map(Fire::train_bias)
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
 }
 
 /// FIRE-S: one module shared by all layers; its bias is computed once per call and the same
@@ -391,6 +439,16 @@ impl PositionEncoding for Shared {
     fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
         let once = Box::new(self.module.compile(capacity)?);
         Ok(Some(FusedEncoding::shared(once, layers)))
+    }
+    fn train_bias(
+        &self,
+        layers: usize,
+        _n: usize,
+        _device: &Device,
+    ) -> Result<Option<Vec<LayerBias>>> {
+        // Packed once: every layer's op feeds its gradient into the same tensor.
+        let once = self.module.train_bias()?;
+        Ok(Some(vec![once; layers]))
     }
 }
 

@@ -150,4 +150,12 @@ impl PositionEncoding for PerLayer {
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(FusedEncoding::per_layer(sources)))
     }
+    fn train_bias(
+        &self,
+        layers: usize,
+        n: usize,
+        device: &Device,
+    ) -> Result<Option<Vec<crate::fused_op::LayerBias>>> {
+        crate::encodings::distance_tables(self, layers, n, device)
+    }
 }

@@ -19,6 +19,7 @@ use candle_core::{Device, Tensor};
 use crate::config::{EncodingConfig, ModelConfig};
 use crate::error::{ensure, Result};
 use crate::fused::FusedEncoding;
+use crate::fused_op::LayerBias;
 use crate::params::Path;
 
 /// The (query, key) position pairs one attention call covers.
@@ -104,6 +105,51 @@ pub trait PositionEncoding: std::fmt::Debug {
         let _ = (layers, capacity);
         Ok(None)
     }
+
+    /// Every layer's bias for the fused training op ([`crate::fused_op`]) at positions
+    /// `0..n`, as differentiable tensors; `None` when the encoding is not additive (RoPE,
+    /// RoPE-PI), which trains on the materialised path only.
+    fn train_bias(
+        &self,
+        layers: usize,
+        n: usize,
+        device: &Device,
+    ) -> Result<Option<Vec<LayerBias>>> {
+        let _ = (layers, n, device);
+        Ok(None)
+    }
+}
+
+/// The bias of a distance-only encoding as one differentiable table per layer, `[H, n]` with
+/// entry `[h, m]` the bias at distance `m`: the encoding's own bias for the query `n − 1`
+/// against the keys `n − 1, n − 2, …, 0` (O(n·H), autograd intact). Layers that share a tensor
+/// share the table.
+pub fn distance_tables(
+    encoding: &dyn PositionEncoding,
+    layers: usize,
+    n: usize,
+    device: &Device,
+) -> Result<Option<Vec<LayerBias>>> {
+    ensure(n > 0, || "empty sequence".into())?;
+    let last = n as u64 - 1;
+    let keys: Vec<u64> = (0..=last).rev().collect();
+    let grid = Grid::new(&[last], &keys, device)?;
+    let tables = encoding
+        .biases(&grid, layers)?
+        .into_iter()
+        .map(|b| -> Result<LayerBias> {
+            Ok(match b {
+                None => LayerBias::None,
+                Some(t) => {
+                    let h = t.dims()[0];
+                    LayerBias::Table {
+                        table: t.reshape((h, n))?,
+                    }
+                }
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(tables))
 }
 
 /// No positional information at all: causal masking alone breaks the symmetry.
@@ -119,6 +165,14 @@ impl PositionEncoding for Nope {
     }
     fn tile_bias(&self, layers: usize, _capacity: usize) -> Result<Option<FusedEncoding>> {
         Ok(Some(FusedEncoding::none(layers)))
+    }
+    fn train_bias(
+        &self,
+        layers: usize,
+        _n: usize,
+        _device: &Device,
+    ) -> Result<Option<Vec<LayerBias>>> {
+        Ok(Some(vec![LayerBias::None; layers]))
     }
 }
 

@@ -37,7 +37,7 @@ pub struct Shape {
 
 impl Shape {
     /// Checks every buffer and position list against the shape.
-    fn check(
+    pub(crate) fn check(
         &self,
         q: &[f32],
         k: &[f32],
@@ -143,6 +143,21 @@ pub fn fused_causal(
     keys: &[Position],
     bias: Option<&dyn BiasPlan>,
 ) -> Result<Vec<f32>> {
+    fused_causal_lse(q, k, v, shape, queries, keys, bias).map(|(out, _)| out)
+}
+
+/// [`fused_causal`] that also returns each row's log-sum-exp of its (scaled, biased) scores,
+/// `[H, Nq]`: what the backward pass ([`crate::fast::backward`]) needs to recompute the softmax
+/// tile by tile without storing it.
+pub fn fused_causal_lse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    bias: Option<&dyn BiasPlan>,
+) -> Result<(Vec<f32>, Vec<f32>)> {
     shape.check(q, k, v, queries, keys)?;
     let Shape {
         queries: nq,
@@ -151,16 +166,19 @@ pub fn fused_causal(
         ..
     } = shape;
     let mut out = vec![0f32; q.len()];
+    let mut lse = vec![0f32; shape.heads * nq];
     out.par_chunks_mut(nq * d)
+        .zip(lse.par_chunks_mut(nq))
         .enumerate()
-        .for_each(|(h, out_h)| {
+        .for_each(|(h, (out_h, lse_h))| {
             let qh = &q[h * nq * d..(h + 1) * nq * d];
             let kh = &k[h * nk * d..(h + 1) * nk * d];
             let vh = &v[h * nk * d..(h + 1) * nk * d];
             out_h
                 .par_chunks_mut(TILE_Q * d)
+                .zip(lse_h.par_chunks_mut(TILE_Q))
                 .enumerate()
-                .for_each(|(t, out_t)| {
+                .for_each(|(t, (out_t, lse_t))| {
                     let r0 = t * TILE_Q;
                     let rows = out_t.len() / d;
                     let task = Task {
@@ -174,10 +192,10 @@ pub fn fused_causal(
                         keys,
                         bias,
                     };
-                    task.run(out_t);
+                    task.run(out_t, lse_t);
                 });
         });
-    Ok(out)
+    Ok((out, lse))
 }
 
 /// One head × one query tile.
@@ -194,7 +212,7 @@ struct Task<'a> {
 }
 
 impl Task<'_> {
-    fn run(&self, out: &mut [f32]) {
+    fn run(&self, out: &mut [f32], lse: &mut [f32]) {
         let d = self.d;
         let rows = self.queries.len();
         let scale = 1.0 / (d as f32).sqrt();
@@ -248,9 +266,14 @@ impl Task<'_> {
             let v = &self.v[c0 * d..(c0 + cols) * d];
             kernels::weighted_values(&s, stride, rows, v, cols, d, out);
         }
-        for (row, &l) in out.chunks_exact_mut(d).zip(&sum) {
+        for ((row, &l), (lse, &m)) in out
+            .chunks_exact_mut(d)
+            .zip(&sum)
+            .zip(lse.iter_mut().zip(&max))
+        {
             let inv = 1.0 / l;
             row.iter_mut().for_each(|x| *x *= inv);
+            *lse = m + l.ln();
         }
     }
 }

@@ -126,6 +126,11 @@ impl PiecewiseLinear {
         (self.slope32[i], self.intercept32[i])
     }
 
+    /// The slope of head `h` on segment `s`, in f64.
+    pub fn slope(&self, h: usize, s: usize) -> f64 {
+        self.slope[h * self.segments() + s]
+    }
+
     /// Head `h`'s f32 slopes and intercepts, one per segment.
     pub fn head_pieces(&self, h: usize) -> (&[f32], &[f32]) {
         let s = self.segments();
@@ -155,7 +160,7 @@ fn activation_after(mlp: &Mlp, n: usize) -> Option<Activation> {
 }
 
 /// The open intervals between consecutive breakpoints, with infinite ends.
-fn intervals(breakpoints: &[f64]) -> impl Iterator<Item = (f64, f64)> + '_ {
+pub(crate) fn intervals(breakpoints: &[f64]) -> impl Iterator<Item = (f64, f64)> + '_ {
     let n = breakpoints.len();
     (0..=n).map(move |s| {
         let lo = if s == 0 {
@@ -173,7 +178,7 @@ fn intervals(breakpoints: &[f64]) -> impl Iterator<Item = (f64, f64)> + '_ {
 }
 
 /// A point strictly inside `(lo, hi)`: where the interval's activation pattern is read.
-fn representative(lo: f64, hi: f64) -> f64 {
+pub(crate) fn representative(lo: f64, hi: f64) -> f64 {
     match (lo.is_finite(), hi.is_finite()) {
         (true, true) => lo + 0.5 * (hi - lo),
         (false, true) => hi - 1.0 - hi.abs(),

@@ -130,6 +130,8 @@ pub enum FireFunction {
 #[derive(Debug, Clone)]
 pub struct FireBias {
     function: FireFunction,
+    /// f_θ itself (the backward pass differentiates it).
+    pub(crate) mlp: Mlp,
     params: FireParams,
     heads: usize,
     /// `psi_rev[capacity − 1 − n] = ψ(n)`, f32.
@@ -146,7 +148,7 @@ impl FireBias {
         let function = if mlp.is_piecewise_linear() {
             FireFunction::Compiled(PiecewiseLinear::compile(&mlp)?)
         } else {
-            FireFunction::Direct(mlp)
+            FireFunction::Direct(mlp.clone())
         };
         let capacity = capacity.clamp(1, u32::MAX as usize);
         let psi_rev = (0..capacity)
@@ -155,10 +157,19 @@ impl FireBias {
             .collect();
         Ok(Self {
             function,
+            mlp,
             params,
             heads,
             psi_rev,
         })
+    }
+
+    /// `mlp` evaluated (and differentiated) directly, pair by pair, even when it would compile:
+    /// the slow twin of the compiled path, for tests and comparisons.
+    pub fn direct(mlp: Mlp, params: FireParams, capacity: usize) -> Result<Self> {
+        let mut fire = Self::new(mlp, params, capacity)?;
+        fire.function = FireFunction::Direct(fire.mlp.clone());
+        Ok(fire)
     }
 
     /// The scalar parameters.
@@ -171,8 +182,13 @@ impl FireBias {
         &self.function
     }
 
-    fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.psi_rev.len()
+    }
+
+    /// The reversed ψ table: `[capacity − 1 − n] = ψ(n)`.
+    pub(crate) fn psi_rev_slice(&self) -> &[f32] {
+        &self.psi_rev
     }
 
     /// ψ(n) from the table; `n < capacity`.
@@ -181,7 +197,7 @@ impl FireBias {
     }
 
     /// ψ(n) in f32: from the table when it holds `n`.
-    fn psi(&self, n: u64) -> f32 {
+    pub(crate) fn psi(&self, n: u64) -> f32 {
         let m = self.capacity() as u64;
         if n < m {
             self.psi_rev[(m - 1 - n) as usize]
@@ -201,6 +217,17 @@ impl TileBias for FireBias {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<Box<dyn BiasPlan + 'a>> {
+        Ok(Box::new(self.fire_plan(queries, keys)?))
+    }
+}
+
+impl FireBias {
+    /// The plan behind [`TileBias::plan`], unboxed (the backward pass extends it).
+    pub(crate) fn fire_plan<'a>(
+        &'a self,
+        queries: &'a [Position],
+        keys: &'a [Position],
+    ) -> Result<FirePlan<'a>> {
         let contiguous = check_keys(keys)?;
         let inv: Vec<f32> = queries
             .iter()
@@ -225,7 +252,7 @@ impl TileBias for FireBias {
             }
             FireFunction::Direct(_) => (0, 0, Vec::new()),
         };
-        Ok(Box::new(FirePlan {
+        Ok(FirePlan {
             fire: self,
             queries,
             keys,
@@ -234,7 +261,7 @@ impl TileBias for FireBias {
             first,
             count,
             thresholds,
-        }))
+        })
     }
 }
 
@@ -255,12 +282,12 @@ fn partition(m: usize, below: impl Fn(usize) -> bool) -> usize {
 
 /// One call's FIRE state: per-query reciprocal normalisers and, for compiled f_θ, the
 /// distance at which each row crosses each breakpoint in `(0, 1]`.
-struct FirePlan<'a> {
-    fire: &'a FireBias,
-    queries: &'a [Position],
-    keys: &'a [Position],
-    contiguous: bool,
-    inv: Vec<f32>,
+pub(crate) struct FirePlan<'a> {
+    pub(crate) fire: &'a FireBias,
+    pub(crate) queries: &'a [Position],
+    pub(crate) keys: &'a [Position],
+    pub(crate) contiguous: bool,
+    pub(crate) inv: Vec<f32>,
     /// Index of the segment holding x = 0.
     first: usize,
     /// Breakpoints in `(0, 1]`.
@@ -282,6 +309,36 @@ impl FirePlan<'_> {
         }
     }
 
+    /// The runs of one causal row on the fast path: calls `f(segment, start, end)` for each
+    /// maximal run of columns `start..end` (of `0..vis`, column `t` at distance `nhi − t`) whose
+    /// x lies in one segment of the compiled f_θ, in column order.
+    pub(crate) fn for_each_run(
+        &self,
+        q: usize,
+        nhi: usize,
+        vis: usize,
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
+        let thr = &self.thresholds[q * self.count..(q + 1) * self.count];
+        let mut k = thr.partition_point(|&t| t as usize <= nhi);
+        let mut start = 0;
+        loop {
+            let end = if k == 0 {
+                vis
+            } else {
+                vis.min(nhi - thr[k - 1] as usize + 1)
+            };
+            if end > start {
+                f(self.first + k, start, end);
+                start = end;
+            }
+            if k == 0 || start >= vis {
+                break;
+            }
+            k -= 1;
+        }
+    }
+
     /// The causal part of one row on the fast path: contiguous keys whose distances the ψ
     /// table holds. `psi` is ψ at distances `nhi, nhi − 1, …` (one per visible key).
     fn runs(
@@ -293,31 +350,15 @@ impl FirePlan<'_> {
         psi: &[f32],
         row: &mut [f32],
     ) {
-        let vis = psi.len();
         let inv = self.inv[q];
-        let thr = &self.thresholds[q * self.count..(q + 1) * self.count];
         let (slopes, intercepts) = pl.head_pieces(head);
-        let mut k = thr.partition_point(|&t| t as usize <= nhi);
-        let mut start = 0;
-        loop {
-            let end = if k == 0 {
-                vis
-            } else {
-                vis.min(nhi - thr[k - 1] as usize + 1)
-            };
-            if end > start {
-                let a = slopes[self.first + k] * inv;
-                let c = intercepts[self.first + k];
-                for (o, p) in row[start..end].iter_mut().zip(&psi[start..end]) {
-                    *o = a * p + c;
-                }
-                start = end;
+        self.for_each_run(q, nhi, psi.len(), |seg, start, end| {
+            let a = slopes[seg] * inv;
+            let c = intercepts[seg];
+            for (o, p) in row[start..end].iter_mut().zip(&psi[start..end]) {
+                *o = a * p + c;
             }
-            if k == 0 || start >= vis {
-                break;
-            }
-            k -= 1;
-        }
+        });
     }
 }
 

@@ -229,3 +229,144 @@ impl Mlp {
         self.final_activation.map_or(z, |s| s.apply(z))
     }
 }
+
+/// Backpropagation through f_θ, for the fused kernel's backward pass
+/// ([`crate::fast::backward`]). spec: [grad.theta], [grad.kinks]
+impl Mlp {
+    /// The number of θ parameters, laid out per layer as the weight (`[out, in]` row-major)
+    /// then the bias, layers in order: [grad.layout]'s order.
+    pub fn param_count(&self) -> usize {
+        self.layers.iter().map(|l| l.outputs * (l.inputs + 1)).sum()
+    }
+
+    /// The activation after layer `n`, if any.
+    fn sigma(&self, n: usize) -> Option<Activation> {
+        if n + 1 < self.layers.len() {
+            Some(self.activation)
+        } else {
+            self.final_activation
+        }
+    }
+
+    /// Which ReLU units are on (`z > 0`) at `x`, per layer (all `true` where the layer has no
+    /// ReLU). Inside one segment of the compiled form this pattern is constant.
+    pub fn pattern(&self, x: f64) -> Vec<Vec<bool>> {
+        let mut a = vec![x];
+        let mut out = Vec::with_capacity(self.layers.len());
+        for (n, layer) in self.layers.iter().enumerate() {
+            let sigma = self.sigma(n);
+            let z: Vec<f64> = (0..layer.outputs)
+                .map(|o| dot(layer.row(o), &a) + layer.bias[o])
+                .collect();
+            out.push(
+                z.iter()
+                    .map(|&z| sigma != Some(Activation::Relu) || z > 0.0)
+                    .collect(),
+            );
+            a = z.iter().map(|&z| sigma.map_or(z, |s| s.apply(z))).collect();
+        }
+        out
+    }
+
+    /// Adds `Σ_h g_h·∂f_h/∂θ` at `x` to `grads` ([`Self::param_count`] values, packed as
+    /// there) and returns `Σ_h g_h·∂f_h/∂x`.
+    ///
+    /// With `pattern`, every ReLU unit is on or off as the pattern says instead of by the sign of
+    /// its input: f_θ is then the one affine piece of a segment, extended to all `x`, and the
+    /// gradient is affine in `x`, which is what lets the backward pass sum a whole segment's
+    /// pairs into two numbers per head. Without, ReLU's derivative at 0 is 0 ([grad.kinks]).
+    pub fn vjp(&self, x: f64, g: &[f64], pattern: Option<&[Vec<bool>]>, grads: &mut [f64]) -> f64 {
+        // Forward, keeping every layer's input a_{n−1} and the derivative σ'(z_n).
+        let mut inputs: Vec<Vec<f64>> = Vec::with_capacity(self.layers.len());
+        let mut slopes: Vec<Vec<f64>> = Vec::with_capacity(self.layers.len());
+        let mut a = vec![x];
+        for (n, layer) in self.layers.iter().enumerate() {
+            let sigma = self.sigma(n);
+            let mut next = Vec::with_capacity(layer.outputs);
+            let mut slope = Vec::with_capacity(layer.outputs);
+            for o in 0..layer.outputs {
+                let z = dot(layer.row(o), &a) + layer.bias[o];
+                let (value, d) = match (sigma, pattern) {
+                    (Some(Activation::Relu), Some(p)) => {
+                        let on = p[n][o];
+                        (if on { z } else { 0.0 }, if on { 1.0 } else { 0.0 })
+                    }
+                    (Some(s), _) => (s.apply(z), s.derivative(z)),
+                    (None, _) => (z, 1.0),
+                };
+                next.push(value);
+                slope.push(d);
+            }
+            inputs.push(std::mem::replace(&mut a, next));
+            slopes.push(slope);
+        }
+        // Backward.
+        let mut offsets = Vec::with_capacity(self.layers.len());
+        let mut off = 0;
+        for l in &self.layers {
+            offsets.push(off);
+            off += l.outputs * (l.inputs + 1);
+        }
+        let mut delta: Vec<f64> = g
+            .iter()
+            .zip(&slopes[self.layers.len() - 1])
+            .map(|(g, s)| g * s)
+            .collect();
+        for n in (0..self.layers.len()).rev() {
+            let layer = &self.layers[n];
+            let (w_off, b_off) = (offsets[n], offsets[n] + layer.outputs * layer.inputs);
+            for (o, &dlt) in delta.iter().enumerate() {
+                if dlt == 0.0 {
+                    continue;
+                }
+                for (i, &a) in inputs[n].iter().enumerate() {
+                    grads[w_off + o * layer.inputs + i] += dlt * a;
+                }
+                grads[b_off + o] += dlt;
+            }
+            let back: Vec<f64> = (0..layer.inputs)
+                .map(|i| {
+                    delta
+                        .iter()
+                        .enumerate()
+                        .map(|(o, d)| d * layer.weight[o * layer.inputs + i])
+                        .sum()
+                })
+                .collect();
+            if n == 0 {
+                return back[0];
+            }
+            delta = back
+                .iter()
+                .zip(&slopes[n - 1])
+                .map(|(b, s)| b * s)
+                .collect();
+        }
+        0.0
+    }
+}
+
+impl Activation {
+    /// σ'(z), with relu'(0) = 0 ([grad.kinks]).
+    pub fn derivative(self, z: f64) -> f64 {
+        match self {
+            Activation::Relu => {
+                if z > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Activation::Identity => 1.0,
+            Activation::Gelu => {
+                let cdf = 0.5 * (1.0 + erf(z / std::f64::consts::SQRT_2));
+                let pdf = (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                cdf + z * pdf
+            }
+        }
+    }
+}
+
+fn dot(w: &[f64], a: &[f64]) -> f64 {
+    w.iter().zip(a).map(|(w, a)| w * a).sum()
+}

@@ -1,6 +1,7 @@
 //! Every fast path against its slow twin and against `fire_reference`.
 
 mod attention;
+mod backward;
 mod bias;
 mod compile;
 

@@ -1,0 +1,192 @@
+//! Training through the fused attention op ([`fire_accelerated::fused_op`]) against its slow,
+//! obvious twin, the materialised candle path with autograd: the same loss and the same
+//! gradient for every trainable parameter (q/k/v/o projections, FIRE's θ, `c` and
+//! `L_multiplier`, Kerple's and T5's parameters), within f32 tolerance, for every additive
+//! encoding and FIRE's variants. Sequences of 80 tokens cross the kernel's 64-wide tiles, and
+//! `L_init = 24` puts queries below, on (i = 24: the ½ tie of [grad.m]) and above the threshold.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
+
+use candle_core::{Device, Tensor};
+use fire_accelerated::config::{
+    Activation, EncodingConfig, FireConfig, ModelConfig, Threshold, Transform,
+};
+use fire_accelerated::nn::cross_entropy;
+use fire_accelerated::params::ParamStore;
+use fire_accelerated::rng::SplitMix64;
+use fire_accelerated::Model;
+
+const N: usize = 80;
+const B: usize = 2;
+
+fn small(encoding: EncodingConfig) -> ModelConfig {
+    ModelConfig {
+        d_model: 32,
+        n_layers: 2,
+        n_heads: 4,
+        d_ff: 64,
+        ..ModelConfig::tiny(encoding)
+    }
+}
+
+fn fire(f: impl FnOnce(&mut FireConfig)) -> FireConfig {
+    let mut c = FireConfig {
+        l_init: 24.0,
+        ..FireConfig::default()
+    };
+    f(&mut c);
+    c
+}
+
+fn tokens(n: usize, seed: u64) -> Vec<u32> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.below(256) as u32).collect()
+}
+
+/// `(loss, name → gradient)` through one path; a parameter the loss does not reach (`c`
+/// without the log transform) has an all-zero gradient.
+fn loss_and_grads(
+    model: &Model,
+    store: &ParamStore,
+    fused: bool,
+) -> (f32, Vec<(String, Vec<f32>)>) {
+    let dev = Device::Cpu;
+    let x = Tensor::from_vec(tokens(B * N, 1), (B, N), &dev).unwrap();
+    let y = Tensor::from_vec(tokens(B * N, 2), B * N, &dev).unwrap();
+    let logits = if fused {
+        model.forward_train_fused(&x).unwrap()
+    } else {
+        model.forward(&x, None, 0).unwrap()
+    };
+    let loss = cross_entropy(&logits.reshape((B * N, 256)).unwrap(), &y).unwrap();
+    let grads = loss.backward().unwrap();
+    let mut out = Vec::new();
+    for (name, var) in store.trainable() {
+        let g = match grads.get(var.as_tensor()) {
+            Some(g) => g.flatten_all().unwrap().to_vec1().unwrap(),
+            None => vec![0.0; var.as_tensor().elem_count()],
+        };
+        out.push((name.clone(), g));
+    }
+    (loss.to_scalar().unwrap(), out)
+}
+
+/// Compares the two paths: losses within 1e-5 (relative), every gradient within 1e-4 of its
+/// largest entry (the two sum in different orders; measured agreement is ~1e-5). Every
+/// parameter must have a gradient of real size, except those named in `zero`, whose
+/// gradient vanishes in exact arithmetic and must be rounding noise on both paths: `c` without
+/// the log transform, and the output-layer bias of f_θ without a final activation (it adds the
+/// same constant to a whole row of logits, which softmax ignores).
+fn check(label: &str, enc: EncodingConfig, zero: &[&str]) {
+    let cfg = small(enc);
+    let mut store = ParamStore::fresh(&Device::Cpu, 7);
+    let model = Model::new(&cfg, &mut store).unwrap();
+    let (loss_m, grads_m) = loss_and_grads(&model, &store, false);
+    let (loss_f, grads_f) = loss_and_grads(&model, &store, true);
+    assert!(
+        (loss_m - loss_f).abs() <= 1e-5 * loss_m.abs(),
+        "{label}: loss {loss_f} fused vs {loss_m} materialised"
+    );
+    for ((name, gm), (_, gf)) in grads_m.iter().zip(&grads_f) {
+        let scale = gm.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let diff = gm
+            .iter()
+            .zip(gf)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(
+            diff <= 1e-4 * scale + 1e-9,
+            "{label}: {name}: max |Δ| = {diff:e} against max |g| = {scale:e}"
+        );
+        if zero.iter().any(|z| name.ends_with(z)) {
+            assert!(scale < 1e-8, "{label}: {name} should vanish, is {scale:e}");
+        } else {
+            assert!(
+                scale > 1e-8,
+                "{label}: {name}: gradient {scale:e} is missing"
+            );
+        }
+    }
+}
+
+/// f_θ's output bias for `depth` hidden layers.
+const OUT_BIAS_1: &str = "fire.mlp.2.bias";
+const OUT_BIAS_2: &str = "fire.mlp.4.bias";
+
+#[test]
+fn fire_relu_depth_1_matches_the_materialised_path() {
+    check("fire", EncodingConfig::Fire(fire(|_| {})), &[OUT_BIAS_1]);
+}
+
+#[test]
+fn fire_relu_depth_2_matches_the_materialised_path() {
+    check(
+        "fire depth 2",
+        EncodingConfig::Fire(fire(|c| c.depth = 2)),
+        &[OUT_BIAS_2],
+    );
+}
+
+#[test]
+fn fire_gelu_falls_back_to_per_pair_backpropagation_and_matches() {
+    check(
+        "fire gelu",
+        EncodingConfig::Fire(fire(|c| c.activation = Activation::Gelu)),
+        &[OUT_BIAS_1],
+    );
+}
+
+#[test]
+fn fire_ablations_match_the_materialised_path() {
+    check(
+        "fire no-log",
+        EncodingConfig::Fire(fire(|c| c.transform = Transform::Identity)),
+        &[".c", OUT_BIAS_1],
+    );
+    check(
+        "fire no-threshold",
+        EncodingConfig::Fire(fire(|c| c.threshold = Threshold::Disabled)),
+        &[OUT_BIAS_1],
+    );
+    check(
+        "fire fixed threshold",
+        EncodingConfig::Fire(fire(|c| c.threshold = Threshold::Fixed)),
+        &[OUT_BIAS_1],
+    );
+    check(
+        "fire final relu",
+        EncodingConfig::Fire(fire(|c| c.final_activation = Some(Activation::Relu))),
+        &[],
+    );
+}
+
+#[test]
+fn fire_s_shares_one_module_and_matches() {
+    check("fire-s", EncodingConfig::FireS(fire(|_| {})), &[OUT_BIAS_1]);
+}
+
+#[test]
+fn nope_and_the_distance_only_baselines_match() {
+    check("nope", EncodingConfig::Nope, &[]);
+    check("alibi", EncodingConfig::Alibi, &[]);
+    check("kerple-log", EncodingConfig::KerpleLog, &[]);
+    check("kerple-power", EncodingConfig::KerplePower, &[]);
+    check(
+        "t5",
+        EncodingConfig::T5 {
+            num_buckets: 8,
+            max_distance: 32,
+        },
+        &[],
+    );
+    check("sandwich", EncodingConfig::Sandwich, &[]);
+}
+
+#[test]
+fn rotary_encodings_are_refused_with_a_clear_error() {
+    let cfg = small(EncodingConfig::Rope { theta: 10_000.0 });
+    let mut store = ParamStore::fresh(&Device::Cpu, 7);
+    let model = Model::new(&cfg, &mut store).unwrap();
+    let x = Tensor::from_vec(tokens(8, 1), (1, 8), &Device::Cpu).unwrap();
+    let err = model.forward_train_fused(&x).unwrap_err().to_string();
+    assert!(err.contains("additive"), "{err}");
+}
