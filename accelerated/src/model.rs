@@ -251,6 +251,15 @@ impl Model {
         }
     }
 
+    /// Whether [`Self::forward_train_fused`] applies: an additive encoding on the CPU.
+    pub fn trains_fused(&self) -> bool {
+        self.device.is_cpu()
+            && matches!(
+                self.encoding.train_bias(self.blocks.len(), 1, &self.device),
+                Ok(Some(_))
+            )
+    }
+
     /// This model's encoding compiled for the fused kernel (tables for distances below
     /// `capacity`), or `None` when the fused path does not apply: a rotary encoding, or a
     /// device other than the CPU.

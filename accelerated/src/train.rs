@@ -17,6 +17,7 @@ use crate::checkpoint::{self, State};
 use crate::config::ModelConfig;
 use crate::data::{Batcher, Corpus};
 use crate::error::{io, Error, Result};
+use crate::fused::AttentionPath;
 use crate::model::Model;
 use crate::nn::cross_entropy;
 use crate::optim::{clipped_gradients, learning_rate, AdamW, AdamWConfig};
@@ -53,6 +54,11 @@ pub struct TrainConfig {
     pub checkpoint_every: u64,
     /// Steps between metrics lines (the last step is always logged).
     pub log_every: u64,
+    /// The attention implementation of training: `fused` runs the fused op with a backward
+    /// pass ([`crate::fused_op`], no `[B, H, N, N]` tensor: long sequences fit) where the
+    /// encoding is additive and the device is the CPU, the candle path otherwise;
+    /// `materialised` always takes the candle path.
+    pub attention: AttentionPath,
 }
 
 impl Default for TrainConfig {
@@ -71,6 +77,7 @@ impl Default for TrainConfig {
             corpus: None,
             checkpoint_every: 250,
             log_every: 10,
+            attention: AttentionPath::default(),
         }
     }
 }
@@ -198,6 +205,7 @@ pub fn train(
         .open(&metrics_path)
         .map_err(io(&metrics_path))?;
 
+    let fused = cfg.attention == AttentionPath::Fused && model.trains_fused();
     let end = opts.stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
     let bar = progress_bar(opts.progress, start, cfg.steps);
     let t0 = Instant::now();
@@ -206,7 +214,11 @@ pub fn train(
     let mut last_ckpt = resumed.as_ref().map(|c| c.dir.clone());
     for step in start..end {
         let (x, y) = batcher.next(&mut rng, device)?;
-        let logits = model.forward(&x, None, 0)?;
+        let logits = if fused {
+            model.forward_train_fused(&x)?
+        } else {
+            model.forward(&x, None, 0)?
+        };
         let v = model_cfg.vocab_size;
         let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
         let loss_value: f32 = loss.to_scalar()?;

@@ -118,6 +118,10 @@ struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Attention of training: fused (the fused op with a backward pass, no [B, H, N, N]
+    /// tensor; where the encoding is additive and the device the CPU) or materialised.
+    #[arg(long)]
+    attention: Option<String>,
     #[command(flatten)]
     device: DeviceArg,
 }
@@ -164,6 +168,9 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     set!(seq_len, batch, steps, warmup, lr, seed, checkpoint_every);
     if a.corpus.is_some() {
         t.corpus = a.corpus.clone();
+    }
+    if let Some(p) = &a.attention {
+        t.attention = p.parse()?;
     }
     Ok(t)
 }
