@@ -175,7 +175,8 @@ impl Attention {
     /// (the cached positions followed by `queries`), the bias filled per tile by `plan`
     /// (`None`: no bias) inside [`crate::fast::fused_causal`], so no `[H, T, K]` tensor exists.
     /// With one query this is the decoding step ([`crate::fast::decode`]'s computation): the
-    /// bias row costs O(K·H). Inference only; additive encodings only (no rotation).
+    /// bias row costs O(K·H). Inference only (training: [`Self::forward_train_fused`]); additive encodings only (no
+    /// rotation).
     /// spec: [attn.logits], [attn.causal]
     pub fn forward_fused(
         &self,

@@ -7,7 +7,8 @@
 //! exact piecewise-linear form (GeLU f_θ falls back to direct evaluation inside the kernel),
 //! FIRE-S compiles once and every layer shares the one plan, the baselines tabulate their
 //! distance function once. Rotary encodings (RoPE, RoPE-PI) have no additive bias and keep the
-//! materialised candle path. The fused path is inference-only (no autograd) and CPU-only.
+//! materialised candle path. This module serves evaluation and inference (no
+//! autograd, CPU-only); training has its own fused op with a backward pass, [`crate::fused_op`].
 //! spec: [attn.logits], [attn.causal], [fire.shared]
 
 use std::fmt;

@@ -158,7 +158,8 @@ impl Model {
     /// Logits `[B, T, V]` for `tokens` (`[B, T]`, u32) at positions `0..T` through the fused
     /// attention kernel: the bias of each layer comes from `fused` (compiled once per
     /// evaluation by [`PositionEncoding::tile_bias`]), planned once per call and shared by every
-    /// layer that uses the same source (FIRE-S). No `[H, T, T]` tensor is built. Inference only.
+    /// layer that uses the same source (FIRE-S). No `[H, T, T]` tensor is built. Inference only
+    /// (training: [`Self::forward_train_fused`]).
     pub fn forward_fused(&self, tokens: &Tensor, fused: &FusedEncoding) -> Result<Tensor> {
         self.forward_fused_cached(tokens, fused, None)
     }

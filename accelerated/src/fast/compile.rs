@@ -14,9 +14,11 @@
 //! part, but keys after the query give `x > 1`, and nothing is gained by cutting the domain).
 //!
 //! **When it is compiled.** Compilation costs O(depth·W²·segments) flops — microseconds for
-//! Appendix E's width 32 — but it gives no gradient, so it is an eval/inference-time artefact:
-//! compile once after loading (or after training), not per optimiser step. Training uses the
-//! materialised or chunked path with autograd.
+//! Appendix E's width 32. Evaluation and inference compile once per call from the loaded
+//! weights. Training recompiles at every forward call of the fused training op
+//! ([`crate::fused_op`]), i.e. after every optimiser step, from the current weights; its
+//! backward pass differentiates the compiled form segment by segment
+//! ([`crate::fast::fire_grad`]), so the compilation never needs a gradient of its own.
 //!
 //! spec: [fire.mlp], [fire.activation]
 
