@@ -463,17 +463,27 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
 
 #[derive(Args, Debug)]
 struct BenchArgs {
-    /// Kernel-table lengths (`fast::bench::compare`); empty skips the kernel table.
-    #[arg(long, value_delimiter = ',', default_value = "512,1024")]
+    /// Kernel-table lengths (`fast::bench::compare`); `--kernel-lengths` alone skips the kernel
+    /// table.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "512,1024")]
     kernel_lengths: Vec<usize>,
     /// Heads of the kernel table.
     #[arg(long, default_value_t = 12)]
     kernel_heads: usize,
+    /// Attention variants of the kernel table (default: all): fused-nope, fused-nope-zero-bias,
+    /// fused-fire, fused-fire-s, fused-alibi, fused-kerple-log, fused-kerple-power, fused-t5,
+    /// fused-sandwich, materialised-fire.
+    #[arg(long, value_delimiter = ',')]
+    variants: Vec<String>,
+    /// Skip the kernel table's bias rows (materialised MLP vs compiled pairs/s).
+    #[arg(long)]
+    no_bias: bool,
     /// Training length of the end-to-end model (FIRE's L_init, the candle chunk).
     #[arg(long, default_value_t = 64)]
     train_len: usize,
-    /// Evaluated lengths, as multiples of the training length (empty skips end-to-end).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    /// Evaluated lengths, as multiples of the training length (`--multiples` alone skips
+    /// end-to-end).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1,2,4,8,16")]
     multiples: Vec<usize>,
     #[arg(long, default_value_t = 128)]
     d_model: usize,
@@ -494,11 +504,28 @@ struct BenchArgs {
 fn run_bench(a: &BenchArgs) -> Result<()> {
     use fire_accelerated::{fast, throughput};
     if !a.kernel_lengths.is_empty() {
+        let mut variants = Vec::new();
+        for name in &a.variants {
+            variants.push(fast::bench::Variant::parse(name).ok_or_else(|| {
+                anyhow::anyhow!("unknown variant `{name}` (see fire-lm bench --help)")
+            })?);
+        }
+        if !variants.is_empty() && !variants.contains(&fast::bench::Variant::NopeNoBias) {
+            // Every ratio is to fused NoPE: always measure it.
+            variants.insert(0, fast::bench::Variant::NopeNoBias);
+        }
+        let defaults = fast::bench::Config::default();
         let cfg = fast::bench::Config {
             heads: a.kernel_heads,
             lengths: a.kernel_lengths.clone(),
             repeats: a.repeats.max(1),
-            ..fast::bench::Config::default()
+            variants: if variants.is_empty() {
+                defaults.variants.clone()
+            } else {
+                variants
+            },
+            bias: !a.no_bias,
+            ..defaults
         };
         let table = fast::bench::compare(&cfg, |l| eprintln!("{l}"))?;
         println!("{table}");

@@ -239,7 +239,7 @@ impl Task<'_> {
             s.resize(rows_padded * stride, 0.0);
             if let Some(plan) = self.bias {
                 let r = self.first_row..self.first_row + rows;
-                plan.fill(self.head, r, c0..c0 + cols, &mut s, stride);
+                plan.fill_causal(self.head, r, c0..c0 + cols, &mut s, stride);
             }
             kernels::scores(&qp, &kp, d, &mut s, self.bias.is_some());
             for r in 0..rows {

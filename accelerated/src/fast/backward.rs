@@ -216,8 +216,13 @@ impl HeadTask<'_> {
                 s.clear();
                 s.resize(rows_padded * stride, 0.0);
                 if let Some(plan) = self.bias {
-                    plan.as_bias()
-                        .fill(self.head, r0..r0 + rows, c0..c0 + cols, &mut s, stride);
+                    plan.as_bias().fill_causal(
+                        self.head,
+                        r0..r0 + rows,
+                        c0..c0 + cols,
+                        &mut s,
+                        stride,
+                    );
                 }
                 kernels::scores(&qp, &kp, d, &mut s, self.bias.is_some());
                 dp.clear();

@@ -281,7 +281,7 @@ impl Setup {
                 let mut buf = vec![0f32; rows.len() * cols];
                 let mut sum = 0.0;
                 for h in 0..self.shape.heads {
-                    plan.fill(h, rows.clone(), 0..cols, &mut buf, cols);
+                    plan.fill_causal(h, rows.clone(), 0..cols, &mut buf, cols);
                     sum += buf[buf.len() - 1];
                 }
                 sum
@@ -337,6 +337,14 @@ pub struct Row {
     pub samples: Vec<f64>,
     /// `seconds / baseline seconds` (fused NoPE for attention, the materialised MLP for bias).
     pub ratio: f64,
+    /// The fastest repeat over the baseline's fastest: what the code costs when the shared
+    /// machine's other work does not interfere (interference only ever adds time).
+    pub min_ratio: f64,
+    /// Median CPU seconds of the whole process (all threads) per call, where /proc has them:
+    /// unlike wall time, not inflated by other processes holding the cores.
+    pub cpu_seconds: Option<f64>,
+    /// `cpu_seconds / baseline cpu_seconds`.
+    pub cpu_ratio: Option<f64>,
     /// Pairs per second, for bias rows.
     pub pairs_per_second: Option<f64>,
     /// Peak resident memory above the start of the call, bytes (Linux only).
@@ -354,9 +362,9 @@ impl fmt::Display for Table {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "| what | N | median s | ratio | pairs/s | peak RSS MiB | samples s |"
+            "| what | N | median s | ratio | min ratio | CPU s | CPU ratio | pairs/s | peak RSS MiB | samples s |"
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|")?;
         for r in &self.rows {
             let pairs = r
                 .pairs_per_second
@@ -365,13 +373,18 @@ impl fmt::Display for Table {
                 format!("{:.1}", b as f64 / (1 << 20) as f64)
             });
             let samples: Vec<String> = r.samples.iter().map(|s| format!("{s:.3}")).collect();
+            let cpu = r.cpu_seconds.map_or("-".into(), |c| format!("{c:.3}"));
+            let cpu_ratio = r.cpu_ratio.map_or("-".into(), |c| format!("{c:.3}"));
             writeln!(
                 f,
-                "| {} | {} | {:.4} | {:.3} | {} | {} | {} |",
+                "| {} | {} | {:.4} | {:.3} | {:.3} | {} | {} | {} | {} | {} |",
                 r.name,
                 r.n,
                 r.seconds,
                 r.ratio,
+                r.min_ratio,
+                cpu,
+                cpu_ratio,
                 pairs,
                 peak,
                 samples.join(" ")
@@ -392,18 +405,43 @@ fn memory() -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// Times `f` once, with the peak resident memory it added.
-fn measure<T>(f: impl FnOnce() -> T) -> (f64, Option<u64>, T) {
+/// The process's user + system CPU time (every thread), seconds, from /proc/self/stat
+/// (Linux; clock ticks of 1/100 s, the kernel's `USER_HZ` on every mainstream architecture).
+fn cpu_time() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &s[s.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let utime: u64 = f.next()?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+/// One measured call: wall seconds, CPU seconds, the peak resident memory it added.
+struct Sample {
+    wall: f64,
+    cpu: Option<f64>,
+    peak: Option<u64>,
+}
+
+/// Times `f` once, with its CPU time and the peak resident memory it added.
+fn measure<T>(f: impl FnOnce() -> T) -> (Sample, T) {
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let before = memory();
+    let cpu0 = cpu_time();
     let start = Instant::now();
     let out = f();
-    let secs = start.elapsed().as_secs_f64();
+    let wall = start.elapsed().as_secs_f64();
+    let cpu = cpu0.zip(cpu_time()).map(|(a, b)| b - a);
     let peak = match (reset, before, memory()) {
         (true, Some((rss, _)), Some((_, hwm))) => Some(hwm.saturating_sub(rss)),
         _ => None,
     };
-    (secs, peak, out)
+    (Sample { wall, cpu, peak }, out)
+}
+
+fn min(xs: &[f64]) -> f64 {
+    xs.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 fn median(xs: &[f64]) -> f64 {
@@ -426,10 +464,10 @@ pub fn compare(config: &Config, mut progress: impl FnMut(&str)) -> Result<Table>
             let mut mat = Vec::new();
             let mut comp = Vec::new();
             for _ in 0..config.repeats {
-                mat.push(measure(|| setup.bias_materialised()).0);
-                comp.push(measure(|| setup.bias_compiled()).0);
+                mat.push(measure(|| setup.bias_materialised()).0.wall);
+                comp.push(measure(|| setup.bias_compiled()).0.wall);
             }
-            let base = median(&mat);
+            let (base, base_min) = (median(&mat), min(&mat));
             for (name, s) in [("bias-materialised-mlp", mat), ("bias-compiled", comp)] {
                 let m = median(&s);
                 progress(&format!("{name} N={n}: {m:.4} s"));
@@ -437,15 +475,18 @@ pub fn compare(config: &Config, mut progress: impl FnMut(&str)) -> Result<Table>
                     name: name.into(),
                     n,
                     seconds: m,
-                    samples: s,
                     ratio: m / base,
+                    min_ratio: min(&s) / base_min,
+                    cpu_seconds: None,
+                    cpu_ratio: None,
+                    samples: s,
                     pairs_per_second: Some(pairs / m),
                     peak_bytes: None,
                 });
             }
         }
         let plan = setup.fire_plan()?;
-        let (plan_s, _, _) = measure(|| setup.fire_plan().map(|p| p.bytes()));
+        let plan_s = measure(|| setup.fire_plan().map(|p| p.bytes())).0.wall;
         let variants: Vec<Variant> = config
             .variants
             .iter()
@@ -456,32 +497,42 @@ pub fn compare(config: &Config, mut progress: impl FnMut(&str)) -> Result<Table>
             })
             .collect();
         let mut samples = vec![Vec::new(); variants.len()];
+        let mut cpus: Vec<Option<Vec<f64>>> = vec![Some(Vec::new()); variants.len()];
         let mut peaks = vec![None; variants.len()];
         for _ in 0..config.repeats {
             for (k, &v) in variants.iter().enumerate() {
-                let (s, peak, out) = if v == Variant::FireShared {
+                let (s, out) = if v == Variant::FireShared {
                     measure(|| setup.run_planned(plan.as_ref()))
                 } else {
                     measure(|| setup.run(v))
                 };
                 out?;
-                samples[k].push(s);
-                peaks[k] = peaks[k].max(peak);
-                progress(&format!("{} N={n}: {s:.4} s", v.name()));
+                samples[k].push(s.wall);
+                cpus[k] = cpus[k].take().zip(s.cpu).map(|(mut c, x)| {
+                    c.push(x);
+                    c
+                });
+                peaks[k] = peaks[k].max(s.peak);
+                progress(&format!("{} N={n}: {:.4} s", v.name(), s.wall));
             }
         }
-        let base = variants
-            .iter()
-            .position(|&v| v == Variant::NopeNoBias)
-            .map_or(f64::NAN, |k| median(&samples[k]));
+        let nope = variants.iter().position(|&v| v == Variant::NopeNoBias);
+        let (base, base_min) = nope.map_or((f64::NAN, f64::NAN), |k| {
+            (median(&samples[k]), min(&samples[k]))
+        });
+        let base_cpu = nope.and_then(|k| cpus[k].as_deref().map(median));
         for (k, v) in variants.iter().enumerate() {
             let m = median(&samples[k]);
+            let cpu = cpus[k].as_deref().map(median);
             table.rows.push(Row {
                 name: v.name().into(),
                 n,
                 seconds: m,
                 samples: samples[k].clone(),
                 ratio: m / base,
+                min_ratio: min(&samples[k]) / base_min,
+                cpu_seconds: cpu,
+                cpu_ratio: cpu.zip(base_cpu).map(|(c, b)| c / b),
                 pairs_per_second: None,
                 peak_bytes: peaks[k],
             });

@@ -371,6 +371,36 @@ impl BiasPlan for FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
     ) {
+        self.fill_rows(head, rows, cols, out, stride, false);
+    }
+
+    fn fill_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        self.fill_rows(head, rows, cols, out, stride, true);
+    }
+
+    fn bytes(&self) -> usize {
+        4 * (self.inv.len() + self.thresholds.len())
+    }
+}
+
+impl FirePlan<'_> {
+    /// [`BiasPlan::fill`]; with `causal`, keys after the query are left as they are.
+    fn fill_rows(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        causal: bool,
+    ) {
         let width = cols.len();
         let mut scratch = [Vec::new(), Vec::new()];
         let m = self.fire.capacity();
@@ -405,6 +435,9 @@ impl BiasPlan for FirePlan<'_> {
                     *o = self.entry(head, inv, i - j, &mut scratch);
                 }
             }
+            if causal {
+                continue;
+            }
             for (o, &j) in row[vis..]
                 .iter_mut()
                 .zip(&self.keys[cols.start + vis..cols.end])
@@ -412,9 +445,5 @@ impl BiasPlan for FirePlan<'_> {
                 *o = self.entry(head, inv, j - i, &mut scratch);
             }
         }
-    }
-
-    fn bytes(&self) -> usize {
-        4 * (self.inv.len() + self.thresholds.len())
     }
 }

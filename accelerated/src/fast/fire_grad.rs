@@ -217,6 +217,17 @@ impl BiasPlan for FireGradPlan<'_> {
         self.plan.fill(head, rows, cols, out, stride);
     }
 
+    fn fill_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        self.plan.fill_causal(head, rows, cols, out, stride);
+    }
+
     fn bytes(&self) -> usize {
         self.plan.bytes() + 4 * self.dpsi_rev.len() + 24 * self.rows.len()
     }

@@ -41,6 +41,20 @@ pub trait BiasPlan: Send + Sync {
         stride: usize,
     );
 
+    /// [`Self::fill`] for a causal kernel: entries whose key is after the query may hold
+    /// anything (the kernel masks them). The default fills them anyway; FIRE skips them, since
+    /// off the causal part it has no fast path (x > 1 falls outside its distance thresholds).
+    fn fill_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        self.fill(head, rows, cols, out, stride);
+    }
+
     /// Bytes this plan holds (its O(N) state), for the memory accounting of benchmarks.
     fn bytes(&self) -> usize;
 }
