@@ -40,8 +40,10 @@ step "train 50 steps on CUDA"
 "$lm" train --run "$run" --encoding fire --fire-l-init 16 --seq-len 64 --batch 8 \
   --steps 50 --warmup 5 --seed 0 --checkpoint-every 50 --quiet --device cuda | tee "$out/train.txt"
 
-step "evaluate the same checkpoint on CUDA and on CPU"
+step "evaluate the same checkpoint on CUDA (fused kernel, and the candle path) and on CPU"
 "$lm" eval "$run" --lengths 64,128,256 --max-windows 4 --out "$out/eval-cuda" --device cuda
+"$lm" eval "$run" --lengths 64,128,256 --max-windows 4 --out "$out/eval-cuda-candle" \
+  --device cuda --attention materialised
 "$lm" eval "$run" --lengths 64,128,256 --max-windows 4 --out "$out/eval-cpu" --device cpu
 
 step "compare"
@@ -54,19 +56,20 @@ losses = [json.loads(line)["loss"] for line in open(f"{run}/metrics.jsonl")]
 print(f"loss: step 10 {losses[0]:.4f}, step 50 {losses[-1]:.4f} ({len(losses)} records)")
 assert len(losses) == 5, "expected 5 metrics lines for 50 steps"
 assert losses[-1] < losses[0] and losses[-1] < 4.0, "the loss did not fall on CUDA"
-cuda = json.load(open(f"{out}/eval-cuda/eval.json"))[0]["results"]
 cpu = json.load(open(f"{out}/eval-cpu/eval.json"))[0]["results"]
-worst = 0.0
-for g, c in zip(cuda, cpu):
-    d = abs(g["log_ppl"] - c["log_ppl"])
-    worst = max(worst, d)
-    print(f"length {g['length']:5}: log-ppl CUDA {g['log_ppl']:.6f}  CPU {c['log_ppl']:.6f}  |diff| {d:.2e}")
-assert len(cuda) == len(cpu) == 3, "eval did not produce three lengths on both devices"
-assert worst < 1e-3, f"CUDA and CPU log-perplexities differ by {worst}"
-print("eval: CUDA matches CPU")
+for kind in ["eval-cuda", "eval-cuda-candle"]:
+    cuda = json.load(open(f"{out}/{kind}/eval.json"))[0]["results"]
+    worst = 0.0
+    for g, c in zip(cuda, cpu):
+        d = abs(g["log_ppl"] - c["log_ppl"])
+        worst = max(worst, d)
+        print(f"{kind} length {g['length']:5}: log-ppl CUDA {g['log_ppl']:.6f}  CPU {c['log_ppl']:.6f}  |diff| {d:.2e}")
+    assert len(cuda) == len(cpu) == 3, "eval did not produce three lengths on both devices"
+    assert worst < 1e-3, f"{kind}: CUDA and CPU log-perplexities differ by {worst}"
+print("eval: CUDA (fused kernel and candle path) matches CPU")
 PY
 
-step "FIRE bias and one forward pass, CUDA vs CPU"
+step "FIRE bias, one forward pass and the fused kernel, CUDA vs CPU"
 if [[ -f accelerated/tests/cuda_parity.rs ]]; then
   FIRE_PARITY_RUN="$run" cargo test --locked -p fire-accelerated --features cuda \
     --test cuda_parity -- --ignored --nocapture

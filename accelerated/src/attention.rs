@@ -234,6 +234,40 @@ impl Attention {
         self.o.forward(&out)
     }
 
+    /// [`Self::forward_fused`] on a device (CUDA, feature `cuda`): queries at positions
+    /// `q0..q0 + T` against the cached keys and these, the bias from `bias`'s tables
+    /// ([`crate::cuda`]). Inference only.
+    pub fn forward_fused_device(
+        &self,
+        x: &Tensor,
+        q0: usize,
+        bias: &crate::fast::device::DeviceBias,
+        cache: Option<&mut LayerCache>,
+    ) -> Result<Tensor> {
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (q0, bias, cache);
+            Err(crate::Error::Config(format!(
+                "the fused attention on {:?} needs the `cuda` feature",
+                x.device()
+            )))
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let (b, t, d_model) = x.dims3()?;
+            let q = self.split(&self.q.forward(x)?)?;
+            let k = self.split(&self.k.forward(x)?)?;
+            let v = self.split(&self.v.forward(x)?)?;
+            let (k, v) = match cache {
+                None => (k, v),
+                Some(c) => c.append(k, v)?,
+            };
+            let out = crate::cuda::fused_attention(&q, &k, &v, q0, bias.clone())?;
+            let out = out.transpose(1, 2)?.reshape((b, t, d_model))?;
+            self.o.forward(&out)
+        }
+    }
+
     /// The training path through the fused op ([`crate::fused_op`]): `x: [B, T, D]` at
     /// positions `0..T`, `bias` this layer's bias; differentiable with respect to the
     /// projections and the bias parameters, and no `[B, H, T, T]` tensor exists (forward or

@@ -1,4 +1,4 @@
-//! Corpora, the byte-level tokenizer, the document split, training batches and evaluation
+//! Corpora, the byte-level tokenizer (others: [`crate::tokenizer`]), the document split, training batches and evaluation
 //! windows. Nothing here touches the network.
 
 use std::path::{Path, PathBuf};
@@ -7,6 +7,7 @@ use candle_core::{Device, Tensor};
 
 use crate::error::{io, Error, Result};
 use crate::rng::SplitMix64;
+use crate::tokenizer::Tokenizer;
 
 /// The Python 3.11 tutorial (PSF licence), embedded in the binary; see `data/README.md`.
 const EMBEDDED: [(&str, &str); 17] = [
@@ -121,7 +122,7 @@ fn fnv1a(s: &str) -> u64 {
 }
 
 impl Corpus {
-    /// The embedded corpus.
+    /// The embedded corpus, byte-tokenized.
     pub fn embedded() -> Self {
         let tok = ByteTokenizer;
         Self {
@@ -135,12 +136,31 @@ impl Corpus {
         }
     }
 
-    /// Every regular file under `dir` (recursively), read as UTF-8 (lossily), sorted by path.
+    /// The embedded corpus through `tok`.
+    pub fn embedded_with(tok: &Tokenizer) -> Result<Self> {
+        let documents = EMBEDDED
+            .iter()
+            .map(|(name, text)| {
+                Ok(Document {
+                    name: (*name).to_owned(),
+                    tokens: tok.encode(text)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { documents })
+    }
+
+    /// Every regular file under `dir` (recursively), read as UTF-8 (lossily), sorted by path,
+    /// byte-tokenized.
     pub fn from_dir(dir: &Path) -> Result<Self> {
+        Self::from_dir_with(dir, &Tokenizer::Bytes)
+    }
+
+    /// [`Self::from_dir`] through `tok`.
+    pub fn from_dir_with(dir: &Path, tok: &Tokenizer) -> Result<Self> {
         let mut files = Vec::new();
         walk(dir, &mut files)?;
         files.sort();
-        let tok = ByteTokenizer;
         let mut documents = Vec::with_capacity(files.len());
         for f in files {
             let bytes = std::fs::read(&f).map_err(io(&f))?;
@@ -148,7 +168,7 @@ impl Corpus {
             let name = f.strip_prefix(dir).unwrap_or(&f).display().to_string();
             documents.push(Document {
                 name,
-                tokens: tok.encode(&text),
+                tokens: tok.encode(&text)?,
             });
         }
         if documents.is_empty() {
@@ -157,11 +177,16 @@ impl Corpus {
         Ok(Self { documents })
     }
 
-    /// The embedded corpus, or the files under `dir`.
+    /// The embedded corpus, or the files under `dir`, byte-tokenized.
     pub fn load(dir: Option<&Path>) -> Result<Self> {
+        Self::load_with(dir, &Tokenizer::Bytes)
+    }
+
+    /// The embedded corpus, or the files under `dir`, through `tok`.
+    pub fn load_with(dir: Option<&Path>, tok: &Tokenizer) -> Result<Self> {
         match dir {
-            Some(d) => Self::from_dir(d),
-            None => Ok(Self::embedded()),
+            Some(d) => Self::from_dir_with(d, tok),
+            None => Self::embedded_with(tok),
         }
     }
 
@@ -232,13 +257,23 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// A batcher of `batch` windows of `seq_len + 1` tokens.
+    /// A batcher of `batch` windows of `seq_len + 1` tokens of byte-tokenized documents.
     pub fn new(train: &[Document], seq_len: usize, batch: usize) -> Result<Self> {
-        let sep = ByteTokenizer.encode("\n\n");
+        Self::with_separator(train, &ByteTokenizer.encode("\n\n"), seq_len, batch)
+    }
+
+    /// [`Self::new`] with `separator` (the blank line in the documents' tokenizer) between
+    /// documents.
+    pub fn with_separator(
+        train: &[Document],
+        separator: &[u32],
+        seq_len: usize,
+        batch: usize,
+    ) -> Result<Self> {
         let mut stream = Vec::new();
         for d in train {
             stream.extend_from_slice(&d.tokens);
-            stream.extend_from_slice(&sep);
+            stream.extend_from_slice(separator);
         }
         if seq_len == 0 || batch == 0 {
             return Err(Error::Data("seq_len and batch must be positive".into()));

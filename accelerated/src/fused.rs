@@ -105,6 +105,37 @@ impl FusedEncoding {
         self.layers.len()
     }
 
+    /// Whether every source has a table form for the device kernel
+    /// ([`crate::fast::device::DeviceBias`]; a GeLU FIRE has none).
+    pub fn device_ready(&self) -> bool {
+        self.sources
+            .iter()
+            .all(|s| s.device_bias(&[0], 1).is_some())
+    }
+
+    /// Every layer's bias as device tables for queries at `queries` and distances below
+    /// `distances` (a shared source is tabulated once).
+    pub fn device_biases(
+        &self,
+        queries: &[Position],
+        distances: usize,
+    ) -> Result<Vec<crate::fast::device::DeviceBias>> {
+        let tables = self
+            .sources
+            .iter()
+            .map(|s| {
+                s.device_bias(queries, distances).ok_or_else(|| {
+                    Error::Config(format!("{s:?} has no table form for the device kernel"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self
+            .layers
+            .iter()
+            .map(|l| l.map_or(crate::fast::device::DeviceBias::None, |s| tables[s].clone()))
+            .collect())
+    }
+
     /// Builds each source's plan once for these positions (a shared source is planned once).
     pub fn plans<'a>(&'a self, queries: &'a [Position], keys: &'a [Position]) -> Result<Plans<'a>> {
         let plans = self

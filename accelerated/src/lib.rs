@@ -13,6 +13,8 @@
 pub mod attention;
 pub mod checkpoint;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod data;
 pub mod encodings;
 pub mod error;
@@ -28,6 +30,7 @@ pub mod params;
 pub mod plot;
 pub mod rng;
 pub mod throughput;
+pub mod tokenizer;
 pub mod train;
 
 pub use config::{EncodingConfig, FireConfig, ModelConfig};

@@ -190,20 +190,38 @@ impl Model {
         let start = cache.as_deref().map_or(0, Cache::len) as u64;
         let queries: Vec<u64> = (start..start + t as u64).collect();
         let keys: Vec<u64> = (0..start + t as u64).collect();
-        let plans = fused.plans(&queries, &keys)?;
+        // The CPU kernel takes plans; a CUDA device takes the bias as tables.
+        let plans = if self.device.is_cpu() {
+            Some(fused.plans(&queries, &keys)?)
+        } else {
+            None
+        };
+        let device_biases = match plans {
+            Some(_) => Vec::new(),
+            None => fused.device_biases(&queries, keys.len())?,
+        };
         let mut x = self
             .embed
             .index_select(&tokens.flatten_all()?, 0)?
             .reshape((b, t, self.cfg.d_model))?;
         for (l, block) in self.blocks.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
-            let h = block.attn.forward_fused(
-                &block.ln1.forward(&x)?,
-                &queries,
-                &keys,
-                plans.layer(l),
-                layer_cache,
-            )?;
+            let normed = block.ln1.forward(&x)?;
+            let h = match &plans {
+                Some(plans) => block.attn.forward_fused(
+                    &normed,
+                    &queries,
+                    &keys,
+                    plans.layer(l),
+                    layer_cache,
+                )?,
+                None => block.attn.forward_fused_device(
+                    &normed,
+                    start as usize,
+                    &device_biases[l],
+                    layer_cache,
+                )?,
+            };
             x = (x + h)?;
             let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
             x = (&x + block.fc2.forward(&m)?)?;
@@ -262,13 +280,17 @@ impl Model {
     }
 
     /// This model's encoding compiled for the fused kernel (tables for distances below
-    /// `capacity`), or `None` when the fused path does not apply: a rotary encoding, or a
-    /// device other than the CPU.
+    /// `capacity`), or `None` when the fused path does not apply: a rotary encoding, a device
+    /// other than the CPU or (with the `cuda` feature) CUDA, or on CUDA a GeLU FIRE.
     pub fn fused_encoding(&self, capacity: usize) -> Result<Option<FusedEncoding>> {
-        if !self.device.is_cpu() {
+        let device_kernel = cfg!(feature = "cuda") && self.device.is_cuda();
+        if !self.device.is_cpu() && !device_kernel {
             return Ok(None);
         }
-        self.encoding.tile_bias(self.blocks.len(), capacity)
+        Ok(self
+            .encoding
+            .tile_bias(self.blocks.len(), capacity)?
+            .filter(|f| self.device.is_cpu() || f.device_ready()))
     }
 
     fn forward_chunk(

@@ -23,6 +23,7 @@ use crate::nn::cross_entropy;
 use crate::optim::{clipped_gradients, learning_rate, AdamW, AdamWConfig};
 use crate::params::ParamStore;
 use crate::rng::SplitMix64;
+use crate::tokenizer::Tokenizer;
 
 /// A training run's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +51,9 @@ pub struct TrainConfig {
     pub held_out: f64,
     /// Corpus directory (`None`: the embedded corpus).
     pub corpus: Option<PathBuf>,
+    /// A Hugging Face `tokenizer.json` (`None`: bytes). The model's `vocab_size` must cover
+    /// its ids.
+    pub tokenizer: Option<PathBuf>,
     /// Steps between checkpoints (the last step is always saved).
     pub checkpoint_every: u64,
     /// Steps between metrics lines (the last step is always logged).
@@ -75,6 +79,7 @@ impl Default for TrainConfig {
             seed: 0,
             held_out: 0.15,
             corpus: None,
+            tokenizer: None,
             checkpoint_every: 250,
             log_every: 10,
             attention: AttentionPath::default(),
@@ -175,9 +180,19 @@ pub fn train(
         checkpoint::write_atomic(&run.join("config.json"), &text)?;
     }
 
-    let corpus = Corpus::load(cfg.corpus.as_deref())?;
+    let tokenizer = Tokenizer::load(cfg.tokenizer.as_deref())?;
+    if model_cfg.vocab_size < tokenizer.vocab_size() {
+        return Err(Error::Config(format!(
+            "the model's vocab_size {} is smaller than the tokenizer's {} ids ({})",
+            model_cfg.vocab_size,
+            tokenizer.vocab_size(),
+            tokenizer.describe()
+        )));
+    }
+    let corpus = Corpus::load_with(cfg.corpus.as_deref(), &tokenizer)?;
     let split = corpus.split(cfg.held_out)?;
-    let batcher = Batcher::new(&split.train, cfg.seq_len, cfg.batch)?;
+    let separator = tokenizer.encode("\n\n")?;
+    let batcher = Batcher::with_separator(&split.train, &separator, cfg.seq_len, cfg.batch)?;
 
     let (mut store, start, mut rng) = match &resumed {
         Some(c) => (

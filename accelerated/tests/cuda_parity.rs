@@ -74,3 +74,76 @@ fn cuda_matches_cpu_on_a_checkpoint() {
     println!("forward pass over {n} tokens: max relative logit difference {d:.2e}");
     assert!(d < 1e-3, "CUDA logits differ from CPU by {d}");
 }
+
+/// Random `[1, H, n, d]` values in [−2, 2).
+fn random(h: usize, n: usize, d: usize, seed: u64, dev: &Device) -> Tensor {
+    let mut rng = fire_accelerated::rng::SplitMix64::new(seed);
+    let v: Vec<f32> = (0..h * n * d)
+        .map(|_| (rng.uniform(-1.0, 1.0) * 2.0) as f32)
+        .collect();
+    Tensor::from_vec(v, (1, h, n, d), dev).unwrap()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU; run by accelerated/scripts/gpu-check.sh"]
+fn the_cuda_fused_kernel_matches_the_cpu_kernel() {
+    use fire_accelerated::fast::{self, TileBias};
+    let cuda = Device::new_cuda(0).unwrap();
+    let (h, d) = (4, 64);
+    // A whole sequence (q0 = 0) and a KV-cache continuation (q0 = 300).
+    for (q0, nq) in [(0usize, 700usize), (300, 45)] {
+        let nk = q0 + nq;
+        let mlp = fast::bench::appendix_e_mlp(h, 7).unwrap();
+        let mut params = fast::FireParams::appendix_e();
+        params.l_multiplier = 0.25; // L = 128: rows on both sides of the threshold
+        let fire = fast::FireBias::new(mlp, params, nk).unwrap();
+        let alibi = fast::DistanceBias::new(
+            fast::DistanceEncoding::Alibi {
+                slopes: fast::alibi_slopes(h),
+            },
+            h,
+            nk,
+        )
+        .unwrap();
+        let queries: Vec<u64> = (q0 as u64..nk as u64).collect();
+        let keys: Vec<u64> = (0..nk as u64).collect();
+        let (q, k, v) = (
+            random(h, nq, d, 1, &Device::Cpu),
+            random(h, nk, d, 2, &Device::Cpu),
+            random(h, nk, d, 3, &Device::Cpu),
+        );
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let shape = fast::Shape {
+            heads: h,
+            queries: nq,
+            keys: nk,
+            head_dim: d,
+        };
+        for (name, src) in [
+            ("none", None),
+            ("fire", Some(&fire as &dyn TileBias)),
+            ("alibi", Some(&alibi as &dyn TileBias)),
+        ] {
+            let want =
+                fast::attend(&flat(&q), &flat(&k), &flat(&v), shape, &queries, &keys, src).unwrap();
+            let bias = src.map_or(fast::device::DeviceBias::None, |s| {
+                s.device_bias(&queries, nk).unwrap()
+            });
+            let got = fire_accelerated::cuda::fused_attention(
+                &q.to_device(&cuda).unwrap(),
+                &k.to_device(&cuda).unwrap(),
+                &v.to_device(&cuda).unwrap(),
+                q0,
+                bias,
+            )
+            .unwrap();
+            let want = Tensor::from_vec(want, (1, h, nq, d), &Device::Cpu).unwrap();
+            let diff = rel_diff(&want, &got);
+            println!("CUDA fused kernel, {name}, q0 {q0}, {nq} queries: max difference {diff:.2e}");
+            assert!(
+                diff < 1e-4,
+                "{name}, q0 {q0}: CUDA kernel differs from the CPU by {diff}"
+            );
+        }
+    }
+}

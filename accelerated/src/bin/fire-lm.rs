@@ -8,11 +8,12 @@ use clap::{Args, Parser, Subcommand};
 
 use fire_accelerated::checkpoint::{self, load_model};
 use fire_accelerated::config::{EncodingConfig, FireConfig, ModelConfig};
-use fire_accelerated::data::{ByteTokenizer, Corpus};
+use fire_accelerated::data::Corpus;
 use fire_accelerated::encodings::Grid;
 use fire_accelerated::eval::{self, EvalConfig, Report};
 use fire_accelerated::generate::{generate_with, SampleConfig};
 use fire_accelerated::plot::{self, Chart, Series};
+use fire_accelerated::tokenizer::Tokenizer;
 use fire_accelerated::train::{self, Options, TrainConfig};
 
 #[derive(Parser, Debug)]
@@ -110,6 +111,9 @@ struct TrainArgs {
     /// Corpus directory (default: the embedded Python tutorial).
     #[arg(long)]
     corpus: Option<PathBuf>,
+    /// A Hugging Face tokenizer.json (default: bytes); the model's vocabulary takes its size.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
     #[arg(long)]
     checkpoint_every: Option<u64>,
     /// Stop after this many steps in total, as if killed (for testing --resume).
@@ -138,11 +142,16 @@ fn model_config(a: &TrainArgs) -> Result<ModelConfig> {
             ..f.clone()
         };
     }
+    let vocab_size = match &a.tokenizer {
+        Some(p) => Tokenizer::load(Some(p))?.vocab_size(),
+        None => ModelConfig::tiny(encoding.clone()).vocab_size,
+    };
     let cfg = ModelConfig {
         d_model: a.d_model,
         n_layers: a.layers,
         n_heads: a.heads,
         d_ff: a.d_ff,
+        vocab_size,
         ..ModelConfig::tiny(encoding)
     };
     cfg.validate()?;
@@ -168,6 +177,9 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     set!(seq_len, batch, steps, warmup, lr, seed, checkpoint_every);
     if a.corpus.is_some() {
         t.corpus = a.corpus.clone();
+    }
+    if a.tokenizer.is_some() {
+        t.tokenizer = a.tokenizer.clone();
     }
     if let Some(p) = &a.attention {
         t.attention = p.parse()?;
@@ -239,7 +251,8 @@ fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
         if lengths.is_empty() {
             lengths = [1, 2, 4, 8].iter().map(|k| k * t.seq_len).collect();
         }
-        let corpus = Corpus::load(t.corpus.as_deref())?;
+        let tokenizer = Tokenizer::load(t.tokenizer.as_deref())?;
+        let corpus = Corpus::load_with(t.corpus.as_deref(), &tokenizer)?;
         let split = corpus.split(t.held_out)?;
         let cfg = EvalConfig {
             lengths: lengths.clone(),
@@ -381,7 +394,7 @@ struct GenerateArgs {
 fn run_generate(a: &GenerateArgs) -> Result<()> {
     let dev = device(&a.device)?;
     let (model, loaded) = load_model(&a.run, &dev)?;
-    let tok = ByteTokenizer;
+    let tok = Tokenizer::load(loaded.state.train.tokenizer.as_deref())?;
     let cfg = SampleConfig {
         max_new: a.max_new,
         temperature: a.temperature,
@@ -389,8 +402,8 @@ fn run_generate(a: &GenerateArgs) -> Result<()> {
         seed: a.seed,
         chunk: loaded.state.train.seq_len,
     };
-    let out = generate_with(&model, &tok.encode(&a.prompt), &cfg, a.attention.parse()?)?;
-    println!("{}{}", a.prompt, tok.decode(&out));
+    let out = generate_with(&model, &tok.encode(&a.prompt)?, &cfg, a.attention.parse()?)?;
+    println!("{}{}", a.prompt, tok.decode(&out)?);
     Ok(())
 }
 

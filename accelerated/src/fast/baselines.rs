@@ -243,6 +243,22 @@ impl TileBias for DistanceBias {
         self.heads
     }
 
+    fn device_bias(
+        &self,
+        _queries: &[Position],
+        distances: usize,
+    ) -> Option<crate::fast::device::DeviceBias> {
+        let mut table = Vec::with_capacity(self.heads * distances);
+        for h in 0..self.heads {
+            table.extend((0..distances as u64).map(|n| self.at(h, n)));
+        }
+        Some(crate::fast::device::DeviceBias::Table {
+            heads: self.heads,
+            capacity: distances,
+            table,
+        })
+    }
+
     fn plan<'a>(
         &'a self,
         queries: &'a [Position],

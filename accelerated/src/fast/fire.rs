@@ -22,6 +22,7 @@
 use std::ops::Range;
 
 use crate::fast::compile::PiecewiseLinear;
+use crate::fast::device::DeviceBias;
 use crate::fast::error::{finite, Error, Result};
 use crate::fast::mlp::Mlp;
 use crate::fast::tile::{check_keys, visible, BiasPlan, Position, TileBias};
@@ -218,6 +219,28 @@ impl TileBias for FireBias {
         keys: &'a [Position],
     ) -> Result<Box<dyn BiasPlan + 'a>> {
         Ok(Box::new(self.fire_plan(queries, keys)?))
+    }
+
+    fn device_bias(&self, queries: &[Position], distances: usize) -> Option<DeviceBias> {
+        let FireFunction::Compiled(pl) = &self.function else {
+            return None;
+        };
+        let (mut slope, mut intercept) = (Vec::new(), Vec::new());
+        for h in 0..self.heads {
+            let (s, c) = pl.head_pieces(h);
+            slope.extend_from_slice(s);
+            intercept.extend_from_slice(c);
+        }
+        Some(DeviceBias::Fire {
+            psi: (0..distances as u64).map(|n| self.psi(n)).collect(),
+            inv: queries
+                .iter()
+                .map(|&i| (1.0 / self.params.normaliser(i as f64)) as f32)
+                .collect(),
+            breakpoints: pl.breakpoints().iter().map(|&t| t as f32).collect(),
+            slope,
+            intercept,
+        })
     }
 }
 

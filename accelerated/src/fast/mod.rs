@@ -17,6 +17,7 @@ pub mod backward;
 pub mod baselines;
 pub mod bench;
 pub mod compile;
+pub mod device;
 pub mod error;
 pub mod fire;
 pub mod fire_grad;

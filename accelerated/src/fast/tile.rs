@@ -25,6 +25,17 @@ pub trait TileBias: Send + Sync + std::fmt::Debug {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<Box<dyn BiasPlan + 'a>>;
+
+    /// The bias as flat tables for a device kernel, for these query positions and distances
+    /// below `distances`; `None` when the source has no table form (a GeLU FIRE).
+    fn device_bias(
+        &self,
+        queries: &[Position],
+        distances: usize,
+    ) -> Option<crate::fast::device::DeviceBias> {
+        let _ = (queries, distances);
+        None
+    }
 }
 
 /// One call's bias, ready to fill tiles.

@@ -4,6 +4,7 @@ mod attention;
 mod backward;
 mod bias;
 mod compile;
+mod device;
 
 use fire_reference::fire::init::{appendix_e, Shape as InitShape, SplitMix64};
 
