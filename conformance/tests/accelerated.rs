@@ -51,3 +51,38 @@ fn accelerated_passes_every_case_it_answers_in_f32() {
     let (passed, _, _) = report.counts();
     assert!(passed >= 72, "{}", report.summary());
 }
+
+/// The fast kernels (what `fire-lm` evaluates and trains with), driven in process: compiled
+/// FIRE, fused attention, and the fused backward pass's FIRE gradient, against the same suite.
+#[test]
+fn fast_kernels_pass_every_case_they_answer_in_f32() {
+    use fire_conformance::implementations::fast::Fast;
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let report = runner::run(&suite, &mut Fast, &Options::default()).unwrap();
+    let with = |s: Status| report.outcomes.iter().filter(move |o| o.status == s);
+    let failed: Vec<&str> = with(Status::Failed).map(|o| o.id.as_str()).collect();
+    assert!(
+        failed.is_empty(),
+        "unexpected failures {failed:?}: {}",
+        report.summary()
+    );
+    // Every gradient case (the kinks and the threshold tie included) is answered by the
+    // segment-sum backward, and the FIRE-S / attention / baseline families are answered.
+    for family in ["fire-grad/", "fire-s/", "alibi/", "kerple/", "nope/"] {
+        let all = report
+            .outcomes
+            .iter()
+            .filter(|o| o.id.starts_with(family))
+            .all(|o| o.status == Status::Passed);
+        assert!(all, "{family} cases are not all passing");
+    }
+    for o in with(Status::Skipped) {
+        assert!(
+            !o.details.is_empty(),
+            "{} is skipped without a reason",
+            o.id
+        );
+    }
+    let (passed, _, _) = report.counts();
+    assert!(passed >= 66, "{}", report.summary());
+}

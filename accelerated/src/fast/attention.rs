@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::fast::error::{shape, Error, Result};
 use crate::fast::kernels::{self, KEYS, ROWS};
-use crate::fast::tile::{check_keys, BiasPlan, Position, TileBias};
+use crate::fast::tile::{check_positions, BiasPlan, Position, TileBias};
 
 /// Query rows per tile.
 pub const TILE_Q: usize = 64;
@@ -71,7 +71,7 @@ impl Shape {
         if keys.len() != nk {
             return Err(shape("key positions", nk, keys.len()));
         }
-        check_keys(keys)?;
+        check_positions(queries, keys)?;
         if let Some(&i) = queries.iter().find(|&&i| i < keys[0]) {
             return Err(Error::Invalid {
                 what: "causal attention".into(),

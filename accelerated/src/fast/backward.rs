@@ -41,8 +41,10 @@ pub trait GradPlan: BiasPlan {
     /// The length of the statistics vector [`Self::accumulate`] adds into.
     fn stats_len(&self) -> usize;
 
-    /// Adds head `head`'s tile of `dS` (`rows × cols`, row-major with row stride `stride`, zero
-    /// where the key is masked) into `stats`.
+    /// Adds head `head`'s tile of `dS` (`rows × cols`, row-major with row stride `stride`) into
+    /// `stats`. Entries whose key is after the query are zero in causal attention; a plan still
+    /// honours nonzero ones (as a cotangent may set them), so it is a whole vector-Jacobian
+    /// product of the bias.
     fn accumulate(
         &self,
         head: usize,

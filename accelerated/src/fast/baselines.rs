@@ -9,7 +9,7 @@
 use std::ops::Range;
 
 use crate::fast::error::{finite, Error, Result};
-use crate::fast::tile::{check_keys, visible, BiasPlan, Position, TileBias};
+use crate::fast::tile::{check_positions, visible, BiasPlan, Position, TileBias};
 
 /// A distance-only encoding `b_h(n)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -264,7 +264,7 @@ impl TileBias for DistanceBias {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<Box<dyn BiasPlan + 'a>> {
-        let contiguous = check_keys(keys)?;
+        let contiguous = check_positions(queries, keys)?;
         Ok(Box::new(DistancePlan {
             bias: self,
             queries,

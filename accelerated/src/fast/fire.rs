@@ -25,7 +25,7 @@ use crate::fast::compile::PiecewiseLinear;
 use crate::fast::device::DeviceBias;
 use crate::fast::error::{finite, Error, Result};
 use crate::fast::mlp::Mlp;
-use crate::fast::tile::{check_keys, visible, BiasPlan, Position, TileBias};
+use crate::fast::tile::{check_positions, visible, BiasPlan, Position, TileBias};
 
 /// Which ψ. spec: [fire.psi], [fire.ablation.no-log]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -251,7 +251,7 @@ impl FireBias {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<FirePlan<'a>> {
-        let contiguous = check_keys(keys)?;
+        let contiguous = check_positions(queries, keys)?;
         let inv: Vec<f32> = queries
             .iter()
             .map(|&i| (1.0 / self.params.normaliser(i as f64)) as f32)

@@ -16,8 +16,9 @@
 //! `∂f_h/∂x` the segment's slope, so per run of one segment the pass needs `Σ g`, `Σ g·ψ(n)`
 //! and `Σ g·∂ψ(n)/∂c`: three multiply-adds per pair and head.
 //!
-//! Off the fast path (non-contiguous keys, distances past the ψ table) pairs are handled one at a
-//! time with the same statistics; a GeLU f_θ (no segments) is backpropagated per pair.
+//! Off the fast path (non-contiguous keys, distances past the ψ table, keys after the query)
+//! pairs are handled one at a time with the same statistics; a GeLU f_θ (no segments) is
+//! backpropagated per pair.
 //!
 //! Convention: a pair exactly on a breakpoint takes the gradient of the segment on its right
 //! (the segment the forward evaluates it with), where [grad.kinks] would take relu'(0) = 0 for
@@ -133,7 +134,7 @@ impl FireGradPlan<'_> {
         self.stats_len - 2
     }
 
-    /// One pair off the fast path: column `j` of query row `q`.
+    /// One pair off the fast path: query row `q` at distance `n` (mirrored for keys after it).
     #[allow(clippy::too_many_arguments)]
     fn pair(&self, head: usize, q: usize, n: u64, g: f32, stats: &mut [f64], scratch: &mut [f64]) {
         let fire = self.plan.fire;
@@ -258,6 +259,14 @@ impl GradPlan for FireGradPlan<'_> {
         for (r, q) in rows.enumerate() {
             let i = plan.queries[q];
             let vis = visible(plan.keys, &cols, i);
+            // Keys after the query (zero in causal training; a cotangent may set them): one pair
+            // at a time, at the mirrored distance of [conv.future].
+            let future = &plan.keys[cols.start + vis..cols.end];
+            for (&g, &j) in ds[r * stride + vis..].iter().zip(future) {
+                if g != 0.0 {
+                    self.pair(head, q, j - i, g, stats, &mut scratch);
+                }
+            }
             if vis == 0 {
                 continue;
             }

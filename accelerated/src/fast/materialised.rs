@@ -11,7 +11,7 @@ use crate::fast::attention::Shape;
 use crate::fast::error::{shape, Error, Result};
 use crate::fast::fire::FireParams;
 use crate::fast::mlp::{Activation, Mlp};
-use crate::fast::tile::{check_keys, BiasPlan, Position, TileBias};
+use crate::fast::tile::{check_positions, BiasPlan, Position, TileBias};
 
 /// f_θ in f32 with its weights laid out for per-pair evaluation, as the PyTorch module runs it.
 #[derive(Debug, Clone)]
@@ -179,7 +179,7 @@ pub fn attention(
             return Err(shape("bias [H, Nq, Nk]", heads * nq * nk, b.len()));
         }
     }
-    check_keys(keys)?;
+    check_positions(queries, keys)?;
     if queries.iter().any(|&i| i < keys[0]) {
         return Err(Error::Invalid {
             what: "causal attention".into(),

@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use crate::fast::backward::GradPlan;
 use crate::fast::error::{shape, Error, Result};
-use crate::fast::tile::{check_keys, visible, BiasPlan, Position, TileBias};
+use crate::fast::tile::{check_positions, BiasPlan, Position, TileBias};
 
 /// `T[h, n]` for `n < capacity`, f32, head-major.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +56,7 @@ impl DistanceTable {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<Box<dyn GradPlan + 'a>> {
-        check_keys(keys)?;
+        check_positions(queries, keys)?;
         let lo = queries.iter().chain(keys).copied().min().unwrap_or(0);
         let hi = queries.iter().chain(keys).copied().max().unwrap_or(0);
         if hi - lo >= self.capacity as u64 {
@@ -171,10 +171,9 @@ impl GradPlan for TablePlan<'_> {
         let acc = &mut stats[head * cap..(head + 1) * cap];
         for (r, q) in rows.enumerate() {
             let i = self.queries[q];
-            let vis = visible(self.keys, &cols, i);
-            let keys = &self.keys[cols.start..cols.start + vis];
-            for (&g, &j) in ds[r * stride..r * stride + vis].iter().zip(keys) {
-                acc[(i - j) as usize] += f64::from(g);
+            let keys = &self.keys[cols.clone()];
+            for (&g, &j) in ds[r * stride..r * stride + cols.len()].iter().zip(keys) {
+                acc[i.abs_diff(j) as usize] += f64::from(g);
             }
         }
     }

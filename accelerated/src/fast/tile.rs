@@ -70,6 +70,22 @@ pub trait BiasPlan: Send + Sync {
     fn bytes(&self) -> usize;
 }
 
+/// The largest position whose distances are exact in binary64: 2^53. spec: [conv.positions]
+pub const MAX_POSITION: Position = 1 << 53;
+
+/// Checks both position lists ([`check_keys`] for the keys) and that no position exceeds
+/// [`MAX_POSITION`]; returns whether the keys are contiguous.
+pub(crate) fn check_positions(queries: &[Position], keys: &[Position]) -> Result<bool> {
+    use crate::fast::error::Error;
+    if let Some(p) = queries.iter().chain(keys).find(|&&p| p > MAX_POSITION) {
+        return Err(Error::Invalid {
+            what: "positions".into(),
+            reason: format!("position {p} is beyond 2^53 (not exact in binary64)"),
+        });
+    }
+    check_keys(keys)
+}
+
 /// Checks a key list is non-empty and non-decreasing; returns whether it is contiguous
 /// (`keys[t] = keys[0] + t`), which enables the table-walking fast paths.
 pub(crate) fn check_keys(keys: &[Position]) -> Result<bool> {

@@ -102,7 +102,9 @@ struct RunArgs {
     /// The implementation's command line, run through `sh -c` (default: the built-in reference).
     #[arg(long = "impl", value_name = "CMD")]
     implementation: Option<String>,
-    /// A built-in implementation: `reference` (default) or `accelerated` (feature `accelerated`).
+    /// A built-in implementation: `reference` (default), or (feature `accelerated`) `accelerated`
+    /// (the candle modules) or `fast` (the fast kernels: compiled FIRE, fused attention, fused
+    /// backward).
     #[arg(long, default_value = "reference")]
     builtin: String,
     /// A command run once before the implementation starts.
@@ -186,7 +188,9 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             "reference" => Box::new(Reference),
             #[cfg(feature = "accelerated")]
             "accelerated" => Box::new(fire_conformance::implementations::accelerated::Accelerated),
-            other => bail!("unknown built-in implementation `{other}` (reference; accelerated needs the `accelerated` feature)"),
+            #[cfg(feature = "accelerated")]
+            "fast" => Box::new(fire_conformance::implementations::fast::Fast),
+            other => bail!("unknown built-in implementation `{other}` (reference; accelerated and fast need the `accelerated` feature)"),
         },
         Some(cmd) => Box::new(external::External::new(
             cmd,

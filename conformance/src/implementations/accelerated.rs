@@ -27,7 +27,7 @@ use crate::vectors::params::{check_tensor, layer_name};
 #[derive(Debug, Default)]
 pub struct Accelerated;
 
-fn activation(name: &str) -> Option<Activation> {
+pub(crate) fn activation(name: &str) -> Option<Activation> {
     Some(match name {
         "relu" => Activation::Relu,
         "gelu" => Activation::Gelu,
@@ -74,16 +74,16 @@ fn params(p: &crate::vectors::format::FireParams) -> Result<FireParams, Reply> {
 }
 
 /// A bias `[H, Q, K]`, row-major f32.
-struct Bias {
-    heads: usize,
-    data: Vec<f32>,
+pub(crate) struct Bias {
+    pub(crate) heads: usize,
+    pub(crate) data: Vec<f32>,
 }
 
-fn skip(why: impl Into<String>) -> Reply {
+pub(crate) fn skip(why: impl Into<String>) -> Reply {
     Reply::Skipped(why.into())
 }
 
-fn errored(e: impl std::fmt::Display) -> Reply {
+pub(crate) fn errored(e: impl std::fmt::Display) -> Reply {
     Reply::Errored(e.to_string())
 }
 
@@ -98,19 +98,19 @@ fn fire_bias(f: &Fire, q: &[u64], k: &[u64]) -> Result<Bias, Reply> {
     })
 }
 
-fn setting(b: &BaselineParams, key: &str) -> Result<i64, Reply> {
+pub(crate) fn setting(b: &BaselineParams, key: &str) -> Result<i64, Reply> {
     b.settings
         .get(key)
         .copied()
         .ok_or_else(|| errored(format!("{}: setting `{key}` is missing", b.name)))
 }
 
-fn count(b: &BaselineParams, key: &str) -> Result<usize, Reply> {
+pub(crate) fn count(b: &BaselineParams, key: &str) -> Result<usize, Reply> {
     usize::try_from(setting(b, key)?)
         .map_err(|_| errored(format!("{}: setting `{key}` must be >= 0", b.name)))
 }
 
-fn tensor<'a>(b: &'a BaselineParams, key: &str) -> Result<&'a Tensor, Reply> {
+pub(crate) fn tensor<'a>(b: &'a BaselineParams, key: &str) -> Result<&'a Tensor, Reply> {
     let t = b
         .params
         .get(key)
@@ -119,7 +119,7 @@ fn tensor<'a>(b: &'a BaselineParams, key: &str) -> Result<&'a Tensor, Reply> {
     Ok(t)
 }
 
-fn vector(b: &BaselineParams, key: &str) -> Result<Vec<f64>, Reply> {
+pub(crate) fn vector(b: &BaselineParams, key: &str) -> Result<Vec<f64>, Reply> {
     let t = tensor(b, key)?;
     if t.shape.len() != 1 {
         return Err(errored(format!("{}: `{key}` must have one axis", b.name)));
@@ -231,12 +231,12 @@ fn layer_biases(encoding: &Encoding, q: &[u64], k: &[u64]) -> Result<Vec<Bias>, 
     }
 }
 
-fn to_f64(v: &[f32]) -> Vec<f64> {
+pub(crate) fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().copied().map(f64::from).collect()
 }
 
 /// An attention input `[H, rows, dim]` as f32 rows per head.
-fn attention_input(
+pub(crate) fn attention_input(
     name: &str,
     t: &Option<Tensor>,
     heads: usize,
@@ -402,7 +402,7 @@ fn vjp(
     Ok(out)
 }
 
-fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
+pub(crate) fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
     let heads = layers.first().map_or(0, |b| b.heads);
     Tensor::new(
         vec![layers.len(), heads, q, k],
@@ -410,15 +410,22 @@ fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
     )
 }
 
-fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
-    let positions = |what: &str, v: &[i64]| {
+/// Query and key positions of a request, as `u64`.
+pub(crate) fn positions(r: &Request) -> Result<(Vec<u64>, Vec<u64>), Reply> {
+    let convert = |what: &str, v: &[i64]| {
         v.iter()
             .map(|&x| u64::try_from(x))
             .collect::<Result<Vec<u64>, _>>()
             .map_err(|_| errored(format!("{what}: negative position")))
     };
-    let q = positions("query positions", &r.inputs.queries)?;
-    let k = positions("key positions", &r.inputs.keys)?;
+    Ok((
+        convert("query positions", &r.inputs.queries)?,
+        convert("key positions", &r.inputs.keys)?,
+    ))
+}
+
+fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
+    let (q, k) = positions(r)?;
     let mut out = BTreeMap::new();
     match (r.kind, &r.encoding) {
         (Kind::Bias, Encoding::Baseline(b)) if b.name == "rope" => {

@@ -3,5 +3,7 @@
 #[cfg(feature = "accelerated")]
 pub mod accelerated;
 pub mod external;
+#[cfg(feature = "accelerated")]
+pub mod fast;
 pub mod reference;
 pub mod variant;
