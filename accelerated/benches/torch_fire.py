@@ -4,12 +4,13 @@
 `cargo run --release -p fire-accelerated --example fast_bench` (12 heads, head dim 64,
 causal, N = 2048, 8192[, 32768]).
 
-torch is not a dependency of this repository (and was not installed where this was written).
-To run it:
+torch is not a dependency of this repository. To run it (measured results in
+accelerated/README.md, "Speed against PyTorch"):
 
     python3 -m venv /tmp/torch
-    /tmp/torch/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu
-    #   (or plain `pip install torch` from PyPI: a much larger download with CUDA wheels)
+    /tmp/torch/bin/pip install torch numpy
+    #   (PyPI's wheel, ~5 GB with its CUDA libraries; the CPU-only index
+    #    https://download.pytorch.org/whl/cpu is smaller where it is reachable)
     /tmp/torch/bin/python accelerated/benches/torch_fire.py --lengths 2048,8192 --repeats 3
 
 It prints one markdown row per (variant, N): median seconds, ratio to SDPA without a bias,
