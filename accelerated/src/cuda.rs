@@ -102,7 +102,7 @@ impl CustomOp3 for FusedCuda {
                 self.bias.capacity()
             );
         }
-        let dev = s1.device().clone();
+        let dev = s1.device.clone();
         let (q, k, v) = (
             contiguous(s1, l1, "q")?,
             contiguous(s2, l2, "k")?,

@@ -23,6 +23,15 @@ pub struct Block {
     fc2: Linear,
 }
 
+impl Block {
+    /// The rest of the block once attention gave `h`: `x + h`, then `+ mlp(ln2(·))`.
+    fn after_attention(&self, x: &Tensor, h: &Tensor) -> Result<Tensor> {
+        let x = (x + h)?;
+        let m = self.fc1.forward(&self.ln2.forward(&x)?)?.gelu_erf()?;
+        Ok((&x + self.fc2.forward(&m)?)?)
+    }
+}
+
 /// Per-layer key/value caches for chunked evaluation and incremental decoding.
 #[derive(Debug, Clone, Default)]
 pub struct Cache {
@@ -108,6 +117,24 @@ impl Model {
         })
     }
 
+    /// Token embeddings `[B, T, D]` of `tokens` (`[B, T]`, u32).
+    fn embed(&self, tokens: &Tensor) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        Ok(self
+            .embed
+            .index_select(&tokens.flatten_all()?, 0)?
+            .reshape((b, t, self.cfg.d_model))?)
+    }
+
+    /// The final LayerNorm and the (tied or untied) LM head: logits `[B, T, V]`.
+    fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        let x = self.ln_f.forward(x)?;
+        match &self.head {
+            Some(head) => head.forward(&x),
+            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
+        }
+    }
+
     /// The device.
     pub fn device(&self) -> &Device {
         &self.device
@@ -173,7 +200,7 @@ impl Model {
         fused: &FusedEncoding,
         mut cache: Option<&mut Cache>,
     ) -> Result<Tensor> {
-        let (b, t) = tokens.dims2()?;
+        let (_, t) = tokens.dims2()?;
         ensure(t > 0, || "empty token sequence".into())?;
         ensure(fused.layers() == self.blocks.len(), || {
             format!(
@@ -200,10 +227,7 @@ impl Model {
             Some(_) => Vec::new(),
             None => fused.device_biases(&queries, keys.len())?,
         };
-        let mut x = self
-            .embed
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, self.cfg.d_model))?;
+        let mut x = self.embed(tokens)?;
         for (l, block) in self.blocks.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
             let normed = block.ln1.forward(&x)?;
@@ -222,15 +246,9 @@ impl Model {
                     layer_cache,
                 )?,
             };
-            x = (x + h)?;
-            let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
-            x = (&x + block.fc2.forward(&m)?)?;
+            x = block.after_attention(&x, &h)?;
         }
-        let x = self.ln_f.forward(&x)?;
-        match &self.head {
-            Some(head) => head.forward(&x),
-            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
-        }
+        self.logits(&x)
     }
 
     /// Logits `[B, T, V]` for training through the fused attention op with a backward pass
@@ -239,7 +257,7 @@ impl Model {
     /// `[B, H, T, T]` tensor, so a step at thousands of tokens fits where the materialised
     /// path's scores would not. CPU, additive encodings (everything but RoPE).
     pub fn forward_train_fused(&self, tokens: &Tensor) -> Result<Tensor> {
-        let (b, t) = tokens.dims2()?;
+        let (_, t) = tokens.dims2()?;
         ensure(t > 0, || "empty token sequence".into())?;
         let biases = self
             .encoding
@@ -251,23 +269,14 @@ impl Model {
                     self.encoding.name()
                 ))
             })?;
-        let mut x = self
-            .embed
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, self.cfg.d_model))?;
+        let mut x = self.embed(tokens)?;
         for (block, bias) in self.blocks.iter().zip(&biases) {
             let h = block
                 .attn
                 .forward_train_fused(&block.ln1.forward(&x)?, bias)?;
-            x = (x + h)?;
-            let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
-            x = (&x + block.fc2.forward(&m)?)?;
+            x = block.after_attention(&x, &h)?;
         }
-        let x = self.ln_f.forward(&x)?;
-        match &self.head {
-            Some(head) => head.forward(&x),
-            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
-        }
+        self.logits(&x)
     }
 
     /// Whether [`Self::forward_train_fused`] applies: an additive encoding on the CPU.
@@ -299,14 +308,11 @@ impl Model {
         start: u64,
         mut cache: Option<&mut Cache>,
     ) -> Result<Tensor> {
-        let (b, t) = tokens.dims2()?;
+        let (_, t) = tokens.dims2()?;
         let grid = Grid::causal(start, t as u64, &self.device)?;
         let biases = self.encoding.biases(&grid, self.blocks.len())?;
         let mask = causal_mask(&grid.queries, &grid.keys, &self.device)?;
-        let mut x = self
-            .embed
-            .index_select(&tokens.flatten_all()?, 0)?
-            .reshape((b, t, self.cfg.d_model))?;
+        let mut x = self.embed(tokens)?;
         for (l, block) in self.blocks.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
             let h = block.attn.forward(
@@ -317,14 +323,8 @@ impl Model {
                 &mask,
                 layer_cache,
             )?;
-            x = (x + h)?;
-            let m = block.fc1.forward(&block.ln2.forward(&x)?)?.gelu_erf()?;
-            x = (&x + block.fc2.forward(&m)?)?;
+            x = block.after_attention(&x, &h)?;
         }
-        let x = self.ln_f.forward(&x)?;
-        match &self.head {
-            Some(head) => head.forward(&x),
-            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
-        }
+        self.logits(&x)
     }
 }
