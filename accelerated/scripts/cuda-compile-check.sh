@@ -41,10 +41,11 @@ nice -n 19 cargo "$mode" -p fire-accelerated --features cuda --all-targets --loc
 if [[ "$mode" == build ]]; then
   bin="$CARGO_TARGET_DIR/debug/fire-lm"
   # The binary must want the driver's libcuda.so.1 by soname (never the stub by path) and the
-  # toolkit's libraries (the linker drops nvrtc and cublasLt, which fire-lm never calls).
+  # toolkit's libraries: NVRTC compiles the fused attention kernel at run time (src/cuda.rs);
+  # the linker drops cublasLt, which fire-lm never calls.
   needed="$(readelf -d "$bin" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
   echo "cuda-compile-check: fire-lm needs: $needed" >&2
-  for lib in libcuda.so.1 libcudart.so.13 libcublas.so.13 libcurand.so.10; do
+  for lib in libcuda.so.1 libcudart.so.13 libcublas.so.13 libcurand.so.10 libnvrtc.so.13; do
     [[ " $needed " == *" $lib "* ]] || { echo "cuda-compile-check: fire-lm does not link $lib" >&2; exit 1; }
   done
   # Load it with the stub standing in for the driver: every symbol resolves, the CLI works, and

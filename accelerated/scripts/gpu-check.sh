@@ -31,7 +31,7 @@ export CARGO_TARGET_DIR="${FIRE_CUDA_TARGET_DIR:-$repo/target/cuda}"
 # The stub libcuda must never be loaded here: the driver's real one has to be found.
 [[ "$LD_LIBRARY_PATH" != *stubs* ]] || fail "LD_LIBRARY_PATH contains a stubs directory"
 lm="$CARGO_TARGET_DIR/debug/fire-lm"
-ldd "$lm" | grep -E 'libcuda\.|libcudart|libcublas\.|libcurand'
+ldd "$lm" | grep -E 'libcuda\.|libcudart|libcublas\.|libcurand|libnvrtc'
 ! ldd "$lm" | grep -q 'not found' || fail "fire-lm cannot find all its libraries (is the driver installed?)"
 
 run="$out/fire-cuda"
