@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use fire::{FireBias, FireParams, Transform};
 pub use mlp::{Activation, Linear, Mlp};
 pub use table::DistanceTable;
-pub use tile::{BiasPlan, Position, TileBias};
+pub use tile::{BiasPlan, Position, TileBias, MAX_POSITION};
 
 #[cfg(test)]
 mod tests;

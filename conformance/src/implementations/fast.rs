@@ -120,13 +120,17 @@ fn baseline(b: &BaselineParams, capacity: usize) -> Result<fast::DistanceBias, R
     fast::DistanceBias::new(encoding, heads, capacity).map_err(errored)
 }
 
-/// Distances the tables must cover for these positions.
+/// The longest ψ / distance table the builtin builds: longer distances take the kernels'
+/// per-entry path, so a case at huge positions costs no huge table.
+const MAX_TABLE: usize = 1 << 16;
+
+/// Distances the tables cover for these positions (at most [`MAX_TABLE`]).
 fn capacity(q: &[u64], k: &[u64]) -> usize {
     q.iter()
         .chain(k)
         .copied()
         .max()
-        .map_or(1, |m| m as usize + 1)
+        .map_or(1, |m| (m as usize).saturating_add(1).min(MAX_TABLE))
 }
 
 /// The kernels' contract on key positions.
@@ -269,6 +273,11 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
     let (q, k) = positions(r)?;
     if q.is_empty() || k.is_empty() {
         return Err(errored("query and key position lists must be non-empty"));
+    }
+    if let Some(p) = q.iter().chain(&k).find(|&&p| p > fast::MAX_POSITION) {
+        return Err(errored(format!(
+            "position {p} is beyond 2^53 (not exact in binary64)"
+        )));
     }
     let cap = capacity(&q, &k);
     let mut out = BTreeMap::new();
