@@ -364,17 +364,26 @@ pub struct PerLayer {
     pub modules: Vec<Fire>,
 }
 
+impl PerLayer {
+    /// One module per layer, or a configuration error.
+    fn check_layers(&self, layers: usize) -> Result<()> {
+        if layers == self.modules.len() {
+            Ok(())
+        } else {
+            Err(Error::Config(format!(
+                "FIRE has {} modules for {layers} layers",
+                self.modules.len()
+            )))
+        }
+    }
+}
+
 impl PositionEncoding for PerLayer {
     fn name(&self) -> &'static str {
         "fire"
     }
     fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
-        if layers != self.modules.len() {
-            return Err(Error::Config(format!(
-                "FIRE has {} modules for {layers} layers",
-                self.modules.len()
-            )));
-        }
+        self.check_layers(layers)?;
         self.modules
             .iter()
             .map(|m| m.bias_tensor(grid).map(Some))
@@ -384,12 +393,7 @@ impl PositionEncoding for PerLayer {
         self.modules.iter().collect()
     }
     fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
-        if layers != self.modules.len() {
-            return Err(Error::Config(format!(
-                "FIRE has {} modules for {layers} layers",
-                self.modules.len()
-            )));
-        }
+        self.check_layers(layers)?;
         let sources = self
             .modules
             .iter()
@@ -403,12 +407,7 @@ impl PositionEncoding for PerLayer {
         _n: usize,
         _device: &Device,
     ) -> Result<Option<Vec<LayerBias>>> {
-        if layers != self.modules.len() {
-            return Err(Error::Config(format!(
-                "FIRE has {} modules for {layers} layers",
-                self.modules.len()
-            )));
-        }
+        self.check_layers(layers)?;
         self.modules
             .iter()
             .map(Fire::train_bias)
