@@ -458,21 +458,29 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
     Ok(out)
 }
 
+/// What an in-process f32 implementation of this crate declares: every family, f32, the
+/// spec's conventions.
+pub(crate) fn f32_capabilities(name: &str) -> Capabilities {
+    Capabilities {
+        name: name.into(),
+        families: vec!["*".into()],
+        dtypes: vec!["f32".into()],
+        future_keys: Default::default(),
+        placement: Default::default(),
+    }
+}
+
+/// An evaluation's outputs, or the reply that stopped it.
+pub(crate) fn reply(result: Result<BTreeMap<String, Tensor>, Reply>) -> Reply {
+    result.map_or_else(|r| r, Reply::Output)
+}
+
 impl Implementation for Accelerated {
     fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
-        Ok(Capabilities {
-            name: "fire-accelerated (candle, cpu)".into(),
-            families: vec!["*".into()],
-            dtypes: vec!["f32".into()],
-            future_keys: Default::default(),
-            placement: Default::default(),
-        })
+        Ok(f32_capabilities("fire-accelerated (candle, cpu)"))
     }
 
     fn run(&mut self, r: &Request) -> Reply {
-        match evaluate(r) {
-            Ok(out) => Reply::Output(out),
-            Err(reply) => reply,
-        }
+        reply(evaluate(r))
     }
 }

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use fire_accelerated::fast::{self, DistanceEncoding, TileBias};
 
 use super::accelerated::{
-    attention_input, count, errored, positions, setting, skip, stacked, tensor, to_f64, vector,
-    Bias,
+    attention_input, count, errored, f32_capabilities, positions, reply, setting, skip, stacked,
+    tensor, to_f64, vector, Bias,
 };
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
@@ -313,19 +313,12 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
 
 impl Implementation for Fast {
     fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
-        Ok(Capabilities {
-            name: "fire-accelerated fast kernels (compiled FIRE, fused attention, cpu)".into(),
-            families: vec!["*".into()],
-            dtypes: vec!["f32".into()],
-            future_keys: Default::default(),
-            placement: Default::default(),
-        })
+        Ok(f32_capabilities(
+            "fire-accelerated fast kernels (compiled FIRE, fused attention, cpu)",
+        ))
     }
 
     fn run(&mut self, r: &Request) -> Reply {
-        match evaluate(r) {
-            Ok(out) => Reply::Output(out),
-            Err(reply) => reply,
-        }
+        reply(evaluate(r))
     }
 }
