@@ -42,3 +42,32 @@ pub fn adjust(
 pub fn causal_only(kind: Kind, inputs: &Inputs, want: &Tensor) -> Option<Vec<bool>> {
     adjust(kind, inputs, want, FutureKeys::Negated).1
 }
+
+/// The name under which a gradient case carries the gradients of its cotangent restricted to
+/// the causal triangle ([`causal_cotangent`]). spec: [conv.future], [grad.vjp]
+pub const CAUSAL_COTANGENT: &str = "cotangent=causal";
+
+/// A gradient case's cotangent with every entry at a key after its query set to zero, or `None`
+/// when there is no cotangent or nothing to zero.
+///
+/// A declared convention other than `mirrored` says the module's bias at those entries is not
+/// the mirrored distance's (0, −∞, or unchecked), so its gradient there is not FIRE's either; the
+/// harness asks for the gradient of the causal entries only, and grades it against the gradient
+/// of the same restricted cotangent. spec: [conv.future], [grad.vjp]
+pub fn causal_cotangent(inputs: &Inputs) -> Option<Tensor> {
+    let cot = inputs.cotangent.as_ref()?;
+    let (nq, nk) = (inputs.queries.len(), inputs.keys.len());
+    if nq * nk == 0 || cot.data.len() % (nq * nk) != 0 {
+        return None;
+    }
+    let mut out = cot.clone();
+    let mut changed = false;
+    for (n, v) in out.data.iter_mut().enumerate() {
+        let (q, k) = ((n / nk) % nq, n % nk);
+        if inputs.keys[k] > inputs.queries[q] && *v != 0.0 {
+            *v = 0.0;
+            changed = true;
+        }
+    }
+    changed.then_some(out)
+}

@@ -1,38 +1,121 @@
-//! Diagnosis: when a FIRE case fails, which catalogued deviation does the output match?
+//! Diagnosis: when a case fails, which catalogued deviation does the output match, and where?
 //!
-//! Every entry of `fire_reference::fire::variants::CATALOGUE` is evaluated on the failing case's
-//! own parameters and positions and compared with the implementation's output under the case's
-//! tolerance; a new catalogue entry is diagnosed without any change here.
-//! spec: [variants.catalogue]
+//! Every entry of `fire_reference::variants::CATALOGUE` that applies to the case's encoding and
+//! kind is evaluated on the case's own parameters and positions and compared with the
+//! implementation's output under the case's tolerance and the declared conventions; a new
+//! catalogue entry is diagnosed without any change here. A match is element by element with
+//! [`crate::compare::element_ok`]: finite elements within tolerance, non-finite elements
+//! identical, so a deviation that yields NaN is recognised by its NaN pattern. When no entry
+//! matches the whole output, the output is compared on named subsets (the causal triangle, the
+//! keys after the query, the queries either side of the threshold L) with the reference and with
+//! every entry, so a partial match is said as one. spec: [variants.catalogue]
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use fire_reference::attention::Placement as RefPlacement;
-use fire_reference::fire::variants::{Variant, CATALOGUE};
+use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
 use crate::compare::{compare, Profile};
-use crate::conventions::{adjust, causal_only};
+use crate::conventions::adjust;
 use crate::implementation::{Capabilities, FutureKeys, Placement};
 use crate::implementations::reference::evaluate_placed;
+use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
+use crate::vectors::params;
 
-/// What diagnosis found for one case.
+/// A named part of a bias output on which agreement is judged separately.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Subset {
+    /// Keys at or before their query: what a causal model uses.
+    Causal,
+    /// Keys after their query.
+    Future,
+    /// Queries below the threshold: `i < L`.
+    BelowThreshold(f64),
+    /// Queries at or above the threshold: `i ≥ L`.
+    AtOrAboveThreshold(f64),
+}
+
+impl fmt::Display for Subset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subset::Causal => write!(f, "the causal triangle (keys ≤ query)"),
+            Subset::Future => write!(f, "the keys after the query"),
+            Subset::BelowThreshold(l) => write!(f, "the queries below L = {l}"),
+            Subset::AtOrAboveThreshold(l) => write!(f, "the queries at or above L = {l}"),
+        }
+    }
+}
+
+impl Subset {
+    /// The subset's complement, for "differs on …".
+    pub fn complement(self) -> Self {
+        match self {
+            Subset::Causal => Subset::Future,
+            Subset::Future => Subset::Causal,
+            Subset::BelowThreshold(l) => Subset::AtOrAboveThreshold(l),
+            Subset::AtOrAboveThreshold(l) => Subset::BelowThreshold(l),
+        }
+    }
+
+    /// Which elements of a `[…, Q, K]` bias of `case` the subset holds, or `None` when it holds
+    /// none or all of them (no partial statement to make).
+    fn mask(self, case: &Case, len: usize) -> Option<Vec<bool>> {
+        let (q, k) = (&case.inputs.queries, &case.inputs.keys);
+        let (nq, nk) = (q.len(), k.len());
+        if case.kind != Kind::Bias || nq * nk == 0 || len % (nq * nk) != 0 {
+            return None;
+        }
+        let m: Vec<bool> = (0..len)
+            .map(|n| {
+                let (i, j) = (q[(n / nk) % nq], k[n % nk]);
+                match self {
+                    Subset::Causal => j <= i,
+                    Subset::Future => j > i,
+                    Subset::BelowThreshold(l) => (i as f64) < l,
+                    Subset::AtOrAboveThreshold(l) => (i as f64) >= l,
+                }
+            })
+            .collect();
+        (m.iter().any(|&b| b) && !m.iter().all(|&b| b)).then_some(m)
+    }
+}
+
+/// What diagnosis found for one failing case.
 #[derive(Debug, Clone, Default)]
 pub struct Finding {
-    /// Every catalogued variant whose output matches the implementation's.
+    /// Every catalogued variant whose output matches the implementation's everywhere.
     pub variants: Vec<&'static Variant>,
-    /// Convention hints (placement, keys after the query).
+    /// Variants that match on a named subset only, where the reference does not.
+    pub partial: Vec<(&'static Variant, Subset)>,
+    /// Named subsets on which the output agrees with the reference (the failure lies elsewhere).
+    pub agrees_on: Vec<Subset>,
+    /// Convention hints (keys after the query) and notes on the case's construction.
     pub notes: Vec<String>,
 }
 
-/// True when diagnosis applies: a valid FIRE bias or attention case.
+/// True when the variant can change what `case` expects: its deviation targets the case's
+/// encoding (or, for placement, the case is an attention case).
+pub fn applies(v: &Variant, case: &Case) -> bool {
+    let baseline = |names: &[&str]| matches!(&case.encoding, Encoding::Baseline(b) if names.contains(&b.name.as_str()));
+    match v.deviation {
+        Deviation::Fire(_) | Deviation::FireLayout(_) => {
+            matches!(
+                case.encoding,
+                Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
+            ) && matches!(case.kind, Kind::Bias | Kind::Attention)
+        }
+        Deviation::T5Bucket(_) => baseline(&["t5-official"]),
+        Deviation::AlibiSlopes(_) => baseline(&["alibi-standard"]),
+        Deviation::Kerple { .. } => baseline(&["kerple-log", "kerple-power"]),
+        Deviation::Placement(_) => case.kind == Kind::Attention,
+    }
+}
+
+/// True when diagnosis applies: a valid case that some catalogued variant could explain.
 pub fn diagnosable(case: &Case) -> bool {
-    case.result == Verdict::Valid
-        && matches!(case.kind, Kind::Bias | Kind::Attention)
-        && matches!(
-            case.encoding,
-            Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
-        )
+    case.result == Verdict::Valid && CATALOGUE.iter().any(|v| applies(v, case))
 }
 
 fn placement(caps: &Capabilities) -> RefPlacement {
@@ -42,13 +125,27 @@ fn placement(caps: &Capabilities) -> RefPlacement {
     }
 }
 
-fn matches_all(
+/// What the variant predicts for the case, under the implementation's declared placement.
+pub fn predict(v: &Variant, case: &Case, caps: &Capabilities) -> Option<BTreeMap<String, Tensor>> {
+    evaluate_placed(
+        &case.encoding,
+        case.kind,
+        &case.inputs,
+        Some(v),
+        placement(caps),
+    )
+    .ok()
+}
+
+/// True when `candidate` reproduces `got` within `profile` on `subset` (everywhere when `None`),
+/// after the declared convention for keys after the query is applied to `candidate`.
+pub fn agrees(
     case: &Case,
     candidate: &BTreeMap<String, Tensor>,
     got: &BTreeMap<String, Tensor>,
     profile: Profile,
     future: FutureKeys,
-    causal: bool,
+    subset: Option<Subset>,
 ) -> bool {
     let Some(expected) = &case.expected else {
         return false;
@@ -58,107 +155,161 @@ fn matches_all(
             return false;
         };
         let mut c = c.clone();
-        c.scale = want.scale;
-        let (c, mask) = adjust(case.kind, &case.inputs, &c, future);
-        let mask = if causal {
-            causal_only(case.kind, &case.inputs, &c)
-        } else {
-            mask
+        // Rounding scales with what the candidate computes, which a mistake can make far larger
+        // than the correct output (a normaliser of ε alone): grade each candidate relative to the
+        // larger of the case's stated scale and its own magnitude. spec: [num.compare]
+        let own = c
+            .data
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0_f64, |a, v| a.max(v.abs()));
+        c.scale = Some(want.scale.map_or(own, |s| s.max(own)));
+        let (c, convention) = adjust(case.kind, &case.inputs, &c, future);
+        let mask = match subset {
+            None => convention,
+            Some(s) => {
+                let Some(m) = s.mask(case, c.data.len()) else {
+                    return false;
+                };
+                let m: Vec<bool> = match convention {
+                    Some(conv) => m.iter().zip(conv).map(|(a, b)| *a && b).collect(),
+                    None => m,
+                };
+                if !m.iter().any(|&b| b) {
+                    // The convention leaves nothing of the subset to judge.
+                    return false;
+                }
+                Some(m)
+            }
         };
         compare(g, &c, profile, mask.as_deref()).is_ok()
     })
 }
 
-/// True when `variant`, evaluated on the case, reproduces `got` within `profile`.
-pub fn explains(
-    variant: &Variant,
-    case: &Case,
-    got: &BTreeMap<String, Tensor>,
-    profile: Profile,
-    caps: &Capabilities,
-) -> bool {
-    match evaluate_placed(
-        &case.encoding,
-        case.kind,
-        &case.inputs,
-        Some(variant),
-        placement(caps),
-    ) {
-        Ok(out) => matches_all(case, &out, got, profile, caps.future_keys, false),
-        Err(_) => false,
-    }
+/// The threshold L of a case's FIRE module, when it has one (one module, or FIRE-S).
+fn threshold(case: &Case) -> Option<f64> {
+    let p = match &case.encoding {
+        Encoding::Fire(p) => p,
+        Encoding::FireShared(s) => &s.module,
+        _ => return None,
+    };
+    params::to_fire(p).ok()?.threshold_value()
 }
 
-/// Diagnoses one failing case. spec: [variants.catalogue]
+fn subsets(case: &Case) -> Vec<Subset> {
+    let mut out = vec![Subset::Causal, Subset::Future];
+    if let Some(l) = threshold(case) {
+        out.extend([Subset::BelowThreshold(l), Subset::AtOrAboveThreshold(l)]);
+    }
+    out
+}
+
+/// A variant that applies to a case, with what it predicts (`None`: the variant cannot evaluate
+/// the case, e.g. the mistaken arithmetic fails where the reference does not).
+pub type Prediction = (&'static Variant, Option<BTreeMap<String, Tensor>>);
+
+/// The variants that apply to a case with what each predicts (cached by the runner, since the
+/// same predictions serve the case's finding and the run's overall verdict).
+pub fn predictions(case: &Case, caps: &Capabilities) -> Vec<Prediction> {
+    CATALOGUE
+        .iter()
+        .filter(|v| applies(v, case))
+        .map(|v| (v, predict(v, case, caps)))
+        .collect()
+}
+
+/// Diagnoses one failing case from the variants' predictions. spec: [variants.catalogue]
 pub fn diagnose(
     case: &Case,
     got: &BTreeMap<String, Tensor>,
     profile: Profile,
     caps: &Capabilities,
+    predicted: &[Prediction],
 ) -> Finding {
     let mut finding = Finding::default();
-    if !diagnosable(case) {
+    let Some(expected) = &case.expected else {
         return finding;
-    }
-    finding.variants = CATALOGUE
+    };
+    let future = caps.future_keys;
+    let predicted: Vec<(&'static Variant, &BTreeMap<String, Tensor>)> = predicted
         .iter()
-        .filter(|v| explains(v, case, got, profile, caps))
+        .filter_map(|(v, p)| p.as_ref().map(|p| (*v, p)))
         .collect();
-    if finding.variants.is_empty() && case.flags.contains(&crate::vectors::flags::Flag::TinyC) {
+    finding.variants = predicted
+        .iter()
+        .filter(|(_, p)| agrees(case, p, got, profile, future, None))
+        .map(|(v, _)| *v)
+        .collect();
+    if finding.variants.is_empty() {
+        for s in subsets(case) {
+            let reference = agrees(case, expected, got, profile, future, Some(s));
+            if reference {
+                finding.agrees_on.push(s);
+                continue;
+            }
+            finding.partial.extend(
+                predicted
+                    .iter()
+                    .filter(|(_, p)| agrees(case, p, got, profile, future, Some(s)))
+                    .map(|(v, _)| (*v, s)),
+            );
+        }
+        // One statement per variant: the first subset it matches on.
+        let mut seen: Vec<&str> = Vec::new();
+        finding.partial.retain(|(v, _)| {
+            let first = !seen.contains(&v.name);
+            seen.push(v.name);
+            first
+        });
+    }
+    if finding.variants.is_empty() && case.flags.contains(&Flag::TinyC) {
         finding.notes.push(
             "small-c cases make ε visible and are chosen so that both log1p(|c|·x) and Appendix E's log(1 + |c|·x) stay within f64; a failure no variant explains points at how ψ or ε is computed [num.profiles]".into(),
         );
     }
-    if let Some(expected) = &case.expected {
-        if case.kind == Kind::Bias
-            && case
-                .flags
-                .contains(&crate::vectors::flags::Flag::FutureKeys)
-        {
-            let reference = expected.clone();
-            if matches_all(case, &reference, got, profile, caps.future_keys, true) {
-                let fits: Vec<&str> = [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked]
-                    .into_iter()
-                    .filter(|f| matches_all(case, &reference, got, profile, *f, false))
-                    .map(FutureKeys::name)
-                    .collect();
-                finding.notes.push(match fits.first() {
-                    Some(f) => format!(
-                        "the causal lower triangle matches; keys after the query follow `{f}`, but the implementation declared `{}` [conv.future]",
-                        caps.future_keys.name()
-                    ),
-                    None => "the causal lower triangle matches; only keys after the query differ, under no known convention [conv.future]".into(),
-                });
-            }
-        }
-        if case.kind == Kind::Attention {
-            let other = match caps.placement {
-                Placement::AfterScaling => "placement=before-scaling",
-                Placement::BeforeScaling => "",
-            };
-            if let Some(alt) = case.expected_under.as_ref().and_then(|u| u.get(other)) {
-                if matches_all(case, alt, got, profile, caps.future_keys, false) {
-                    finding.notes.push("the output matches the bias added before the 1/√d scaling; declare `placement: before-scaling` if that is intended [attn.placement]".into());
-                }
-            }
-        }
+    if case.kind == Kind::Bias
+        && case.flags.contains(&Flag::FutureKeys)
+        && agrees(case, expected, got, profile, future, Some(Subset::Causal))
+    {
+        let fits: Vec<&str> = [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked]
+            .into_iter()
+            .filter(|f| *f != future && agrees(case, expected, got, profile, *f, None))
+            .map(FutureKeys::name)
+            .collect();
+        finding.notes.push(match fits.first() {
+            Some(f) => format!(
+                "keys after the query follow `{f}`, but the implementation declared `{}`: declare `future_keys: {f}` if that is intended [conv.future]",
+                future.name()
+            ),
+            None => "only keys after the query differ: if the model masks them, declare `future_keys: negated` and they are not checked [conv.future]".into(),
+        });
     }
     finding
 }
 
-/// The sentence a report prints for a finding.
+/// The sentences a report prints for a finding.
 pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
     let mut lines = Vec::new();
-    match f.variants.as_slice() {
-        [] => lines.push("diagnosis: no known variant matches".into()),
-        vs => {
-            for v in vs {
-                lines.push(format!(
-                    "diagnosis: matches variant `{}` within {} tolerance ({}; violates [{}])",
-                    v.name, profile.name, v.summary, v.violates
-                ));
-            }
-        }
+    for v in &f.variants {
+        lines.push(format!(
+            "diagnosis: matches variant `{}` within {} tolerance ({}; violates [{}]); in code: `{}`",
+            v.name, profile.name, v.summary, v.violates, v.looks_like
+        ));
+    }
+    if f.variants.is_empty() {
+        lines.push("diagnosis: no catalogued variant matches the whole output".into());
+    }
+    for s in &f.agrees_on {
+        lines.push(format!(
+            "diagnosis: agrees with the reference on {s}; differs on {}",
+            s.complement()
+        ));
+    }
+    for (v, s) in &f.partial {
+        lines.push(format!(
+            "diagnosis: matches variant `{}` on {s} only ({}; violates [{}])",
+            v.name, v.summary, v.violates
+        ));
     }
     lines.extend(f.notes.iter().map(|n| format!("diagnosis: {n}")));
     lines

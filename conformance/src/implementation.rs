@@ -120,6 +120,19 @@ impl Request {
             outputs: output_names(case),
         }
     }
+
+    /// The request for `case` as an implementation declaring `future` is asked it: a gradient
+    /// case's cotangent is restricted to the causal triangle unless the implementation mirrors
+    /// keys after the query. spec: [conv.future], [grad.vjp]
+    pub fn for_case_under(case: &Case, dtype: &str, future: FutureKeys) -> Self {
+        let mut r = Self::for_case(case, dtype);
+        if case.kind == Kind::Vjp && future != FutureKeys::Mirrored {
+            if let Some(c) = crate::conventions::causal_cotangent(&case.inputs) {
+                r.inputs.cotangent = Some(c);
+            }
+        }
+        r
+    }
 }
 
 /// The output names a case's reply carries (spec: [vec.outputs]): its expected outputs, or for invalid cases what a

@@ -8,6 +8,7 @@
 pub mod compare;
 pub mod conventions;
 pub mod diagnose;
+pub mod error;
 pub mod export;
 pub mod families;
 pub mod implementation;

@@ -1,5 +1,6 @@
-//! Runs a suite against one implementation: selection, grading, xfails, diagnosis.
-//! spec: [proto.request], [proto.reply], [num.profiles]
+//! Runs a suite against one implementation: selection, grading, xfails, diagnosis, and the two
+//! verdicts (values and validation). spec: [proto.request], [proto.reply], [proto.report],
+//! [num.profiles]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -7,10 +8,11 @@ use std::time::{Duration, Instant};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::compare::{self, compare, Mismatch, Profile, Shown};
-use crate::conventions::adjust;
+use crate::conventions::{adjust, CAUSAL_COTANGENT};
 use crate::diagnose::{self, Finding};
-use crate::implementation::{Capabilities, Implementation, Placement, Reply, Request};
-use crate::vectors::format::{Case, Tensor, Verdict};
+use crate::error::{Error, Result};
+use crate::implementation::{Capabilities, FutureKeys, Implementation, Placement, Reply, Request};
+use crate::vectors::format::{Case, Kind, Tensor, Verdict};
 use crate::vectors::load::Suite;
 
 /// How a case ended.
@@ -24,6 +26,60 @@ pub enum Status {
     Skipped,
     /// Failed as the `--xfails` file expects (counted with the skipped).
     XFailed,
+    /// An invalid case was rejected, but with the very error that valid cases got too, so the
+    /// rejection shows nothing about validation (counted with the skipped).
+    Inconclusive,
+}
+
+/// The two questions a run answers. spec: [proto.report]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Question {
+    /// Are the numbers right? Every valid case: bias, attention, gradients.
+    Values,
+    /// Are invalid inputs rejected? The `invalid` cases.
+    Validation,
+}
+
+impl Question {
+    /// The question a case asks.
+    pub fn of(result: Verdict) -> Self {
+        match result {
+            Verdict::Valid => Question::Values,
+            Verdict::Invalid => Question::Validation,
+        }
+    }
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Question::Values => "values",
+            Question::Validation => "validation",
+        }
+    }
+}
+
+/// Which verdicts decide the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailOn {
+    /// Values and validation (the default).
+    #[default]
+    Both,
+    /// Values only: a correct module that accepts invalid parameters still passes.
+    Values,
+    /// Validation only.
+    Validation,
+}
+
+impl FailOn {
+    /// Whether failures of `q` count.
+    pub fn counts(self, q: Question) -> bool {
+        matches!(
+            (self, q),
+            (FailOn::Both, _)
+                | (FailOn::Values, Question::Values)
+                | (FailOn::Validation, Question::Validation)
+        )
+    }
 }
 
 /// One case's outcome.
@@ -31,6 +87,8 @@ pub enum Status {
 pub struct Outcome {
     /// The case id.
     pub id: String,
+    /// Values or validation.
+    pub question: Question,
     /// Its clauses.
     pub clauses: Vec<String>,
     /// Its flags, by name.
@@ -41,10 +99,28 @@ pub struct Outcome {
     pub profile: Option<Profile>,
     /// Why it failed or was skipped, line by line.
     pub details: Vec<String>,
-    /// Diagnosis of a failing FIRE case.
+    /// Diagnosis of a failing case.
     pub finding: Option<Finding>,
     /// Wall time.
     pub duration: Duration,
+}
+
+/// The run-level judgement of the values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Overall {
+    /// Named variants consistent with every diagnosable case that ran, each explaining at least
+    /// one failure (empty: no single variant does).
+    Variants(Vec<&'static str>),
+    /// Every valid case that ran errored (or broke): the adapter, not the maths, is at fault.
+    /// Holds the error common to most of them and how many valid cases ran.
+    AdapterBroken {
+        /// The most frequent error message.
+        error: String,
+        /// How many valid cases gave exactly it.
+        count: usize,
+        /// How many valid cases ran.
+        ran: usize,
+    },
 }
 
 /// A finished run.
@@ -56,27 +132,38 @@ pub struct Report {
     pub dtype: String,
     /// The suite version.
     pub suite_version: String,
+    /// The suite's manifest hash (which suite exactly ran).
+    pub suite_hash: String,
     /// Every selected case in suite order.
     pub outcomes: Vec<Outcome>,
-    /// Variants consistent with the implementation on every diagnosable case that ran (only
-    /// computed when some diagnosable case failed).
-    pub overall: Option<Vec<&'static str>>,
+    /// The run-level diagnosis, when some valid case failed.
+    pub overall: Option<Overall>,
+    /// Which verdicts decide the exit status.
+    pub fail_on: FailOn,
+}
+
+/// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
+fn tally<'a>(outcomes: impl Iterator<Item = &'a Outcome>) -> (usize, usize, usize) {
+    let mut t = (0, 0, 0);
+    for o in outcomes {
+        match o.status {
+            Status::Passed => t.0 += 1,
+            Status::Failed => t.1 += 1,
+            Status::Skipped | Status::XFailed | Status::Inconclusive => t.2 += 1,
+        }
+    }
+    t
 }
 
 impl Report {
-    /// `(passed, failed, skipped)`; expected failures count as skipped.
+    /// `(passed, failed, skipped)` over every selected case.
     pub fn counts(&self) -> (usize, usize, usize) {
-        let n = |s: &[Status]| {
-            self.outcomes
-                .iter()
-                .filter(|o| s.contains(&o.status))
-                .count()
-        };
-        (
-            n(&[Status::Passed]),
-            n(&[Status::Failed]),
-            n(&[Status::Skipped, Status::XFailed]),
-        )
+        tally(self.outcomes.iter())
+    }
+
+    /// `(passed, failed, skipped)` of one question.
+    pub fn counts_of(&self, q: Question) -> (usize, usize, usize) {
+        tally(self.outcomes.iter().filter(|o| o.question == q))
     }
 
     /// The summary line: `N passed, M failed, K skipped`.
@@ -84,6 +171,60 @@ impl Report {
         let (p, f, s) = self.counts();
         format!("{p} passed, {f} failed, {s} skipped")
     }
+
+    /// The names of the variants the overall diagnosis found (empty when none or broken).
+    pub fn overall_variants(&self) -> Vec<&'static str> {
+        match &self.overall {
+            Some(Overall::Variants(v)) => v.clone(),
+            _ => vec![],
+        }
+    }
+
+    /// True when nothing was graded: no case matched the selection, or every selected case was
+    /// skipped (an expected failure was graded; an inconclusive rejection was not). Such a run
+    /// proves nothing and must not exit 0.
+    pub fn nothing_ran(&self) -> bool {
+        !self
+            .outcomes
+            .iter()
+            .any(|o| matches!(o.status, Status::Passed | Status::Failed | Status::XFailed))
+    }
+
+    /// True when the verdicts that count (see [`FailOn`]) have a failure.
+    pub fn failed(&self) -> bool {
+        self.outcomes
+            .iter()
+            .any(|o| o.status == Status::Failed && self.fail_on.counts(o.question))
+    }
+
+    /// The process exit status this report calls for. spec: [proto.report]
+    pub fn exit_code(&self) -> u8 {
+        if matches!(self.overall, Some(Overall::AdapterBroken { .. })) {
+            exit::ADAPTER_BROKEN
+        } else if self.failed() {
+            exit::FAILED
+        } else if self.nothing_ran() {
+            exit::NOTHING_RAN
+        } else {
+            exit::PASSED
+        }
+    }
+}
+
+/// The exit statuses of `fire-conformance run` and `check`. spec: [proto.report]
+pub mod exit {
+    /// Every graded case of the counted verdicts passed.
+    pub const PASSED: u8 = 0;
+    /// At least one counted case failed.
+    pub const FAILED: u8 = 1;
+    /// Usage error or unreadable input: bad flags, a malformed suite or results file, a failed
+    /// `--setup`, an implementation that could not start or complete the handshake.
+    pub const ERROR: u8 = 2;
+    /// Every valid case that ran errored or broke: the adapter, not the maths, is at fault.
+    pub const ADAPTER_BROKEN: u8 = 3;
+    /// Nothing was graded: no case matched the selection, or every selected case was skipped
+    /// (pytest's "no tests ran").
+    pub const NOTHING_RAN: u8 = 5;
 }
 
 /// Which cases to run and how.
@@ -99,15 +240,18 @@ pub struct Options {
     pub dtype: Option<String>,
     /// Name catalogued variants on failures.
     pub diagnose: bool,
+    /// Which verdicts decide the exit status.
+    pub fail_on: FailOn,
 }
 
 /// A glob set; an empty list matches nothing.
-pub fn globs(patterns: &[String]) -> anyhow::Result<GlobSet> {
+pub fn globs(patterns: &[String]) -> Result<GlobSet> {
     let mut b = GlobSetBuilder::new();
     for p in patterns {
-        b.add(Glob::new(p).map_err(|e| anyhow::anyhow!("bad glob `{p}`: {e}"))?);
+        b.add(Glob::new(p).map_err(|e| Error::Usage(format!("bad glob `{p}`: {e}")))?);
     }
-    Ok(b.build()?)
+    b.build()
+        .map_err(|e| Error::Usage(format!("bad glob set: {e}")))
 }
 
 /// Reads an xfails file: one id glob per line, `#` comments.
@@ -146,18 +290,22 @@ pub fn judge(
     }
 }
 
-/// The expected outputs under the implementation's declared placement.
+/// The expected outputs under the implementation's declared conventions: the placement of
+/// attention cases, and for gradient cases the cotangent restricted to the causal triangle
+/// when keys after the query are not mirrored. spec: [attn.placement], [conv.future]
 pub fn expected_for<'a>(
     case: &'a Case,
     caps: &Capabilities,
 ) -> Option<&'a BTreeMap<String, Tensor>> {
-    match caps.placement {
-        Placement::BeforeScaling => case
-            .expected_under
-            .as_ref()
-            .and_then(|u| u.get("placement=before-scaling"))
-            .or(case.expected.as_ref()),
-        Placement::AfterScaling => case.expected.as_ref(),
+    let under = |name: &str| case.expected_under.as_ref().and_then(|u| u.get(name));
+    match (case.kind, caps.placement, caps.future_keys) {
+        (Kind::Attention, Placement::BeforeScaling, _) => {
+            under("placement=before-scaling").or(case.expected.as_ref())
+        }
+        (Kind::Vjp, _, f) if f != FutureKeys::Mirrored => {
+            under(CAUSAL_COTANGENT).or(case.expected.as_ref())
+        }
+        _ => case.expected.as_ref(),
     }
 }
 
@@ -209,26 +357,41 @@ fn compare_outputs(
     details
 }
 
+/// One diagnosable case that ran: what it is, what came back, how it was graded.
+struct Ran<'a> {
+    outcome: usize,
+    case: &'a Case,
+    got: BTreeMap<String, Tensor>,
+    profile: Profile,
+}
+
 /// Runs every selected case of `suite` against `imp`.
-pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyhow::Result<Report> {
-    let caps = imp.capabilities()?;
+pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Result<Report> {
+    let caps = imp
+        .capabilities()
+        .map_err(|e| Error::Handshake(format!("{e:#}")))?;
     let dtype = match &opts.dtype {
         Some(d) if caps.dtypes.contains(d) => d.clone(),
-        Some(d) => anyhow::bail!(
-            "dtype `{d}` is not among the implementation's {:?}",
-            caps.dtypes
-        ),
+        Some(d) => {
+            return Err(Error::Usage(format!(
+                "dtype `{d}` is not among the implementation's {:?}",
+                caps.dtypes
+            )))
+        }
         None => caps.dtypes.first().cloned().unwrap_or_else(|| "f64".into()),
     };
     if compare::profile(&dtype).is_none() {
-        anyhow::bail!("unknown dtype `{dtype}` (known: f64, f32, bf16)");
+        return Err(Error::Usage(format!(
+            "unknown dtype `{dtype}` (known: f64, f32, bf16)"
+        )));
     }
     let run = globs(&opts.run)?;
     let skip = globs(&opts.skip)?;
     let xfail = globs(&opts.xfails)?;
     let families = globs(&caps.families)?;
     let mut outcomes = Vec::new();
-    let mut ran: Vec<(&Case, BTreeMap<String, Tensor>, Profile)> = Vec::new();
+    let mut ran: Vec<Ran> = Vec::new();
+    let mut errors: Vec<(usize, String)> = Vec::new();
     for case in suite.cases() {
         if (!opts.run.is_empty() && !run.is_match(&case.id)) || skip.is_match(&case.id) {
             continue;
@@ -236,6 +399,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyho
         let start = Instant::now();
         let mut outcome = Outcome {
             id: case.id.clone(),
+            question: Question::of(case.result),
             clauses: case.clauses.clone(),
             flags: case.flags.iter().map(|f| f.name().to_owned()).collect(),
             status: Status::Skipped,
@@ -261,17 +425,19 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyho
             continue;
         };
         outcome.profile = Some(profile);
-        let reply = imp.run(&Request::for_case(case, &dtype));
+        let reply = imp.run(&Request::for_case_under(case, &dtype, caps.future_keys));
         let (status, details) = judge(case, &reply, profile, &caps);
         outcome.status = status;
         outcome.details = details;
-        if let Reply::Output(got) = &reply {
-            if diagnose::diagnosable(case) {
-                if status == Status::Failed && opts.diagnose {
-                    outcome.finding = Some(diagnose::diagnose(case, got, profile, &caps));
-                }
-                ran.push((case, got.clone(), profile));
-            }
+        match &reply {
+            Reply::Output(got) if diagnose::diagnosable(case) => ran.push(Ran {
+                outcome: outcomes.len(),
+                case,
+                got: got.clone(),
+                profile,
+            }),
+            Reply::Errored(m) | Reply::Broken(m) => errors.push((outcomes.len(), m.clone())),
+            _ => {}
         }
         let listed = xfail.is_match(&case.id);
         outcome.status = match (outcome.status, listed) {
@@ -287,24 +453,115 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> anyho
         outcome.duration = start.elapsed();
         outcomes.push(outcome);
     }
-    let any_failed = outcomes
-        .iter()
-        .any(|o| o.status == Status::Failed && o.finding.is_some());
-    let overall = (opts.diagnose && any_failed).then(|| {
-        fire_reference::fire::variants::CATALOGUE
-            .iter()
-            .filter(|v| {
-                ran.iter()
-                    .all(|(c, got, p)| diagnose::explains(v, c, got, *p, &caps))
-            })
-            .map(|v| v.name)
-            .collect()
-    });
+    let mut overall = broken_adapter(&mut outcomes, &errors);
+    if overall.is_none() && opts.diagnose {
+        overall = diagnose_run(&mut outcomes, &ran, &caps);
+    }
     Ok(Report {
         capabilities: caps,
         dtype,
         suite_version: suite.manifest.suite_version.clone(),
+        suite_hash: suite.hash.clone(),
         outcomes,
         overall,
+        fail_on: opts.fail_on,
     })
+}
+
+/// Glue that cannot call the module errors on every case, valid or not, and its rejections of
+/// invalid cases then prove nothing. When every valid case that ran errored or broke, the run is
+/// an adapter failure; otherwise an invalid case rejected with an error that some valid case
+/// also got is inconclusive. spec: [vec.invalid], [proto.report]
+fn broken_adapter(outcomes: &mut [Outcome], errors: &[(usize, String)]) -> Option<Overall> {
+    let message = |n: usize| {
+        errors
+            .iter()
+            .find(|(i, _)| *i == n)
+            .map(|(_, m)| m.as_str())
+    };
+    let valid_ran: Vec<usize> = (0..outcomes.len())
+        .filter(|&n| outcomes[n].question == Question::Values && outcomes[n].profile.is_some())
+        .filter(|&n| !matches!(outcomes[n].status, Status::Skipped))
+        .collect();
+    let valid_errors: Vec<&str> = valid_ran.iter().filter_map(|&n| message(n)).collect();
+    let all_broken = !valid_ran.is_empty() && valid_errors.len() == valid_ran.len();
+    for n in 0..outcomes.len() {
+        if outcomes[n].question != Question::Validation || outcomes[n].status != Status::Passed {
+            continue;
+        }
+        let same = message(n).is_some_and(|m| valid_errors.contains(&m));
+        if all_broken || same {
+            outcomes[n].status = Status::Inconclusive;
+            outcomes[n].details.push(if all_broken {
+                "not assessed: every valid case errored too, so this rejection says nothing about validation".into()
+            } else {
+                "not assessed: a valid case errored with the same message, so this rejection says nothing about validation".into()
+            });
+        }
+    }
+    if !all_broken {
+        return None;
+    }
+    let mut freq: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in &valid_errors {
+        *freq.entry(m).or_default() += 1;
+    }
+    let (error, count) = freq.into_iter().max_by_key(|(_, c)| *c).unwrap_or(("", 0));
+    Some(Overall::AdapterBroken {
+        error: error.to_owned(),
+        count,
+        ran: valid_ran.len(),
+    })
+}
+
+/// Diagnoses every failing case, then names the variants consistent with every diagnosable case
+/// that ran and explaining at least one failure. spec: [variants.catalogue]
+fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> Option<Overall> {
+    let failed: Vec<bool> = ran
+        .iter()
+        .map(|r| matches!(outcomes[r.outcome].status, Status::Failed | Status::XFailed))
+        .collect();
+    if !failed.contains(&true) {
+        return None;
+    }
+    let predicted: Vec<Vec<diagnose::Prediction>> = ran
+        .iter()
+        .map(|r| diagnose::predictions(r.case, caps))
+        .collect();
+    let mut explained: Vec<&'static str> = Vec::new();
+    for ((r, p), &failing) in ran.iter().zip(&predicted).zip(&failed) {
+        if failing {
+            let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
+            explained.extend(f.variants.iter().map(|v| v.name));
+            outcomes[r.outcome].finding = Some(f);
+        }
+    }
+    let consistent = |name: &str| {
+        ran.iter()
+            .zip(&predicted)
+            .zip(&failed)
+            .all(|((r, p), &failing)| {
+                match p.iter().find(|(v, _)| v.name == name) {
+                    Some((_, Some(prediction))) => diagnose::agrees(
+                        r.case,
+                        prediction,
+                        &r.got,
+                        r.profile,
+                        caps.future_keys,
+                        None,
+                    ),
+                    // The variant applies but cannot evaluate the case: it explains nothing here.
+                    Some((_, None)) => false,
+                    // The variant does not touch this case: it predicts the reference.
+                    None => !failing,
+                }
+            })
+    };
+    let mut names: Vec<&'static str> = Vec::new();
+    for v in fire_reference::variants::CATALOGUE {
+        if explained.contains(&v.name) && !names.contains(&v.name) && consistent(v.name) {
+            names.push(v.name);
+        }
+    }
+    Some(Overall::Variants(names))
 }

@@ -5,11 +5,12 @@
 
 use std::path::Path;
 
+use fire_conformance::conventions::causal_cotangent;
 use fire_conformance::implementation::{
     Capabilities, FutureKeys, Implementation, Placement, Reply, Request,
 };
 use fire_conformance::implementations::reference::{evaluate_placed, Reference};
-use fire_conformance::runner::{self, Options, Status};
+use fire_conformance::runner::{self, Options, Overall, Status};
 use fire_conformance::vectors::format::Kind;
 use fire_conformance::vectors::load;
 use fire_reference::attention::Placement as RefPlacement;
@@ -34,7 +35,15 @@ impl Implementation for Convention {
             Placement::AfterScaling => RefPlacement::AfterScaling,
             Placement::BeforeScaling => RefPlacement::BeforeScaling,
         };
-        let Ok(mut out) = evaluate_placed(&r.encoding, r.kind, &r.inputs, None, place) else {
+        let mut inputs = r.inputs.clone();
+        if r.kind == Kind::Vjp && self.future != FutureKeys::Mirrored {
+            // The module's bias at keys after the query is a constant (or unchecked): its true
+            // gradient sees only the causal entries of the cotangent.
+            if let Some(c) = causal_cotangent(&inputs) {
+                inputs.cotangent = Some(c);
+            }
+        }
+        let Ok(mut out) = evaluate_placed(&r.encoding, r.kind, &inputs, None, place) else {
             return Reply::Errored("rejected".into());
         };
         if r.kind == Kind::Bias {
@@ -110,14 +119,34 @@ fn a_declared_before_scaling_placement_passes_and_an_undeclared_one_is_named() {
     };
     let r = run(&mut silent, "attention/*");
     assert!(r.counts().1 > 0);
-    let notes: Vec<&String> = r
-        .outcomes
-        .iter()
-        .filter_map(|o| o.finding.as_ref())
-        .flat_map(|f| &f.notes)
-        .collect();
-    assert!(
-        notes.iter().any(|n| n.contains("before the 1/√d scaling")),
-        "{notes:?}"
+    assert_eq!(
+        r.overall,
+        Some(Overall::Variants(vec!["bias-before-scaling"])),
+        "{}",
+        r.summary()
     );
+}
+
+/// A module right on the causal triangle under its declared convention gets gradients exactly
+/// right for the cotangent that convention allows: gradient cases pass, as bias cases do.
+#[test]
+fn declared_conventions_apply_to_gradient_cotangents() {
+    for future in [FutureKeys::Zero, FutureKeys::Masked, FutureKeys::Negated] {
+        let mut honest = Convention {
+            future,
+            placement: Placement::AfterScaling,
+            declared: (future, Placement::AfterScaling),
+        };
+        let r = run(&mut honest, "fire-grad/*");
+        let (passed, failed, _) = r.counts();
+        assert_eq!(failed, 0, "{future:?}: {}", r.summary());
+        assert!(passed >= 10, "{future:?}: {}", r.summary());
+    }
+    // Declaring `mirrored` while masking the gradient is a real deviation, and is caught.
+    let mut silent = Convention {
+        future: FutureKeys::Zero,
+        placement: Placement::AfterScaling,
+        declared: (FutureKeys::Mirrored, Placement::AfterScaling),
+    };
+    assert!(run(&mut silent, "fire-grad/*").counts().1 > 0);
 }

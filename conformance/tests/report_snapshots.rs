@@ -10,7 +10,7 @@ use fire_conformance::implementations::variant::Mistaken;
 use fire_conformance::report::text;
 use fire_conformance::runner::{self, Options};
 use fire_conformance::vectors::load;
-use fire_reference::fire::variants;
+use fire_reference::variants;
 
 fn options() -> Options {
     Options {

@@ -30,6 +30,12 @@ pub trait AdditiveBias {
     fn validate(&self) -> Result<()>;
     /// `b_h(i, j)` for `h = 0..H`.
     fn bias(&self, pair: Pair) -> DVector<f64>;
+    /// Checks what only a pair can show: an activation with a restricted domain reached outside
+    /// it. Called before `bias` at every pair; valid parameters pass it everywhere for most
+    /// encodings. spec: [fire.activation], [num.errors]
+    fn check_pair(&self, _pair: Pair) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A bias tensor laid out `[heads, queries, keys]`. spec: [conv.layout]
@@ -121,7 +127,9 @@ pub fn evaluate(
     let mut out = vec![DMatrix::zeros(queries.len(), keys.len()); heads];
     for (q, &i) in queries.iter().enumerate() {
         for (k, &j) in keys.iter().enumerate() {
-            let b = encoding.bias(Pair { i, j, length });
+            let pair = Pair { i, j, length };
+            encoding.check_pair(pair)?;
+            let b = encoding.bias(pair);
             if b.len() != heads {
                 return Err(Error::Shape {
                     what: "per-pair bias".into(),

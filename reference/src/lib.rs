@@ -16,6 +16,7 @@ pub mod error;
 pub mod fire;
 pub mod positions;
 pub mod theorem_3_1;
+pub mod variants;
 
 pub use bias::{evaluate, AdditiveBias, Bias, Pair};
 pub use error::{Error, Result};

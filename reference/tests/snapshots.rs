@@ -3,7 +3,7 @@
 
 use fire_reference::evaluate;
 use fire_reference::fire::init::{self, Shape};
-use fire_reference::fire::variants::CATALOGUE;
+use fire_reference::variants::CATALOGUE;
 use std::fmt::Write;
 
 /// [fire.defaults]: the bias of a default-initialised module (seed 0) at a few positions around
@@ -44,7 +44,8 @@ fn fire_bias_at_default_initialisation() {
 fn the_variant_catalogue() {
     let mut out = String::new();
     for v in CATALOGUE {
-        writeln!(out, "{:<22} [{}] {}", v.name, v.violates, v.summary).unwrap();
+        writeln!(out, "{:<26} [{}] {}", v.name, v.violates, v.summary).unwrap();
+        writeln!(out, "{:<26} looks like: {}", "", v.looks_like).unwrap();
     }
     insta::assert_snapshot!(out);
 }

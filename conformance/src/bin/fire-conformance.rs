@@ -6,19 +6,23 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use fire_conformance::implementation::Implementation;
 use fire_conformance::implementations::{external, reference::Reference};
 use fire_conformance::report;
-use fire_conformance::runner::{self, Options};
+use fire_conformance::runner::{self, exit, FailOn, Options};
 use fire_conformance::vectors::{generate, load};
 
 #[derive(Parser)]
 #[command(
     name = "fire-conformance",
     version,
-    about = "Golden vectors for FIRE and a harness that checks any implementation against them"
+    about = "Golden vectors for FIRE and a harness that checks any implementation against them",
+    after_help = "Exit status of `run` and `check`: 0 every graded case of the counted verdicts passed; \
+1 a counted case failed; 2 usage error or unreadable input (bad flags, malformed suite or results, failed \
+--setup, no handshake); 3 the adapter is broken (every valid case errored); 5 nothing was graded (no case \
+matched the selection, or every selected case was skipped)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -95,6 +99,28 @@ struct Common {
     /// Do not try the catalogue of variants on failures.
     #[arg(long)]
     no_diagnose: bool,
+    /// Which verdicts decide the exit status: `values` (bias, attention, gradients),
+    /// `validation` (invalid inputs rejected) or `both`.
+    #[arg(long, value_enum, default_value_t = Verdicts::Both)]
+    fail_on: Verdicts,
+}
+
+/// `--fail-on`.
+#[derive(Clone, Copy, ValueEnum)]
+enum Verdicts {
+    Both,
+    Values,
+    Validation,
+}
+
+impl From<Verdicts> for FailOn {
+    fn from(v: Verdicts) -> Self {
+        match v {
+            Verdicts::Both => FailOn::Both,
+            Verdicts::Values => FailOn::Values,
+            Verdicts::Validation => FailOn::Validation,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -146,6 +172,7 @@ fn options(c: &Common) -> Result<Options> {
         xfails,
         dtype: c.dtype.clone(),
         diagnose: !c.no_diagnose,
+        fail_on: c.fail_on.into(),
     })
 }
 
@@ -163,12 +190,7 @@ fn finish(r: &runner::Report, c: &Common) -> Result<ExitCode> {
     } else {
         print!("{}", report::text::render(r, c.verbose));
     }
-    let (_, failed, _) = r.counts();
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(ExitCode::from(r.exit_code()))
 }
 
 fn run(args: RunArgs) -> Result<ExitCode> {
@@ -242,7 +264,7 @@ fn main() -> ExitCode {
             let mut imp: Box<dyn Implementation> = match variant {
                 None => Box::new(Reference),
                 Some(v) => {
-                    let v = fire_reference::fire::variants::find(&v)
+                    let v = fire_reference::variants::find(&v)
                         .ok_or_else(|| anyhow::anyhow!("unknown variant `{v}`"))?;
                     Box::new(fire_conformance::implementations::variant::Mistaken(v))
                 }
@@ -266,7 +288,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(exit::ERROR)
         }
     }
 }

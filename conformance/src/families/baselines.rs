@@ -182,7 +182,49 @@ pub fn all() -> anyhow::Result<Vec<(String, VectorFile)>> {
             "exact",
         ),
     ];
+    // Configurations where the binary32 arithmetic of the official code and binary64 give
+    // different buckets (46 buckets / 164 at distance 107: 41 vs 40; 48 / 81 at 36: 31 vs 32).
+    let mut t5 = t5;
+    for (n, max, at, seed) in [(46u32, 164u64, 107i64, 6u64), (48, 81, 36, 7)] {
+        let t = T5Official {
+            bucketing: OfficialBucketing::new(n, max, false)?,
+            values: dyadic(2, n as usize, seed),
+        };
+        t5.push(
+            bias(
+                &format!("official-{n}-{max}-binary32"),
+                &format!(
+                    "{n} buckets, max distance {max}: at distance {at} binary32 and binary64 bucketing differ, and binary32 is the code's"
+                ),
+                t5_enc(&t),
+                vec![at, at + 1, 2 * at],
+                range(at + 1),
+                &[
+                    "t5.bucket.official",
+                    "t5.bucket.official.float",
+                    "t5.official",
+                ],
+                "exact",
+            )
+            .flags(&[Flag::Binary32]),
+        );
+    }
+    let standard = |heads: i64| {
+        bias(
+            &format!("standard-{heads}-heads"),
+            &format!("the standard slopes for {heads} heads, computed by the implementation from the head count"),
+            enc("alibi-standard", &[("heads", heads)], vec![]),
+            range(10),
+            range(10),
+            &["alibi.bias", "alibi.slopes"],
+            "f32",
+        )
+        .flags(&[Flag::StandardSlopes])
+    };
     let other = vec![
+        ("alibi", "standard", standard(6)),
+        ("alibi", "standard", standard(8)),
+        ("alibi", "standard", standard(12)),
         (
             "alibi",
             "slopes",
@@ -277,9 +319,19 @@ pub fn all() -> anyhow::Result<Vec<(String, VectorFile)>> {
             ),
         ),
     ];
-    let mut out = vec![file("t5", "buckets", "T5 relative position buckets", t5)?];
+    let mut out = vec![
+        file("t5", "buckets", "T5 relative position buckets", t5)?,
+        invalid()?,
+    ];
+    let mut grouped: Vec<(&str, &str, Vec<Draft>)> = Vec::new();
     for (family, stem, d) in other {
-        out.push(file(family, stem, &format!("{family} ({stem})"), vec![d])?);
+        match grouped.last_mut() {
+            Some((f, s, ds)) if *f == family && *s == stem => ds.push(d),
+            _ => grouped.push((family, stem, vec![d])),
+        }
+    }
+    for (family, stem, ds) in grouped {
+        out.push(file(family, stem, &format!("{family} ({stem})"), ds)?);
     }
     // RoPE is not additive: attention outputs with rotated queries and keys.
     let rope = |name: &str,
@@ -351,6 +403,92 @@ pub fn all() -> anyhow::Result<Vec<(String, VectorFile)>> {
     Ok(out)
 }
 
+/// `invalid/baselines`: baseline parameters an implementation must reject. spec: [vec.invalid],
+/// [num.errors]
+fn invalid() -> anyhow::Result<(String, VectorFile)> {
+    let t5 = |n: i64, max: i64, bi: i64, width: usize| {
+        enc(
+            "t5-official",
+            &[
+                ("num_buckets", n),
+                ("max_distance", max),
+                ("bidirectional", bi),
+            ],
+            vec![("values", table(&dyadic(2, width, 9)))],
+        )
+    };
+    let bad = |name: &str, desc: &str, e: Encoding, clause: &'static str| {
+        Draft::bias(name, desc, e, range(4), range(4))
+            .clauses(&["num.errors", "baselines.heads", clause])
+            .flags(&[Flag::Baseline, Flag::InvalidParams])
+            .invalid()
+    };
+    let cases = vec![
+        bad(
+            "t5-max-distance-at-max-exact",
+            "32 unidirectional buckets (max_exact 16) with max_distance 16: log(max_distance / max_exact) = 0",
+            t5(32, 16, 0, 32),
+            "t5.bucket.official",
+        ),
+        bad(
+            "t5-max-distance-below-max-exact",
+            "16 bidirectional buckets (max_exact 4) with max_distance 3",
+            t5(16, 3, 1, 16),
+            "t5.bucket.official",
+        ),
+        bad(
+            "t5-odd-bidirectional",
+            "31 bidirectional buckets cannot split evenly between the two directions",
+            t5(31, 128, 1, 31),
+            "t5.bucket.official",
+        ),
+        bad(
+            "t5-values-width",
+            "a value table with 30 columns for 32 buckets",
+            t5(32, 128, 0, 30),
+            "t5.official",
+        ),
+        bad(
+            "alibi-standard-zero-heads",
+            "standard Alibi slopes for zero heads",
+            enc("alibi-standard", &[("heads", 0)], vec![]),
+            "alibi.slopes",
+        ),
+        bad(
+            "alibi-negative-slope",
+            "an Alibi slope below zero",
+            enc("alibi", &[], vec![("slopes", vec1(&[0.5, -0.25]))]),
+            "alibi.bias",
+        ),
+        bad(
+            "kerple-power-exponent-above-two",
+            "Kerple-power with r2 = 2.5 > 2",
+            enc(
+                "kerple-power",
+                &[],
+                vec![("r1", vec1(&[1.0, 1.0])), ("r2", vec1(&[0.5, 2.5]))],
+            ),
+            "kerple.params",
+        ),
+        bad(
+            "kerple-log-zero-r2",
+            "Kerple-log with r2 = 0",
+            enc(
+                "kerple-log",
+                &[],
+                vec![("r1", vec1(&[1.0, 1.0])), ("r2", vec1(&[0.5, 0.0]))],
+            ),
+            "kerple.params",
+        ),
+    ];
+    file(
+        "invalid",
+        "baselines",
+        "baseline parameters an implementation must reject",
+        cases,
+    )
+}
+
 fn construction(
     name: &str,
     desc: &str,
@@ -394,7 +532,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
             "T5 simplified as a 2-hidden-layer Heaviside FIRE",
             thm::t5_simplified(&simplified, P)?,
             "thm31.t5",
-            "f64",
+            "f32",
             p,
         )
         .flags(&[Flag::Depth2]),
@@ -403,7 +541,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
             "T5 general buckets as a Heaviside FIRE",
             thm::t5_buckets(&buckets, P)?,
             "thm31.t5",
-            "f64",
+            "f32",
             p,
         )
         .flags(&[Flag::Depth2]),
@@ -412,7 +550,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
             "T5 official bucketing through its derived boundaries",
             thm::t5_official(&official, P)?,
             "thm31.t5",
-            "f64",
+            "f32",
             p,
         )
         .flags(&[Flag::Depth2]),
@@ -421,7 +559,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
             "the one-hidden-layer step form",
             thm::t5_steps(&buckets, P)?,
             "thm31.t5.steps",
-            "f64",
+            "f32",
             p,
         ),
         construction(
@@ -429,7 +567,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
             "Alibi as a linear FIRE (no hidden layer)",
             thm::alibi(&Alibi::standard(4)?, P)?,
             "thm31.alibi",
-            "f64",
+            "f32",
             p,
         )
         .flags(&[Flag::Depth0]),
@@ -444,7 +582,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
                 P,
             )?,
             "thm31.kerple-log",
-            "f64",
+            "f32",
             p,
         ),
         construction(
@@ -459,7 +597,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
                 P,
             )?,
             "thm31.sandwich",
-            "f64",
+            "f32",
             p,
         ),
         construction(
@@ -473,7 +611,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
                 P,
             )?,
             "thm31.sandwich-centred",
-            "f64",
+            "f32",
             p,
         ),
     ];
@@ -491,7 +629,7 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
                 "one module per run of equal exponents (power(p) hidden units)",
                 part,
                 "thm31.kerple-power",
-                "f64",
+                "f32",
                 p,
             )
             .clauses(&["thm31.heads"]),
@@ -513,7 +651,42 @@ fn theorem() -> anyhow::Result<(String, VectorFile)> {
             Flag::FutureKeys,
             Flag::NonContiguous,
         ])
-        .profile("f64"),
+        .profile("f32"),
     );
+    // L0 below its power of two P(L0): the threshold is P = 16 while the positions stop at L0.
+    const L0: u64 = 12;
+    for (name, f, clause) in [
+        (
+            "alibi-l0-12",
+            thm::alibi(&Alibi::standard(4)?, L0)?,
+            "thm31.alibi",
+        ),
+        (
+            "t5-official-l0-12",
+            thm::t5_official(&official, L0)?,
+            "thm31.t5",
+        ),
+    ] {
+        cases.push(
+            Draft::bias(
+                name,
+                "L0 = 12 is not a power of two: the construction's threshold is P(L0) = 16",
+                fire_enc(&f),
+                range(L0 as i64),
+                range(L0 as i64),
+            )
+            .clauses(&[
+                "thm31.statement",
+                "thm31.common",
+                "thm31.exactness",
+                "thm31.future",
+                "fire.bias",
+                "fire.ablation.no-log",
+            ])
+            .clauses(&[clause])
+            .flags(&[Flag::Construction, Flag::FutureKeys])
+            .profile("f32"),
+        );
+    }
     file("theorem-3-1", "constructions", "each Theorem 3.1 construction as a FIRE module, on the causal domain up to P = 16 and beyond", cases)
 }

@@ -254,7 +254,20 @@ pub fn file(
             (true, Ok(_)) => bail!("{id}: drafted as invalid but the reference accepts it"),
             (false, Err(e)) => bail!("{id}: the reference rejects a valid draft: {e}"),
             (false, Ok(out)) => {
-                let under = if d.kind == Kind::Attention {
+                let restricted =
+                    crate::conventions::causal_cotangent(&d.inputs).filter(|_| d.kind == Kind::Vjp);
+                let under = if let Some(cot) = restricted {
+                    let mut inputs = d.inputs.clone();
+                    inputs.cotangent = Some(cot);
+                    let causal = evaluate_request(&d.encoding, d.kind, &inputs, None)
+                        .with_context(|| format!("{id}: causal cotangent"))?;
+                    let mut m = BTreeMap::new();
+                    m.insert(
+                        crate::conventions::CAUSAL_COTANGENT.to_owned(),
+                        with_scales(&d, causal)?,
+                    );
+                    Some(m)
+                } else if d.kind == Kind::Attention {
                     let before = evaluate_placed(
                         &d.encoding,
                         d.kind,

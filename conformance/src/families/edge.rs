@@ -67,6 +67,22 @@ pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
         .clauses(CORE)
         .flags(&[Flag::LargePositions, Flag::DefaultInit, Flag::NonContiguous]),
         Draft::bias(
+            "huge-positions",
+            "positions between 10^6 and 2^53, the largest an f64 holds exactly (f64 only: f32 rounds positions above 2^24)",
+            fire_enc(&d),
+            vec![1 << 33, 1 << 52, 1 << 53],
+            vec![0, 1, (1 << 33) - 1, 1 << 33, (1 << 52) - 1, (1 << 53) - 1, 1 << 53],
+        )
+        .clauses(CORE)
+        .clauses(&["conv.future"])
+        .flags(&[
+            Flag::HugePositions,
+            Flag::DefaultInit,
+            Flag::NonContiguous,
+            Flag::FutureKeys,
+        ])
+        .profile("f64"),
+        Draft::bias(
             "kv-cache-row",
             "one decoding step: query 37 against keys 0..=37",
             fire_enc(&r),

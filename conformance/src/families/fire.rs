@@ -126,6 +126,7 @@ pub fn fire() -> anyhow::Result<Vec<(String, VectorFile)>> {
         );
     }
     Ok(vec![
+        epsilon()?,
         file(
             "fire",
             "default-init",
@@ -141,6 +142,88 @@ pub fn fire() -> anyhow::Result<Vec<(String, VectorFile)>> {
         file("fire", "depth", "MLPs with 0 and 2 hidden layers", depth)?,
         file("fire", "gelu", "MLPs with the exact GeLU activation", gelu)?,
     ])
+}
+
+/// `fire/epsilon`: ε large enough that where it goes shows at f32 tolerance. At the default
+/// ε = 10⁻⁶ every placement of ε (missing, inside ψ, on L, as a floor, in the numerator, outside
+/// the ratio, in several places) moves the output by ~10⁻⁶ of its scale, below f32's tolerance;
+/// with ε comparable to ψ(max(i, L)) each moves it by a large fraction, and the log's base
+/// (which the ratio cancels but ε does not) shows too. spec: [fire.normalizer], [num.profiles]
+fn epsilon() -> anyhow::Result<(String, VectorFile)> {
+    let mut floor = random_fire(4, 8, 1, 801, Activation::Relu);
+    floor.c = 0.05;
+    floor.eps = 0.5;
+    floor.l_init = 8.0;
+    floor.l_multiplier = 1.0;
+    let mut hundredth = random_fire(3, 6, 1, 802, Activation::Relu);
+    hundredth.c = 1.0;
+    hundredth.eps = 1e-2;
+    let mut open = random_fire(3, 8, 1, 803, Activation::Relu);
+    open.eps = 0.1;
+    open.threshold = Threshold::Disabled;
+    let mut b1 = random_fire(3, 8, 1, 804, Activation::Relu);
+    b1.eps = 0.25;
+    b1.transform = Transform::Identity;
+    b1.threshold = Threshold::Disabled;
+    let cases = vec![
+        Draft::bias(
+            "eps-half-small-c",
+            "ε = 0.5 above ψ(L) = ln(1.4) ≈ 0.34 (c = 0.05, L = 8): every placement of ε, the log's base and a floor at ε differ by a large fraction",
+            fire_enc(&floor),
+            range(16),
+            range(16),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.params"])
+        .flags(&[Flag::LargeEps, Flag::RandomParams, Flag::FutureKeys]),
+        Draft::bias(
+            "eps-hundredth",
+            "ε = 10⁻², c = 1: where ε goes moves x by ~1 % of ψ(L)",
+            fire_enc(&hundredth),
+            range(14),
+            range(14),
+        )
+        .clauses(CORE)
+        .flags(&[Flag::LargeEps, Flag::RandomParams, Flag::FutureKeys]),
+        Draft::bias(
+            "eps-tenth-no-threshold-query-zero",
+            "no threshold and ε = 0.1: query 0's normaliser is ε alone, so its row is f_θ(ψ(j)/ε)",
+            fire_enc(&open),
+            range(10),
+            range(10),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.no-threshold"])
+        .flags(&[
+            Flag::LargeEps,
+            Flag::QueryZero,
+            Flag::Ablation,
+            Flag::RandomParams,
+            Flag::FutureKeys,
+        ]),
+        Draft::bias(
+            "no-log-no-threshold",
+            "Appendix B.1's f((i − j)/i): no log and no threshold together (ε = 0.25 keeps query 0 finite)",
+            fire_enc(&b1),
+            range(12),
+            range(12),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.no-log", "fire.ablation.no-threshold"])
+        .flags(&[
+            Flag::LargeEps,
+            Flag::QueryZero,
+            Flag::Ablation,
+            Flag::RandomParams,
+            Flag::FutureKeys,
+        ]),
+    ];
+    file(
+        "fire",
+        "epsilon",
+        "FIRE with ε large enough to show where it enters, at f32 tolerance",
+        cases,
+    )
 }
 
 /// `fire-s/`.

@@ -115,6 +115,16 @@ pub fn invalid() -> anyhow::Result<Vec<(String, VectorFile)>> {
             Flag::InvalidParams,
             "fire.activation",
         ),
+        bad(
+            "log1p-outside-domain",
+            "a log1p hidden unit whose pre-activation falls below −1 (its bias is −10): ln of a negative number",
+            &with(&|f| {
+                f.mlp.activation = Activation::Log1p;
+                f.mlp.layers[0].bias[0] = -10.0;
+            }),
+            Flag::InvalidParams,
+            "fire.activation",
+        ),
     ];
     // Shapes that do not chain from 1 input to H outputs.
     let f = base();

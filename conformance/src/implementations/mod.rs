@@ -5,5 +5,6 @@ pub mod accelerated;
 pub mod external;
 #[cfg(feature = "accelerated")]
 pub mod fast;
+pub mod mutant;
 pub mod reference;
 pub mod variant;

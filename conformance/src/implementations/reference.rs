@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use nalgebra::DMatrix;
 
 use fire_reference::attention::{self, HeadInputs};
-use fire_reference::bias::{evaluate, AdditiveBias, Bias};
+use fire_reference::bias::Bias;
 use fire_reference::fire::grad;
-use fire_reference::fire::variants::{Deviating, Variant};
+use fire_reference::variants::{self, Variant};
 use fire_reference::{Error, Fire, Position, Result};
 
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
@@ -62,10 +62,7 @@ fn eval_fire(
     q: &[Position],
     k: &[Position],
 ) -> Result<Bias> {
-    match variant {
-        Some(v) => evaluate(&Deviating { fire, variant: v }, q, k),
-        None => evaluate(fire as &dyn AdditiveBias, q, k),
-    }
+    variants::fire_bias(fire, variant, q, k)
 }
 
 /// The bias of any encoding; FIRE-S and per-layer FIRE give one bias per layer.
@@ -97,10 +94,7 @@ fn layer_biases(
                 .map(|m| eval_fire(&params::to_fire(m)?, variant, q, k))
                 .collect()
         }
-        Encoding::Baseline(b) => {
-            let enc = crate::vectors::baselines::build(b)?;
-            Ok(vec![evaluate(enc.as_ref(), q, k)?])
-        }
+        Encoding::Baseline(b) => Ok(vec![crate::vectors::baselines::bias(b, variant, q, k)?]),
     }
 }
 
@@ -282,6 +276,7 @@ pub fn evaluate_placed(
 ) -> Result<BTreeMap<String, Tensor>> {
     let q = params::positions("query positions", &inputs.queries)?;
     let k = params::positions("key positions", &inputs.keys)?;
+    let placement = variant.map_or(placement, |v| v.placement(placement));
     let mut out = BTreeMap::new();
     match kind {
         Kind::Bias => {
@@ -312,7 +307,7 @@ pub fn evaluate_placed(
             );
         }
         Kind::Vjp => match encoding {
-            Encoding::Fire(p) if variant.is_none() => {
+            Encoding::Fire(p) if variant.is_none_or(|v| !v.applies_to_fire()) => {
                 out = vjp(&params::to_fire(p)?, &q, &k, &inputs.cotangent)?;
             }
             _ => {

@@ -1,7 +1,7 @@
 //! Test doubles: the reference seen through one named deviation, so a mutation test can prove
 //! the suite catches and names every catalogue entry. spec: [variants.catalogue]
 
-use fire_reference::fire::variants::Variant;
+use fire_reference::variants::Variant;
 
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::implementations::reference::evaluate_request;
@@ -27,11 +27,10 @@ impl Implementation for Mistaken {
             r.encoding,
             Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
         );
-        if r.kind == Kind::Vjp && fire_like {
+        if r.kind == Kind::Vjp && fire_like && self.0.applies_to_fire() {
             return Reply::Skipped("the test double does not model gradients".into());
         }
-        let variant = fire_like.then_some(self.0);
-        match evaluate_request(&r.encoding, r.kind, &r.inputs, variant) {
+        match evaluate_request(&r.encoding, r.kind, &r.inputs, Some(self.0)) {
             Ok(out) => Reply::Output(out),
             Err(e) => Reply::Errored(e.to_string()),
         }

@@ -1,8 +1,28 @@
-//! The machine-readable report (`--json`).
+//! The machine-readable report (`--json`). spec: [proto.report]
 
 use serde_json::{json, Value};
 
-use crate::runner::{Report, Status};
+use crate::runner::{Overall, Question, Report, Status};
+
+fn status(s: Status) -> &'static str {
+    match s {
+        Status::Passed => "passed",
+        Status::Failed => "failed",
+        Status::Skipped => "skipped",
+        Status::XFailed => "xfailed",
+        Status::Inconclusive => "inconclusive",
+    }
+}
+
+fn verdict(r: &Report, q: Question) -> Value {
+    let (passed, failed, skipped) = r.counts_of(q);
+    json!({
+        "passed": passed,
+        "failed": failed,
+        "skipped": skipped,
+        "counted": r.fail_on.counts(q),
+    })
+}
 
 /// The report as JSON.
 pub fn render(r: &Report) -> Value {
@@ -11,34 +31,47 @@ pub fn render(r: &Report) -> Value {
         .outcomes
         .iter()
         .map(|o| {
+            let finding = o.finding.as_ref();
             json!({
                 "id": o.id,
-                "status": match o.status {
-                    Status::Passed => "passed",
-                    Status::Failed => "failed",
-                    Status::Skipped => "skipped",
-                    Status::XFailed => "xfailed",
-                },
+                "question": o.question.name(),
+                "status": status(o.status),
                 "clauses": o.clauses,
                 "flags": o.flags,
                 "profile": o.profile.map(|p| p.name),
                 "details": o.details,
-                "variants": o.finding.as_ref().map(|f| f.variants.iter().map(|v| v.name).collect::<Vec<_>>()),
-                "notes": o.finding.as_ref().map(|f| f.notes.clone()),
+                "variants": finding.map(|f| f.variants.iter().map(|v| v.name).collect::<Vec<_>>()),
+                "partial": finding.map(|f| f.partial.iter().map(|(v, s)| json!({"variant": v.name, "on": s.to_string()})).collect::<Vec<_>>()),
+                "agrees_with_reference_on": finding.map(|f| f.agrees_on.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                "notes": finding.map(|f| f.notes.clone()),
                 "seconds": o.duration.as_secs_f64(),
             })
         })
         .collect();
+    let (overall, broken) = match &r.overall {
+        Some(Overall::Variants(v)) => (Some(v.clone()), Value::Null),
+        Some(Overall::AdapterBroken { error, count, ran }) => (
+            None,
+            json!({"error": error, "count": count, "valid_cases_ran": ran}),
+        ),
+        None => (None, Value::Null),
+    };
     json!({
         "implementation": r.capabilities.name,
         "dtype": r.dtype,
         "future_keys": r.capabilities.future_keys.name(),
         "placement": r.capabilities.placement.name(),
         "suite_version": r.suite_version,
+        "suite_manifest_sha256": r.suite_hash,
         "passed": passed,
         "failed": failed,
         "skipped": skipped,
-        "overall_variants": r.overall,
+        "values": verdict(r, Question::Values),
+        "validation": verdict(r, Question::Validation),
+        "nothing_ran": r.nothing_ran(),
+        "exit_code": r.exit_code(),
+        "overall_variants": overall,
+        "adapter_broken": broken,
         "cases": cases,
     })
 }

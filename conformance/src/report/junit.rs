@@ -54,7 +54,7 @@ pub fn render(r: &Report) -> String {
                     esc(&body)
                 );
             }
-            Status::Skipped | Status::XFailed => {
+            Status::Skipped | Status::XFailed | Status::Inconclusive => {
                 let _ = write!(out, "<skipped message=\"{}\"/>", esc(&body));
             }
         }

@@ -1,10 +1,57 @@
 //! The human report: failures with their id, clauses, flags, worst element and diagnosis, then
-//! the summary line `N passed, M failed, K skipped`. spec: [proto.report]
+//! the two verdicts (values, validation) and the summary line `N passed, M failed, K skipped`.
+//! spec: [proto.report]
 
 use std::fmt::Write;
 
 use crate::diagnose::describe;
-use crate::runner::{Report, Status};
+use crate::runner::{Outcome, Overall, Question, Report, Status};
+
+fn tag(s: Status) -> &'static str {
+    match s {
+        Status::Passed => "PASS",
+        Status::Failed => "FAIL",
+        Status::Skipped => "SKIP",
+        Status::XFailed => "XFAIL",
+        Status::Inconclusive => "INCONCLUSIVE",
+    }
+}
+
+fn case(out: &mut String, o: &Outcome) {
+    let _ = writeln!(
+        out,
+        "{} {}  [{}]  flags: {}",
+        tag(o.status),
+        o.id,
+        o.clauses.join(" "),
+        o.flags.join(" ")
+    );
+    for d in &o.details {
+        let _ = writeln!(out, "    {d}");
+    }
+    if let (Some(f), Some(p)) = (&o.finding, o.profile) {
+        for line in describe(f, p) {
+            let _ = writeln!(out, "    {line}");
+        }
+    }
+}
+
+fn verdict(r: &Report, q: Question) -> String {
+    let (p, f, s) = r.counts_of(q);
+    let what = match q {
+        Question::Values => "bias, attention and gradient cases",
+        Question::Validation => "invalid inputs, which must be rejected",
+    };
+    let counted = if r.fail_on.counts(q) {
+        ""
+    } else {
+        "; not counted in the exit status"
+    };
+    format!(
+        "{:<11} {p} passed, {f} failed, {s} skipped  ({what}{counted})",
+        format!("{}:", q.name())
+    )
+}
 
 /// Renders the report; `verbose` also lists passes and skips.
 pub fn render(r: &Report, verbose: bool) -> String {
@@ -12,55 +59,61 @@ pub fn render(r: &Report, verbose: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "fire-conformance: `{}` (dtype {}, future keys {}, placement {}) against suite {}",
+        "fire-conformance: `{}` (dtype {}, future keys {}, placement {}) against suite {} ({})",
         c.name,
         r.dtype,
         c.future_keys.name(),
         c.placement.name(),
-        r.suite_version
+        r.suite_version,
+        short(&r.suite_hash)
     );
     for o in &r.outcomes {
-        let tag = match o.status {
-            Status::Passed => "PASS",
-            Status::Failed => "FAIL",
-            Status::Skipped => "SKIP",
-            Status::XFailed => "XFAIL",
-        };
-        if o.status == Status::Failed || verbose {
-            let _ = writeln!(
-                out,
-                "{tag} {}  [{}]  flags: {}",
-                o.id,
-                o.clauses.join(" "),
-                o.flags.join(" ")
-            );
-            for d in &o.details {
-                let _ = writeln!(out, "    {d}");
-            }
-            if let (Some(f), Some(p)) = (&o.finding, o.profile) {
-                for line in describe(f, p) {
-                    let _ = writeln!(out, "    {line}");
-                }
-            }
+        if matches!(o.status, Status::Failed) || verbose {
+            case(&mut out, o);
         }
     }
-    if let Some(overall) = &r.overall {
-        let _ = match overall.as_slice() {
-            [] => writeln!(
+    match &r.overall {
+        Some(Overall::AdapterBroken { error, count, ran }) => {
+            let _ = writeln!(
                 out,
-                "overall: no single known variant explains every FIRE case"
-            ),
-            [one] => writeln!(out, "overall: every FIRE case matches variant `{one}`"),
-            many => writeln!(
-                out,
-                "overall: every FIRE case matches each of the variants {}",
-                many.iter()
-                    .map(|v| format!("`{v}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+                "adapter broken: every one of the {ran} valid cases that ran errored ({count} with the same message), so no value was checked and the rejections of invalid cases prove nothing:\n    {error}"
+            );
+        }
+        Some(Overall::Variants(v)) => {
+            let _ = match v.as_slice() {
+                [] => writeln!(
+                    out,
+                    "overall: no single catalogued variant explains every failing case"
+                ),
+                [one] => writeln!(
+                    out,
+                    "overall: the failures are explained by variant `{one}`, consistent with every diagnosable case"
+                ),
+                many => writeln!(
+                    out,
+                    "overall: each of the variants {} explains the failures and every diagnosable case",
+                    many.iter()
+                        .map(|v| format!("`{v}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+        }
+        None => {}
+    }
+    let _ = writeln!(out, "{}", verdict(r, Question::Values));
+    let _ = writeln!(out, "{}", verdict(r, Question::Validation));
+    if r.nothing_ran() {
+        let _ = writeln!(
+            out,
+            "nothing was graded: no case matched the selection, or every selected case was skipped"
+        );
     }
     let _ = writeln!(out, "{}", r.summary());
     out
+}
+
+/// The first 12 hex digits of a hash, enough to tell suites apart in a report line.
+pub fn short(hash: &str) -> String {
+    format!("manifest {}", &hash[..hash.len().min(12)])
 }

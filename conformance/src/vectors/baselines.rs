@@ -7,8 +7,9 @@ use fire_reference::baselines::{
     Alibi, KerpleLog, KerplePower, Nope, OfficialBucketing, Pairing, Rope, SandwichCentred,
     SandwichPaper, T5Buckets, T5Official, T5Simplified,
 };
-use fire_reference::bias::AdditiveBias;
-use fire_reference::{Error, Result};
+use fire_reference::bias::{evaluate, AdditiveBias, Bias};
+use fire_reference::variants::{self, Variant};
+use fire_reference::{Error, Position, Result};
 
 use super::format::{BaselineParams, Tensor};
 use super::params::check_tensor;
@@ -91,6 +92,60 @@ fn u32_setting(b: &BaselineParams, key: &str) -> Result<u32> {
         .map_err(|_| invalid(&b.name, format!("setting `{key}` is too large")))
 }
 
+fn heads(b: &BaselineParams) -> Result<usize> {
+    usize::try_from(unsigned(b, "heads")?)
+        .map_err(|_| invalid(&b.name, "setting `heads` is too large"))
+}
+
+fn t5_official(b: &BaselineParams) -> Result<T5Official> {
+    Ok(T5Official {
+        bucketing: OfficialBucketing::new(
+            u32_setting(b, "num_buckets")?,
+            unsigned(b, "max_distance")?,
+            setting(b, "bidirectional")? != 0,
+        )?,
+        values: rows(b, "values")?,
+    })
+}
+
+/// The bias of a baseline case, optionally through a named deviation (the baselines the
+/// catalogue has deviations for read it; the others are evaluated as they are).
+/// spec: [variants.catalogue]
+pub fn bias(
+    b: &BaselineParams,
+    variant: Option<&Variant>,
+    queries: &[Position],
+    keys: &[Position],
+) -> Result<Bias> {
+    match b.name.as_str() {
+        "t5-official" => variants::t5_bias(&t5_official(b)?, variant, queries, keys),
+        "alibi-standard" => evaluate(
+            &variants::alibi_standard(heads(b)?, variant)?,
+            queries,
+            keys,
+        ),
+        "kerple-log" => variants::kerple_log_bias(
+            &KerpleLog {
+                r1: vector(b, "r1")?,
+                r2: vector(b, "r2")?,
+            },
+            variant,
+            queries,
+            keys,
+        ),
+        "kerple-power" => variants::kerple_power_bias(
+            &KerplePower {
+                r1: vector(b, "r1")?,
+                r2: vector(b, "r2")?,
+            },
+            variant,
+            queries,
+            keys,
+        ),
+        _ => evaluate(build(b)?.as_ref(), queries, keys),
+    }
+}
+
 /// The reference encoding a baseline case names (every additive baseline).
 pub fn build(b: &BaselineParams) -> Result<Box<dyn AdditiveBias>> {
     Ok(match b.name.as_str() {
@@ -102,17 +157,11 @@ pub fn build(b: &BaselineParams) -> Result<Box<dyn AdditiveBias>> {
             boundaries: boundaries(b)?,
             values: rows(b, "values")?,
         }),
-        "t5-official" => Box::new(T5Official {
-            bucketing: OfficialBucketing::new(
-                u32_setting(b, "num_buckets")?,
-                unsigned(b, "max_distance")?,
-                setting(b, "bidirectional")? != 0,
-            )?,
-            values: rows(b, "values")?,
-        }),
+        "t5-official" => Box::new(t5_official(b)?),
         "alibi" => Box::new(Alibi {
             slopes: vector(b, "slopes")?,
         }),
+        "alibi-standard" => Box::new(Alibi::standard(heads(b)?)?),
         "kerple-log" => Box::new(KerpleLog {
             r1: vector(b, "r1")?,
             r2: vector(b, "r2")?,
@@ -127,14 +176,10 @@ pub fn build(b: &BaselineParams) -> Result<Box<dyn AdditiveBias>> {
             dim: scalar(b, "dim")?,
         }),
         "sandwich-centred" => Box::new(SandwichCentred {
-            heads: usize::try_from(unsigned(b, "heads")?)
-                .map_err(|_| invalid("heads", "too large"))?,
+            heads: heads(b)?,
             head_dim: u32_setting(b, "head_dim")?,
         }),
-        "nope" => Box::new(Nope {
-            heads: usize::try_from(unsigned(b, "heads")?)
-                .map_err(|_| invalid("heads", "too large"))?,
-        }),
+        "nope" => Box::new(Nope { heads: heads(b)? }),
         "rope" => {
             return Err(invalid(
                 "rope",

@@ -55,6 +55,8 @@ pub enum LoadError {
 pub struct Suite {
     /// The manifest.
     pub manifest: Manifest,
+    /// The SHA-256 of `MANIFEST.yaml`, which pins every file's hash: names the suite that ran.
+    pub hash: String,
     /// The files, in manifest order, with their relative paths.
     pub files: Vec<(String, VectorFile)>,
 }
@@ -252,7 +254,9 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, LoadError> {
 
 /// Loads the suite rooted at `dir`. spec: [vec.manifest]
 pub fn load(dir: &Path) -> Result<Suite, LoadError> {
-    let text = String::from_utf8_lossy(&read(dir, MANIFEST)?).into_owned();
+    let manifest_bytes = read(dir, MANIFEST)?;
+    let hash = sha256(&manifest_bytes);
+    let text = String::from_utf8_lossy(&manifest_bytes).into_owned();
     let manifest = parse_manifest(&text)?;
     let on_disk =
         super::generate::list(dir).map_err(|e| bad(&dir.display().to_string(), e.to_string()))?;
@@ -291,5 +295,9 @@ pub fn load(dir: &Path) -> Result<Suite, LoadError> {
         }
         files.push((entry.path.clone(), file));
     }
-    Ok(Suite { manifest, files })
+    Ok(Suite {
+        manifest,
+        hash,
+        files,
+    })
 }

@@ -1,6 +1,6 @@
 //! The Appendix B ablations as named, ready-made modules.
 //!
-//! Unlike the deviations of [`crate::fire::variants`], these are legitimate members of the FIRE
+//! Unlike the deviations of [`crate::variants`], these are legitimate members of the FIRE
 //! family that the paper trains and compares; each is a switch of [`Fire`] or a depth of its MLP.
 
 use crate::fire::init::{appendix_e, Shape};

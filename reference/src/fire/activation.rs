@@ -5,6 +5,16 @@
 
 use crate::error::{checked, Result};
 
+/// `max(z, 0)`, propagating NaN as `torch.relu` and `jax.nn.relu` do (`f64::max` would turn a
+/// NaN into 0 and hide where a computation went wrong). spec: [fire.activation]
+pub fn relu(z: f64) -> f64 {
+    if z.is_nan() || z > 0.0 {
+        z
+    } else {
+        0.0
+    }
+}
+
 /// An activation σ: R → R. spec: [fire.activation]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
@@ -33,20 +43,32 @@ impl Activation {
         Ok(())
     }
 
+    /// True when σ is defined at `z`: everywhere but log1p, which needs `z > −1`. A NaN `z`
+    /// is not judged here (it comes from an earlier mistake, not from the domain).
+    /// spec: [fire.activation]
+    pub fn in_domain(&self, z: f64) -> bool {
+        match *self {
+            Activation::Log1p => z.is_nan() || z > -1.0,
+            _ => true,
+        }
+    }
+
     /// σ(z). spec: [fire.activation]
     pub fn apply(&self, z: f64) -> f64 {
         match *self {
-            Activation::Relu => z.max(0.0),
+            Activation::Relu => relu(z),
             Activation::Gelu => 0.5 * z * (1.0 + libm::erf(z / std::f64::consts::SQRT_2)),
             Activation::Identity => z,
             Activation::Heaviside => {
-                if z >= 0.0 {
+                if z.is_nan() {
+                    z
+                } else if z >= 0.0 {
                     1.0
                 } else {
                     0.0
                 }
             }
-            Activation::Power(p) => z.max(0.0).powf(p),
+            Activation::Power(p) => relu(z).powf(p),
             Activation::Log1p => z.ln_1p(),
             Activation::Cos => z.cos(),
         }

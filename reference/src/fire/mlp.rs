@@ -110,6 +110,29 @@ impl Mlp {
         (pre, act)
     }
 
+    /// Fails when input `x` drives an activation outside its domain (log1p at `z ≤ −1`).
+    /// spec: [fire.activation], [num.errors]
+    pub fn check_domain(&self, x: f64) -> Result<()> {
+        let (pre, _) = self.trace(x);
+        let last = self.layers.len() - 1;
+        for (n, z) in pre.iter().enumerate() {
+            let sigma = if n < last {
+                Some(self.activation)
+            } else {
+                self.final_activation
+            };
+            if let Some(s) = sigma {
+                if let Some(bad) = z.iter().find(|&&v| !s.in_domain(v)) {
+                    return Err(Error::Invalid {
+                        what: format!("MLP layer {n} activation {}", s.name()),
+                        reason: format!("pre-activation {bad} is outside its domain"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// f_θ(x) ∈ R^H. spec: [fire.mlp]
     pub fn eval(&self, x: f64) -> DVector<f64> {
         let (_, mut act) = self.trace(x);

@@ -9,7 +9,6 @@ pub mod init;
 pub mod mlp;
 pub mod shared;
 pub mod transform;
-pub mod variants;
 
 use nalgebra::DVector;
 
@@ -150,5 +149,19 @@ impl AdditiveBias for Fire {
     /// spec: [fire.bias], [conv.future]
     fn bias(&self, pair: Pair) -> DVector<f64> {
         self.bias_at(as_real(pair.i), as_real(pair.j))
+    }
+
+    /// log1p's domain is `z > −1`: a pre-activation at or below it would give −∞ or NaN, a
+    /// silently wrong number, so the pair is refused instead. spec: [fire.activation], [num.errors]
+    fn check_pair(&self, pair: Pair) -> Result<()> {
+        self.mlp
+            .check_domain(self.input(as_real(pair.i), as_real(pair.j)))
+            .map_err(|e| match e {
+                crate::Error::Invalid { what, reason } => crate::Error::Invalid {
+                    what,
+                    reason: format!("{reason} at query {} and key {}", pair.i, pair.j),
+                },
+                other => other,
+            })
     }
 }
