@@ -136,6 +136,21 @@ pub fn compare(
     profile: Profile,
     check: Option<&[bool]>,
 ) -> Result<(), Mismatch> {
+    compare_either(got, want, None, profile, check).map(|_| ())
+}
+
+/// [`compare`], where an element also passes when it matches the same element of `acceptable`
+/// (a case's acceptable alternative, [vec.case]). Returns how many elements passed only through
+/// the alternative. spec: [num.compare]
+pub fn compare_either(
+    got: &Tensor,
+    want: &Tensor,
+    acceptable: Option<&Tensor>,
+    profile: Profile,
+    check: Option<&[bool]>,
+) -> Result<usize, Mismatch> {
+    let acceptable = acceptable.filter(|a| a.data.len() == want.data.len());
+    let mut alternative = 0;
     if got.shape != want.shape || got.data.len() != want.data.len() {
         return Err(Mismatch::Shape {
             want: want.shape.clone(),
@@ -161,6 +176,10 @@ pub fn compare(
         if element_ok(g, w, allowed) {
             continue;
         }
+        if acceptable.is_some_and(|a| element_ok(g, a.data[flat], allowed)) {
+            alternative += 1;
+            continue;
+        }
         count += 1;
         let e = Element {
             flat,
@@ -177,7 +196,7 @@ pub fn compare(
         }
     }
     match worst {
-        None => Ok(()),
+        None => Ok(alternative),
         Some(worst) => Err(Mismatch::Values {
             count,
             checked,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
-use crate::compare::{self, compare, Mismatch, Profile, Shown};
+use crate::compare::{self, compare_either, Mismatch, Profile, Shown};
 use crate::conventions::{adjust, CAUSAL_COTANGENT};
 use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
@@ -138,6 +138,8 @@ pub struct Report {
     pub outcomes: Vec<Outcome>,
     /// The run-level diagnosis, when some valid case failed.
     pub overall: Option<Overall>,
+    /// Tolerated variants the output matched where a case accepted an alternative value.
+    pub tolerated: Vec<&'static str>,
     /// Which verdicts decide the exit status.
     pub fail_on: FailOn,
 }
@@ -284,8 +286,9 @@ pub fn judge(
             vec!["returned an output for an invalid case; it must be rejected (reply `errored`) [num.errors]".into()],
         ),
         (Reply::Output(got), Verdict::Valid) => {
-            let details = compare_outputs(case, got, profile, caps);
-            (if details.is_empty() { Status::Passed } else { Status::Failed }, details)
+            let (failures, notes) = compare_outputs(case, got, profile, caps);
+            let status = if failures.is_empty() { Status::Passed } else { Status::Failed };
+            (status, failures.into_iter().chain(notes).collect())
         }
     }
 }
@@ -314,19 +317,28 @@ fn compare_outputs(
     got: &BTreeMap<String, Tensor>,
     profile: Profile,
     caps: &Capabilities,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<String>) {
     let mut details = Vec::new();
+    let mut notes = Vec::new();
     let Some(expected) = expected_for(case, caps) else {
-        return details;
+        return (details, notes);
     };
     for (name, want) in expected {
         let (want, mask) = adjust(case.kind, &case.inputs, want, caps.future_keys);
+        let acceptable = case
+            .acceptable
+            .as_ref()
+            .and_then(|a| a.get(name))
+            .map(|a| adjust(case.kind, &case.inputs, a, caps.future_keys).0);
         let result = match got.get(name) {
             None => Err(Mismatch::Missing),
-            Some(g) => compare(g, &want, profile, mask.as_deref()),
+            Some(g) => compare_either(g, &want, acceptable.as_ref(), profile, mask.as_deref()),
         };
         match result {
-            Ok(()) => {}
+            Ok(0) => {}
+            Ok(n) => notes.push(format!(
+                "accepted: {n} element(s) of `{name}` match the case's acceptable alternative, where the spec leaves the value to the floating-point library"
+            )),
             Err(Mismatch::Missing) => {
                 details.push(format!("output `{name}` is missing from the reply"))
             }
@@ -354,7 +366,7 @@ fn compare_outputs(
             }
         }
     }
-    details
+    (details, notes)
 }
 
 /// One diagnosable case that ran: what it is, what came back, how it was graded.
@@ -457,6 +469,11 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     if overall.is_none() && opts.diagnose {
         overall = diagnose_run(&mut outcomes, &ran, &caps);
     }
+    let tolerated = if opts.diagnose {
+        name_tolerated(&mut outcomes, &ran, &caps)
+    } else {
+        vec![]
+    };
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -464,8 +481,41 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         suite_hash: suite.hash.clone(),
         outcomes,
         overall,
+        tolerated,
         fail_on: opts.fail_on,
     })
+}
+
+/// Where a case passed only through its acceptable alternative, names the tolerated variant the
+/// output matches, so the user learns what the implementation computes. spec: [vec.case]
+fn name_tolerated(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = Vec::new();
+    for r in ran {
+        let o = &mut outcomes[r.outcome];
+        if o.status != Status::Passed || !o.details.iter().any(|d| d.starts_with("accepted:")) {
+            continue;
+        }
+        for v in fire_reference::variants::CATALOGUE
+            .iter()
+            .filter(|v| v.tolerated.is_some() && diagnose::applies(v, r.case))
+        {
+            let matches = diagnose::predict(v, r.case, caps).is_some_and(|p| {
+                diagnose::agrees(r.case, &p, &r.got, r.profile, caps.future_keys, None)
+            });
+            if matches {
+                o.details.push(format!(
+                    "the output matches variant `{}` ({}), accepted here: {}",
+                    v.name,
+                    v.summary,
+                    v.tolerated.unwrap_or_default()
+                ));
+                if !names.contains(&v.name) {
+                    names.push(v.name);
+                }
+            }
+        }
+    }
+    names
 }
 
 /// Glue that cannot call the module errors on every case, valid or not, and its rejections of

@@ -46,6 +46,9 @@ fn the_variant_catalogue() {
     for v in CATALOGUE {
         writeln!(out, "{:<26} [{}] {}", v.name, v.violates, v.summary).unwrap();
         writeln!(out, "{:<26} looks like: {}", "", v.looks_like).unwrap();
+        if let Some(why) = v.tolerated {
+            writeln!(out, "{:<26} tolerated: {why}", "").unwrap();
+        }
     }
     insta::assert_snapshot!(out);
 }

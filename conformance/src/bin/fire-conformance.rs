@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use fire_conformance::implementation::Implementation;
+use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
 use fire_conformance::implementations::{external, reference::Reference};
 use fire_conformance::report;
 use fire_conformance::runner::{self, exit, FailOn, Options};
@@ -128,9 +129,10 @@ struct RunArgs {
     /// The implementation's command line, run through `sh -c` (default: the built-in reference).
     #[arg(long = "impl", value_name = "CMD")]
     implementation: Option<String>,
-    /// A built-in implementation: `reference` (default), or (feature `accelerated`) `accelerated`
-    /// (the candle modules) or `fast` (the fast kernels: compiled FIRE, fused attention, fused
-    /// backward).
+    /// A built-in implementation: `reference` (default); `mutant` (an independent f32 or f64
+    /// implementation, per --dtype) or `mutant:VARIANT` (the same making one catalogued mistake);
+    /// or (feature `accelerated`) `accelerated` (the candle modules) or `fast` (the fast kernels:
+    /// compiled FIRE, fused attention, fused backward).
     #[arg(long, default_value = "reference")]
     builtin: String,
     /// A command run once before the implementation starts.
@@ -208,11 +210,22 @@ fn run(args: RunArgs) -> Result<ExitCode> {
     let mut imp: Box<dyn Implementation> = match &args.implementation {
         None => match args.builtin.as_str() {
             "reference" => Box::new(Reference),
+            m if m == "mutant" || m.starts_with("mutant:") => {
+                let arithmetic = match args.common.dtype.as_deref() {
+                    None | Some("f32") => Arithmetic::F32,
+                    Some("f64") => Arithmetic::F64,
+                    Some(d) => bail!("a mutant computes in f32 or f64, not `{d}`"),
+                };
+                Box::new(
+                    Mutant::new(m.strip_prefix("mutant:"), arithmetic)
+                        .map_err(|e| anyhow::anyhow!("--builtin {m}: {e}"))?,
+                )
+            }
             #[cfg(feature = "accelerated")]
             "accelerated" => Box::new(fire_conformance::implementations::accelerated::Accelerated),
             #[cfg(feature = "accelerated")]
             "fast" => Box::new(fire_conformance::implementations::fast::Fast),
-            other => bail!("unknown built-in implementation `{other}` (reference; accelerated and fast need the `accelerated` feature)"),
+            other => bail!("unknown built-in implementation `{other}` (reference, mutant or mutant:VARIANT; accelerated and fast need the `accelerated` feature)"),
         },
         Some(cmd) => Box::new(external::External::new(
             cmd,

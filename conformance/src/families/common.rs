@@ -236,6 +236,71 @@ fn with_scales(
     Ok(out)
 }
 
+/// The acceptable alternative of an official-T5 bias case: at a distance whose bucket the port's
+/// float32 library decides ([`OfficialBucketing::arithmetic_buckets`]), the value of the other
+/// bucket. `None` when every distance is robust; an error when a distance has more than two
+/// candidate buckets (such a case would need more than one alternative: choose other positions).
+/// spec: [t5.bucket.official.float], [vec.case]
+fn acceptable(d: &Draft) -> anyhow::Result<Option<BTreeMap<String, Tensor>>> {
+    let Encoding::Baseline(b) = &d.encoding else {
+        return Ok(None);
+    };
+    if b.name != "t5-official" || d.kind != Kind::Bias {
+        return Ok(None);
+    }
+    let Some(t5) = crate::vectors::baselines::official(b)? else {
+        return Ok(None);
+    };
+    let (q, k) = (&d.inputs.queries, &d.inputs.keys);
+    let (nq, nk) = (q.len(), k.len());
+    let mut alt = vec![0.0; t5.values.len() * nq * nk];
+    let mut fragile = false;
+    for (r, &i) in q.iter().enumerate() {
+        for (c, &j) in k.iter().enumerate() {
+            let normative = t5.bucketing.bucket_of(i as u64, j as u64);
+            let mut bucket = normative;
+            let n = (i - j).unsigned_abs();
+            let future = j > i;
+            // Only the log-binned distances have arithmetic: the bucket id within the side.
+            let offset = if t5.bucketing.bidirectional() && future {
+                t5.bucketing.side_buckets()
+            } else {
+                0
+            };
+            if !future || t5.bucketing.bidirectional() {
+                let side = t5.bucketing.arithmetic_buckets(n);
+                match side.as_slice() {
+                    [_] => {}
+                    [a, b] => {
+                        fragile = true;
+                        let other = if *a + offset == normative { *b } else { *a };
+                        bucket = other + offset;
+                    }
+                    many => bail!("distance {n} has {} candidate buckets {many:?}", many.len()),
+                }
+            }
+            for (h, row) in t5.values.iter().enumerate() {
+                alt[(h * nq + r) * nk + c] = row[bucket as usize];
+            }
+        }
+    }
+    if !fragile {
+        return Ok(None);
+    }
+    let mut out = BTreeMap::new();
+    let shape = vec![t5.values.len(), nq, nk];
+    out.insert(
+        "bias".to_owned(),
+        with_scales(
+            d,
+            BTreeMap::from([("bias".to_owned(), Tensor::new(shape, alt))]),
+        )?
+        .remove("bias")
+        .unwrap_or_else(|| Tensor::new(vec![], vec![])),
+    );
+    Ok(Some(out))
+}
+
 /// Turns drafts into a file: computes every expected output with the reference and checks
 /// that every invalid draft is rejected by it. spec: [vec.generation], [vec.invalid]
 pub fn file(
@@ -249,6 +314,11 @@ pub fn file(
     for d in drafts {
         let id = format!("{family}/{stem}/{}", d.name);
         let result = evaluate_request(&d.encoding, d.kind, &d.inputs, None);
+        let acceptable = if d.invalid {
+            None
+        } else {
+            acceptable(&d).with_context(|| format!("{id}: acceptable outputs"))?
+        };
         let (verdict, expected, under) = match (d.invalid, result) {
             (true, Err(_)) => (Verdict::Invalid, None, None),
             (true, Ok(_)) => bail!("{id}: drafted as invalid but the reference accepts it"),
@@ -305,6 +375,7 @@ pub fn file(
             inputs: d.inputs,
             expected,
             expected_under: under,
+            acceptable,
         });
     }
     clauses.sort();

@@ -71,6 +71,7 @@ pub fn render(r: &Report) -> Value {
         "nothing_ran": r.nothing_ran(),
         "exit_code": r.exit_code(),
         "overall_variants": overall,
+        "tolerated_variants": r.tolerated,
         "adapter_broken": broken,
         "cases": cases,
     })

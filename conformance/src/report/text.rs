@@ -101,6 +101,17 @@ pub fn render(r: &Report, verbose: bool) -> String {
         }
         None => {}
     }
+    if !r.tolerated.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: the output matches the tolerated variant(s) {} where a case accepts either value (passing cases with -v say where)",
+            r.tolerated
+                .iter()
+                .map(|v| format!("`{v}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let _ = writeln!(out, "{}", verdict(r, Question::Values));
     let _ = writeln!(out, "{}", verdict(r, Question::Validation));
     if r.nothing_ran() {

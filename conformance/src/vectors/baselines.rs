@@ -97,6 +97,13 @@ fn heads(b: &BaselineParams) -> Result<usize> {
         .map_err(|_| invalid(&b.name, "setting `heads` is too large"))
 }
 
+/// The official-T5 encoding a baseline case names, if it names one.
+pub fn official(b: &BaselineParams) -> Result<Option<T5Official>> {
+    (b.name == "t5-official")
+        .then(|| t5_official(b))
+        .transpose()
+}
+
 fn t5_official(b: &BaselineParams) -> Result<T5Official> {
     Ok(T5Official {
         bucketing: OfficialBucketing::new(

@@ -300,6 +300,11 @@ pub struct Case {
     /// Expected outputs under a declared non-default convention, e.g. `placement=before-scaling`.
     #[serde(default)]
     pub expected_under: Option<BTreeMap<String, BTreeMap<String, Tensor>>>,
+    /// Where the specified arithmetic leaves an element to the implementation's floating-point
+    /// library, the other value that is also correct there (element by element; elsewhere equal
+    /// to `expected`). spec: [vec.case], [t5.bucket.official.float]
+    #[serde(default)]
+    pub acceptable: Option<BTreeMap<String, Tensor>>,
 }
 
 /// One vector file. spec: [vec.file]
@@ -452,6 +457,9 @@ impl Case {
                 "expected_under".into(),
                 Node::Map(u.iter().map(|(k, m)| (k.clone(), tensors(m))).collect()),
             ));
+        }
+        if let Some(a) = &self.acceptable {
+            items.push(("acceptable".into(), tensors(a)));
         }
         Node::Map(items)
     }

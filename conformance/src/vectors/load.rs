@@ -180,6 +180,23 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     for t in encoding_tensors(&case.encoding) {
         check_tensor(&at, t)?;
     }
+    if let Some(acceptable) = &case.acceptable {
+        let Some(expected) = &case.expected else {
+            return Err(bad(&at, "an invalid case carries no acceptable output"));
+        };
+        for (name, t) in acceptable {
+            check_tensor(&at, t)?;
+            match expected.get(name) {
+                Some(e) if e.shape == t.shape && t.scale == e.scale => {}
+                _ => return Err(bad(
+                    &at,
+                    format!(
+                        "acceptable output `{name}` is not shaped and scaled like the expected one"
+                    ),
+                )),
+            }
+        }
+    }
     match (case.result, &case.expected) {
         (Verdict::Valid, Some(e)) if !e.is_empty() => {
             for t in e.values().chain(

@@ -125,9 +125,48 @@ impl OfficialBucketing {
         let log = log_binary32(ratio);
         let span = ((self.max_distance as f64) / f64::from(e)).ln() as f32;
         let scaled = (log / span) * ((b - e) as f32);
-        // Truncation toward zero; `scaled ≥ 0`, and `as` saturates instead of overflowing.
-        let large = u64::from(e).saturating_add(scaled as u64);
+        self.log_bucket(f64::from(scaled))
+    }
+
+    /// `min(B − 1, E + trunc(t))` for the log-binned value `t ≥ 0` (saturating).
+    fn log_bucket(&self, t: f64) -> u32 {
+        let (b, e) = (self.side_buckets(), self.max_exact());
+        // Truncation toward zero; `t ≥ 0`, and `as` saturates instead of overflowing.
+        let large = u64::from(e).saturating_add(t as u64);
         u32::try_from(large.min(u64::from(b - 1))).unwrap_or(b - 1)
+    }
+
+    /// The bucket of distance `n` in each arithmetic a faithful port may compute in: the
+    /// normative binary32 one, binary32 with the divisions done as multiplications by the
+    /// binary32 reciprocal (what XLA and GPU kernels do) or with `(B − E)/δ` folded into one
+    /// constant, each with a logarithm one ulp either side of the correctly rounded one
+    /// (vectorised float32 logs are accurate to about one ulp, not correctly rounded), and
+    /// binary64. Sorted, without repeats: more than one bucket marks a *fragile* distance, one
+    /// whose bucket the port's float32 library decides. spec: [t5.bucket.official.float]
+    pub fn arithmetic_buckets(&self, n: u64) -> Vec<u32> {
+        let (b, e) = (self.side_buckets(), self.max_exact());
+        if n < u64::from(e) {
+            return vec![self.formula_bucket(n)];
+        }
+        let span64 = ((self.max_distance as f64) / f64::from(e)).ln();
+        let (span, width) = (span64 as f32, (b - e) as f32);
+        let mut out =
+            vec![self.log_bucket((n as f64 / f64::from(e)).ln() / span64 * f64::from(b - e))];
+        for ratio in [(n as f32) / (e as f32), (n as f32) * (1.0 / (e as f32))] {
+            let log = log_binary32(ratio);
+            for log in [log, next_down(log), next_up(log)] {
+                for t in [
+                    (log / span) * width,
+                    (log * (1.0 / span)) * width,
+                    log * (width / span),
+                ] {
+                    out.push(self.log_bucket(f64::from(t)));
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     /// The segments of one direction: derived once, as the smallest distance of each
@@ -203,6 +242,20 @@ impl OfficialBucketing {
         // Positions are ≤ 2^53 (checked by `evaluate`), so both fit in i64.
         let rel = i64::try_from(j).unwrap_or(i64::MAX) - i64::try_from(i).unwrap_or(i64::MAX);
         self.bucket(rel)
+    }
+}
+
+/// The next binary32 value toward +∞ (finite, positive inputs).
+fn next_up(x: f32) -> f32 {
+    f32::from_bits(x.to_bits() + 1)
+}
+
+/// The next binary32 value toward 0 (finite, positive inputs).
+fn next_down(x: f32) -> f32 {
+    if x > 0.0 {
+        f32::from_bits(x.to_bits() - 1)
+    } else {
+        x
     }
 }
 

@@ -121,6 +121,7 @@ const fn v(
         violates,
         looks_like,
         deviation,
+        tolerated: None,
     }
 }
 

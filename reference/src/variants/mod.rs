@@ -64,6 +64,10 @@ pub struct Variant {
     pub looks_like: &'static str,
     /// What it computes.
     pub deviation: Deviation,
+    /// `Some(why)` when the suite accepts this deviation's values where it differs: the spec leaves
+    /// them to the implementation's floating-point library, so the deviation is reported, never
+    /// failed.
+    pub tolerated: Option<&'static str>,
 }
 
 /// Every known deviation, FIRE's first (in the order of the operators of [fire.bias]), then the
