@@ -120,7 +120,8 @@ class Glue:
             m.load_state_dict({k: torch.as_tensor(v, dtype=dt) for k, v in state.items()}, strict=True)
             m.eval()
         else:
-            m.load_state_dict(state)
+            dt = np.float64 if self.dtype == "f64" else np.float32
+            m.load_state_dict({k: np.asarray(v, dtype=dt) for k, v in state.items()})
         return m, heads
 
     def forward(self, m, heads, case, torch_module):
@@ -179,11 +180,12 @@ class Glue:
                 full, direct = self.forward(m, heads, case, True)
         else:
             full, direct = self.forward(m, heads, case, torch_module)
-        if torch_module:
-            want_dt = torch.float64 if self.dtype == "f64" else torch.float32
-            if full.dtype != want_dt:
-                raise fire_kit.Skip(f"the module returns {full.dtype} but --dtype {self.dtype} was given; "
-                                    "rerun with the --dtype it computes in")
+        want_dt = ({"f64": torch.float64, "f32": torch.float32, "bf16": torch.bfloat16}[self.dtype]
+                   if torch_module else {"f64": np.float64, "f32": np.float32}.get(self.dtype))
+        got_dt = full.dtype if torch_module else np.asarray(full).dtype
+        if want_dt is not None and got_dt != want_dt:
+            raise fire_kit.Skip(f"the module returns {got_dt} but --dtype {self.dtype} was given; "
+                                "rerun with the --dtype it computes in")
         if case.kind == "bias":
             if torch_module:
                 full = full.detach().cpu().double().numpy()

@@ -206,6 +206,44 @@ pub fn compare_either(
     }
 }
 
+/// How far `got` is from `want` in units of the tolerance: the largest `|got − want| / allowed`
+/// over the elements `check` selects (≤ 1 means [`compare`] passes; 0 for equal values; ∞ for a
+/// differing shape, a different non-finite pattern, or nothing to check). Diagnosis ranks
+/// candidate explanations by it. spec: [num.compare]
+pub fn excess_ratio(got: &Tensor, want: &Tensor, profile: Profile, check: Option<&[bool]>) -> f64 {
+    if got.shape != want.shape || got.data.len() != want.data.len() {
+        return f64::INFINITY;
+    }
+    let scale = want.scale.unwrap_or_else(|| {
+        want.data
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0.0, |a, v| a.max(v.abs()))
+    });
+    let allowed = profile.atol + profile.rtol * scale;
+    let mut worst: f64 = 0.0;
+    let mut checked = 0;
+    for (flat, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
+        if check.is_some_and(|c| !c.get(flat).copied().unwrap_or(true)) {
+            continue;
+        }
+        checked += 1;
+        let r = if element_ok(g, w, 0.0) {
+            0.0
+        } else if !g.is_finite() || !w.is_finite() || allowed == 0.0 {
+            f64::INFINITY
+        } else {
+            (g - w).abs() / allowed
+        };
+        worst = worst.max(r);
+    }
+    if checked == 0 {
+        f64::INFINITY
+    } else {
+        worst
+    }
+}
+
 /// Formats an element with its multi-index in `shape`.
 #[derive(Debug)]
 pub struct Shown<'a>(pub &'a Element, pub &'a [usize]);

@@ -16,7 +16,7 @@ use std::fmt;
 use fire_reference::attention::Placement as RefPlacement;
 use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
-use crate::compare::{compare, Profile};
+use crate::compare::{excess_ratio, Profile};
 use crate::conventions::adjust;
 use crate::implementation::{Capabilities, FutureKeys, Placement};
 use crate::implementations::reference::evaluate_placed;
@@ -87,6 +87,10 @@ impl Subset {
 pub struct Finding {
     /// Every catalogued variant whose output matches the implementation's everywhere.
     pub variants: Vec<&'static Variant>,
+    /// When none matches within tolerance: the variant clearly closest to the output (within
+    /// the loose tolerance, and [`CLEAR`] times closer than the reference and every other variant),
+    /// with its distance in units of the tolerance.
+    pub closest: Option<(&'static Variant, f64)>,
     /// Variants that match on a named subset only, where the reference does not.
     pub partial: Vec<(&'static Variant, Subset)>,
     /// Named subsets on which the output agrees with the reference (the failure lies elsewhere).
@@ -147,12 +151,25 @@ pub fn agrees(
     future: FutureKeys,
     subset: Option<Subset>,
 ) -> bool {
+    distance(case, candidate, got, profile, future, subset) <= 1.0
+}
+
+/// How far `got` is from `candidate` on `subset`, in units of `profile`'s tolerance (the
+/// largest over the case's outputs; see [`crate::compare::excess_ratio`]).
+pub fn distance(
+    case: &Case,
+    candidate: &BTreeMap<String, Tensor>,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    future: FutureKeys,
+    subset: Option<Subset>,
+) -> f64 {
     let Some(expected) = &case.expected else {
-        return false;
+        return f64::INFINITY;
     };
-    expected.iter().all(|(name, want)| {
+    let per_output = expected.iter().map(|(name, want)| {
         let (Some(c), Some(g)) = (candidate.get(name), got.get(name)) else {
-            return false;
+            return f64::INFINITY;
         };
         let mut c = c.clone();
         // Rounding scales with what the candidate computes, which a mistake can make far larger
@@ -169,21 +186,41 @@ pub fn agrees(
             None => convention,
             Some(s) => {
                 let Some(m) = s.mask(case, c.data.len()) else {
-                    return false;
+                    return f64::INFINITY;
                 };
                 let m: Vec<bool> = match convention {
                     Some(conv) => m.iter().zip(conv).map(|(a, b)| *a && b).collect(),
                     None => m,
                 };
-                if !m.iter().any(|&b| b) {
-                    // The convention leaves nothing of the subset to judge.
-                    return false;
-                }
                 Some(m)
             }
         };
-        compare(g, &c, profile, mask.as_deref()).is_ok()
-    })
+        // Nothing left to judge (the convention hides the whole subset) is no agreement.
+        excess_ratio(g, &c, profile, mask.as_deref())
+    });
+    per_output.fold(0.0, f64::max)
+}
+
+/// How much further than the grading tolerance a variant may be and still be named as the
+/// closest explanation: an f32 implementation of a mistake can be ill-conditioned where the
+/// correct computation is not (a clamp to c = 10⁻⁴ makes log(1 + c·x) lose digits in f32), so
+/// it sits a little outside f32 tolerance of the mistake's f64 prediction. Capped at 10⁻² of
+/// the scale, beyond which nothing is an explanation.
+fn loose(profile: Profile) -> f64 {
+    if profile.rtol == 0.0 {
+        1.0
+    } else {
+        (1e-2 / profile.rtol).clamp(1.0, 100.0)
+    }
+}
+
+/// How many times closer than any other explanation the closest variant must be to be named.
+pub const CLEAR: f64 = 5.0;
+
+/// True when a variant at `distance` from the output stays consistent with it for the run-level
+/// verdict (within the loose tolerance).
+pub fn consistent(distance: f64, profile: Profile) -> bool {
+    distance <= loose(profile)
 }
 
 /// The threshold L of a case's FIRE module, when it has one (one module, or FIRE-S).
@@ -235,12 +272,26 @@ pub fn diagnose(
         .iter()
         .filter_map(|(v, p)| p.as_ref().map(|p| (*v, p)))
         .collect();
-    finding.variants = predicted
+    let mut ranked: Vec<(&'static Variant, f64)> = predicted
         .iter()
-        .filter(|(_, p)| agrees(case, p, got, profile, future, None))
+        .map(|(v, p)| (*v, distance(case, p, got, profile, future, None)))
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+    finding.variants = ranked
+        .iter()
+        .filter(|(_, d)| *d <= 1.0)
         .map(|(v, _)| *v)
         .collect();
     if finding.variants.is_empty() {
+        let reference = distance(case, expected, got, profile, future, None);
+        if let Some(&(v, d)) = ranked.first() {
+            let runner_up = ranked.get(1).map_or(f64::INFINITY, |r| r.1);
+            if consistent(d, profile) && runner_up >= CLEAR * d && reference >= CLEAR * d {
+                finding.closest = Some((v, d));
+            }
+        }
+    }
+    if finding.variants.is_empty() && finding.closest.is_none() {
         for s in subsets(case) {
             let reference = agrees(case, expected, got, profile, future, Some(s));
             if reference {
@@ -296,7 +347,12 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
             v.name, profile.name, v.summary, v.violates, v.looks_like
         ));
     }
-    if f.variants.is_empty() {
+    if let Some((v, d)) = f.closest {
+        lines.push(format!(
+            "diagnosis: closest to variant `{}`, {d:.0}× the {} tolerance away (no variant matches within it; the reference and every other variant are ≥ 5× further) ({}; violates [{}]); in code: `{}`",
+            v.name, profile.name, v.summary, v.violates, v.looks_like
+        ));
+    } else if f.variants.is_empty() {
         lines.push("diagnosis: no catalogued variant matches the whole output".into());
     }
     for s in &f.agrees_on {

@@ -583,6 +583,7 @@ fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> O
         if failing {
             let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
             explained.extend(f.variants.iter().map(|v| v.name));
+            explained.extend(f.closest.map(|(v, _)| v.name));
             outcomes[r.outcome].finding = Some(f);
         }
     }
@@ -592,13 +593,16 @@ fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> O
             .zip(&failed)
             .all(|((r, p), &failing)| {
                 match p.iter().find(|(v, _)| v.name == name) {
-                    Some((_, Some(prediction))) => diagnose::agrees(
-                        r.case,
-                        prediction,
-                        &r.got,
+                    Some((_, Some(prediction))) => diagnose::consistent(
+                        diagnose::distance(
+                            r.case,
+                            prediction,
+                            &r.got,
+                            r.profile,
+                            caps.future_keys,
+                            None,
+                        ),
                         r.profile,
-                        caps.future_keys,
-                        None,
                     ),
                     // The variant applies but cannot evaluate the case: it explains nothing here.
                     Some((_, None)) => false,

@@ -1,0 +1,115 @@
+"""Small "wild" FIRE modules shaped like the paper's Appendix E, in NumPy, one per symptom a user
+has met: each computes in the dtype of the parameters it is loaded with and differs from a
+correct module in exactly the way its docstring says. ``tests/wild.rs`` drives each through
+``adapters/appendix_e.py`` and asserts the harness's exact verdict and diagnosis.
+"""
+
+import numpy as np
+
+
+class Correct:
+    """Appendix E, literally: forward(x) with T = x.shape[2], output [1, H, T, T]."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        self.num_heads, self.eps = num_heads, eps
+
+    def load_state_dict(self, state):
+        self.s = state
+        self.dt = state["c"].dtype
+        self.eps = self.dt.type(self.eps)
+
+    def positions(self, seq_len):
+        return np.arange(seq_len, dtype=self.dt)
+
+    def psi(self, x):
+        return np.log(np.abs(self.s["c"] * x) + 1)
+
+    def threshold(self):
+        return np.abs(self.s["L_multiplier"] * self.s["init_L"])
+
+    def normalizer(self, pos):
+        return self.psi(np.maximum(pos, self.threshold())) + self.eps
+
+    def numerator(self, rel):
+        return self.psi(rel)
+
+    def mlp(self, x):
+        s = self.s
+        h = np.maximum(x[..., None] @ s["mlp.0.weight"].T + s["mlp.0.bias"], 0)
+        return h @ s["mlp.2.weight"].T + s["mlp.2.bias"]
+
+    def bias(self, seq_len):
+        pos = self.positions(seq_len)
+        rel = np.abs(pos[:, None] - pos[None, :])
+        x = self.numerator(rel) / self.normalizer(pos)[:, None]
+        return np.transpose(self.mlp(x), (2, 0, 1))[None]
+
+    def __call__(self, x):
+        return self.bias(x.shape[2])
+
+
+class EpsTwice(Correct):
+    """Adds ε to the numerator as well."""
+
+    def numerator(self, rel):
+        return self.psi(rel) + self.eps
+
+
+class EpsThreePlaces(Correct):
+    """ε in the numerator, inside ψ of the normaliser and added to it."""
+
+    def numerator(self, rel):
+        return self.psi(rel) + self.eps
+
+    def normalizer(self, pos):
+        return self.psi(np.maximum(pos, self.threshold()) + self.eps) + self.eps
+
+
+class MinThreshold(Correct):
+    """Normalises by ψ(min(i, L))."""
+
+    def normalizer(self, pos):
+        return self.psi(np.minimum(pos, self.threshold())) + self.eps
+
+
+class NoAbsC(Correct):
+    """ln(c·x + 1) without |c|: NaN wherever c·x < −1."""
+
+    def psi(self, x):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.log(self.s["c"] * x + 1)
+
+
+class ClampedC(Correct):
+    """c clamped to at least 1e-4 where |c| is specified."""
+
+    def psi(self, x):
+        return np.log(np.maximum(self.s["c"], self.dt.type(1e-4)) * x + 1)
+
+
+class SeqLenDevice(Correct):
+    """Correct, but called as forward(seq_length, device) and returning [H, T, T]."""
+
+    def __call__(self, seq_length, device):
+        return self.bias(seq_length)[0]
+
+
+class Batched(Correct):
+    """Correct, returning the bias repeated over a batch of 3: [3, H, T, T]."""
+
+    def __call__(self, x):
+        return np.repeat(self.bias(x.shape[2]), 3, axis=0)
+
+
+class Float32Only(Correct):
+    """Correct, but hard-codes float32 whatever it is loaded with."""
+
+    def load_state_dict(self, state):
+        super().load_state_dict({k: np.asarray(v, dtype=np.float32) for k, v in state.items()})
+
+
+class AlwaysRaises(Correct):
+    """Glue that cannot call the module: forward needs an argument no caller gives."""
+
+    def __call__(self, x, attention_mask):
+        return self.bias(x.shape[2])

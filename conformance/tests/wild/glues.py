@@ -1,0 +1,76 @@
+"""Small "wild" glues written with the fire_kit protocol helper, one per symptom that lives in the
+glue rather than the module (``python3 glues.py NAME``). ``tests/wild.rs`` asserts the harness's
+exact verdict on each.
+
+    positions-as-indices  evaluates the position lists' indices 0..n-1 instead of the positions
+    future-negated        right on the causal triangle, signed distances after the query (NaN or
+                          negative there), declares future_keys="negated"; computes gradients
+    t5-binary64           the official T5 bucketing computed in float64
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "adapters"))
+import fire_kit  # noqa: E402
+import numpy_fire  # noqa: E402
+
+
+def positions_as_indices(case):
+    case.check_positions()
+    if case.encoding["type"] != "fire" or case.kind != "bias":
+        raise fire_kit.Skip("single FIRE modules, bias only")
+    m = numpy_fire.Fire(case.encoding)
+    return m.bias(list(range(len(case.queries))), list(range(len(case.keys))))
+
+
+def future_negated(case):
+    case.check_positions()
+    if case.encoding["type"] != "fire" or case.kind not in ("bias", "vjp"):
+        raise fire_kit.Skip("single FIRE modules, bias and gradients")
+    m = numpy_fire.Fire(case.encoding)
+    if case.kind == "vjp":
+        g = case.inputs["cotangent"].array()
+        if g.shape != (m.heads, len(case.queries), len(case.keys)):
+            raise ValueError("the cotangent is not shaped like the bias")
+        return m.vjp(case.queries, case.keys, g)
+    b = m.bias(case.queries, case.keys)
+    i = np.asarray(case.queries, dtype=float)[:, None]
+    j = np.asarray(case.keys, dtype=float)[None, :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        signed = np.log1p(abs(m.c) * (i - j)) / (m.psi(np.maximum(i, m.L() or 0.0)) + m.eps)
+        wrong, _, _ = m.forward(signed)
+    return np.where((j > i)[None], np.moveaxis(wrong, -1, 0), b)
+
+
+def t5_binary64(case):
+    case.check_positions()
+    enc = case.encoding
+    if enc["type"] != "baseline" or enc["name"] != "t5-official" or case.kind != "bias":
+        raise fire_kit.Skip("official T5 bias only")
+    s = enc["settings"]
+    nb, md = s["num_buckets"], s["max_distance"]
+    values = enc["params"]["values"].array()
+    if s["bidirectional"] or values.shape[1] != nb:
+        raise fire_kit.Skip("unidirectional, well-formed tables only")
+    n = np.maximum(np.asarray(case.queries)[:, None] - np.asarray(case.keys)[None, :], 0)
+    exact = nb // 2
+    with np.errstate(divide="ignore"):
+        large = exact + (np.log(n / exact) / math.log(md / exact) * (nb - exact)).astype(np.int64)
+    bucket = np.where(n < exact, n, np.minimum(large, nb - 1))
+    return values[:, bucket]
+
+
+GLUES = {
+    "positions-as-indices": (positions_as_indices, {}),
+    "future-negated": (future_negated, {"future_keys": "negated"}),
+    "t5-binary64": (t5_binary64, {}),
+}
+
+if __name__ == "__main__":
+    build, conventions = GLUES[sys.argv[1]]
+    fire_kit.serve(build, name=f"wild glue: {sys.argv[1]}", dtypes=["f64"], **conventions)

@@ -1,0 +1,37 @@
+"""The paper's Appendix E module in PyTorch, as published, and the same with one mistake; driven
+through ``adapters/appendix_e.py`` by ``tests/wild.rs`` when torch is installed."""
+
+import torch
+import torch.nn as nn
+
+
+class FIRE(nn.Module):
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, num_heads))
+        self.c = nn.Parameter(torch.tensor(init_c))
+        self.init_L = nn.Parameter(torch.tensor(init_L), requires_grad=False)
+        self.L_multiplier = nn.Parameter(torch.tensor(1.0))
+        self.eps = eps
+
+    def numerator(self, rel_distance):
+        return torch.log(torch.abs(self.c * rel_distance) + 1)
+
+    def forward(self, x: torch.Tensor):
+        seq_length = x.size(2)
+        positions = torch.arange(seq_length, dtype=x.dtype, device=x.device)
+        rel_distance = positions[:, None] - positions[None, :]
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        pos_normalizer = torch.max(positions, threshold)
+        pos_normalizer = pos_normalizer[:, None]
+        rel_distance = self.numerator(rel_distance)
+        pos_normalizer = torch.log(torch.abs(self.c * pos_normalizer) + 1) + self.eps
+        normalized_distance = rel_distance / pos_normalizer
+        fire_bias = self.mlp(normalized_distance.unsqueeze(-1))
+        fire_bias = fire_bias.unsqueeze(0).permute(0, 3, 1, 2)
+        return fire_bias
+
+
+class EpsTwice(FIRE):
+    def numerator(self, rel_distance):
+        return torch.log(torch.abs(self.c * rel_distance) + 1) + self.eps
