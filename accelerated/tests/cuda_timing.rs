@@ -62,7 +62,7 @@ fn time_the_cuda_fused_kernel_at_long_lengths() {
             let t = Instant::now();
             let bias = src.map_or(DeviceBias::None, |s| s.device_bias(&positions, n).unwrap());
             let tables_s = t.elapsed().as_secs_f64();
-            let mut run = || {
+            let run = || {
                 let t = Instant::now();
                 let out =
                     fire_accelerated::cuda::fused_attention(&q, &k, &v, 0, bias.clone()).unwrap();
