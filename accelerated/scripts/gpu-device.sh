@@ -123,9 +123,10 @@ step() {
   local limit=$((max < left ? max : left))
   printf '\n==> %s (at most %d s)\n' "$name" "$limit"
   local t0=$SECONDS rc=0
-  timeout -k 5 "$limit" "$@" >"$work/logs/$name.log" 2>&1 || rc=$?
+  # Live into device.log (a run cut short from outside keeps what the step printed); with
+  # pipefail the status is the command's (tee's is 0).
+  timeout -k 5 "$limit" "$@" 2>&1 | tee "$work/logs/$name.log" || rc=$?
   local secs=$((SECONDS - t0))
-  cat "$work/logs/$name.log"
   local status=pass detail=""
   if ((rc == 124 || rc == 137)); then
     status=timeout
@@ -345,17 +346,18 @@ step check-eval-trained 20 --needs eval-trained-cuda --needs eval-trained-cpu --
   check-eval "$work/eval-trained-cuda/eval.json" "$work/eval-trained-cpu/eval.json" 1e-3 \
   "$work/data/check-eval-trained.json"
 
-# Timing on the same GPU: our fused kernel, then PyTorch's SDPA without a bias.
+# Timing on the same GPU: PyTorch's SDPA without a bias (predictable, first), then our fused
+# kernel. Both print each measurement as it is made, so a step cut short keeps what it has.
+if ((have_torch)); then
+  step timing-torch 120 -- env PYTHONUNBUFFERED=1 "$py" "$bundle/gpu-torch-sdpa.py" \
+    --lengths "$BUNDLE_TIMING_LENGTHS" --repeats 3 --fire-module "$bundle/torch_fire.py"
+else
+  record timing-torch skipped null 0 "no torch in $py"
+fi
 for t in "${timing_tests[@]}"; do
   step "timing-$(basename "$t")" 180 -- env FIRE_TIMING_LENGTHS="$BUNDLE_TIMING_LENGTHS" \
     FIRE_TIMING_REPEATS=3 "$work/$t" --ignored --nocapture --test-threads=1
 done
-if ((have_torch)); then
-  step timing-torch 120 -- "$py" "$bundle/gpu-torch-sdpa.py" --lengths "$BUNDLE_TIMING_LENGTHS" \
-    --repeats 3 --fire-module "$bundle/torch_fire.py"
-else
-  record timing-torch skipped null 0 "no torch in $py"
-fi
 
 failed=0
 while read -r s; do
