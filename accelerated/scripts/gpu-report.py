@@ -182,7 +182,7 @@ def summary(bundle, work, out, final):
     lines.append("")
     lines.append(f"{'step':28} {'status':8} {'s':>5}  detail")
     for s in steps:
-        lines.append(f"{s['name']:28} {s['status']:8} {s['seconds']:>5}  {s['detail'][:90]}")
+        lines.append(f"{s['name']:28} {s['status']:8} {s['seconds']:>5}  {s['detail'][:200]}")
     for name, c in sorted(data.items()):
         if isinstance(c, dict) and "worst_abs_diff" in c:
             lines.append(f"{name}: worst |diff| {c['worst_abs_diff']:.2e} (tolerance {c['tolerance']:g})"
