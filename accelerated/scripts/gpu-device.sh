@@ -83,7 +83,8 @@ declare -A status_of=()
 # run killed from outside still leaves its results). Needs python3, checked in the preflight.
 summarise() {
   if [[ -n "${py:-}" ]]; then
-    "$py" "$bundle/gpu-report.py" summary "$bundle" "$work" "$out" "$@" >/dev/null 2>&1 ||
+    "$py" "$bundle/gpu-report.py" summary "$bundle" "$work" "$out" $((SECONDS - start_s)) "$@" \
+      >/dev/null 2>&1 ||
       log "warning: could not write the summary"
   fi
 }

@@ -8,7 +8,7 @@ from the bundle, on the device or in the dry run).
                                                   log-perplexity per run and length, |diff| <= TOL
     gpu-report.py check-train GOT EXPECTED DATA_JSON
                                                   CUDA vs CPU training losses (metrics.jsonl)
-    gpu-report.py summary BUNDLE WORK OUT [--final VERDICT CODE]
+    gpu-report.py summary BUNDLE WORK OUT ELAPSED_S [--final VERDICT CODE]
                                                   OUT/results.json and OUT/summary.txt
 """
 
@@ -140,7 +140,7 @@ def timings(work):
     return out
 
 
-def summary(bundle, work, out, final):
+def summary(bundle, work, out, elapsed, final):
     steps = [json.loads(l) for l in open(os.path.join(work, "steps.jsonl")) if l.strip()]
     manifest = json.load(open(os.path.join(bundle, "MANIFEST.json")))
     data = {}
@@ -159,6 +159,7 @@ def summary(bundle, work, out, final):
     results = {
         "verdict": verdict,
         "exit_code": None if code is None else int(code),
+        "elapsed_s": elapsed,
         "bundle": {k: manifest.get(k) for k in
                    ["commit", "dirty", "built_at", "compute_cap", "toolkit", "binaries",
                     "train_args", "eval_args", "train_spread"]},
@@ -171,7 +172,7 @@ def summary(bundle, work, out, final):
     }
     write(os.path.join(out, "results.json"), results)
 
-    lines = [f"fire GPU check: {verdict}"]
+    lines = [f"fire GPU check: {verdict} ({elapsed} s)"]
     lines.append(f"bundle: commit {manifest.get('commit')}{' (dirty)' if manifest.get('dirty') else ''}, "
                  f"built {manifest.get('built_at')}, CUDA_COMPUTE_CAP {manifest.get('compute_cap')}")
     if results["gpu"]:
@@ -220,7 +221,7 @@ def main(argv):
         return check_train(argv[2], argv[3], argv[4])
     if cmd == "summary":
         final = argv[argv.index("--final") + 1:argv.index("--final") + 3] if "--final" in argv else None
-        return summary(argv[2], argv[3], argv[4], final)
+        return summary(argv[2], argv[3], argv[4], int(argv[5]), final)
     print(__doc__, file=sys.stderr)
     return 2
 
