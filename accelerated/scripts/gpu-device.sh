@@ -135,7 +135,7 @@ step() {
   elif ((rc != 0)); then
     status=fail
     # The first panic (tests) or error (fire-lm) says most; else the last lines.
-    detail="$(grep -m1 -A1 -E 'panicked at|^Error' "$work/logs/$name.log" || tail -n 3 "$work/logs/$name.log")"
+    detail="$(grep -m1 -A3 -E 'panicked at|^Error' "$work/logs/$name.log" || tail -n 3 "$work/logs/$name.log")"
   fi
   log "$name: $status (rc $rc, $secs s)"
   record "$name" "$status" "$rc" "$secs" "$detail"

@@ -17,7 +17,9 @@
 # preflight naming the missing libraries. A third (FIRE_GPU_DEVICE=cpu) runs every later step
 # with fire-lm on the CPU, to prove the steps, comparisons and results file work: the eval and
 # training steps and their checks must pass against the bundle's numbers, and the CUDA test
-# binaries must fail (there is no device), be recorded, and not stop the run. About a minute.
+# binaries must fail (there is no device), be recorded, and not stop the run. A fourth stands in
+# a driver that claims one device and fails every other call: each CUDA step must fail with its
+# error recorded, the steps that need them be skipped, and the run reach its end. About a minute.
 #
 # Environment: FIRE_GPU_BUNDLE (default <repo>/gpu-bundle), FIRE_CUDA_HOME (the toolkit prefix).
 set -euo pipefail
@@ -114,6 +116,40 @@ assert tests and all(status[k] == "fail" for k in tests), {k: status[k] for k in
 # The CPU against the bundle's CPU numbers: the same code, so (next to) no difference at all.
 for c in ["check-eval-cuda-fused", "check-eval-cpu-here", "check-train-cuda"]:
     assert r["checks"][c]["worst_abs_diff"] <= 1e-6, (c, r["checks"][c]["worst_abs_diff"])
+PY
+
+log "running it with a driver that claims a device and fails everything else"
+# The stub's source with the probe's entry points answering "one device".
+grep -vE 'int (cuInit|cuDeviceGetCount|cuDriverGetVersion|cuDeviceGet|cuDeviceGetName|cuDeviceTotalMem_v2|cuDeviceGetAttribute)\(void\)' \
+  "$prefix/lib/stubs/libcuda.c" >"$tmp/fake.c"
+cat >>"$tmp/fake.c" <<'C'
+int cuInit(unsigned flags) { (void)flags; return 0; }
+int cuDeviceGetCount(int *n) { *n = 1; return 0; }
+int cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+int cuDeviceGet(int *d, int i) { (void)i; *d = 0; return 0; }
+int cuDeviceGetName(char *s, int len, int d) {
+  const char *n = "Fake GPU"; int i = 0; (void)d;
+  for (; n[i] && i < len - 1; i++) s[i] = n[i];
+  s[i] = 0; return 0;
+}
+int cuDeviceTotalMem_v2(unsigned long *m, int d) { (void)d; *m = 1UL << 30; return 0; }
+int cuDeviceGetAttribute(int *v, int a, int d) { (void)d; *v = a == 75 ? 9 : 0; return 0; }
+C
+mkdir -p "$tmp/fake-driver"
+cc -shared -fPIC -w -Wl,-soname,libcuda.so.1 -o "$tmp/fake-driver/libcuda.so.1" "$tmp/fake.c"
+rc="$(run fake "$tmp/fake-driver:$prefix/lib")"
+sed -n '/^step  /,/^$/p' "$tmp/out-fake/summary.txt" >&2
+[[ "$rc" == 1 ]] || die "expected exit 1 (every CUDA step fails), got $rc"
+python3 - "$tmp/out-fake/results.json" <<'PY' || die "the fake-device run's results are not as expected"
+import json, sys
+r = json.load(open(sys.argv[1]))
+status = {s["name"]: s for s in r["steps"]}
+assert status["gpu"]["status"] == "pass" and r["gpu"]["devices"][0]["name"] == "Fake GPU", r["gpu"]
+for k in ["eval-cuda-fused", "eval-cuda-materialised", "train-cuda"]:
+    assert status[k]["status"] == "fail" and "CUDA" in status[k]["detail"], status[k]
+assert status["check-train-cuda"]["status"] == "skipped", status["check-train-cuda"]
+assert status["eval-cpu-here"]["status"] == "pass", status["eval-cpu-here"]
+assert any(k.startswith("timing-cuda") for k in status), "the run did not reach the timing"
 PY
 
 log "ok: the device command needs no cargo and no network, finds every CUDA library and stops at the GPU"
