@@ -1,4 +1,10 @@
 #!/usr/bin/env bash
+# FOR A GPU MACHINE THAT HAS A RUST TOOLCHAIN AND NETWORK ACCESS (PyPI, crates.io) ONLY.
+# The device tool's machines have neither: there, use the prebuilt bundle instead —
+# gpu-bundle.sh builds it here, gpu-device.sh runs it there, gpu-dry-run.sh proves it here
+# (accelerated/README.md, "The GPU check on a lent machine"). This script would fail at its
+# first download there and spend the device time for nothing.
+#
 # On a machine with an NVIDIA GPU (driver for CUDA >= 13.0): builds fire-lm with `--features
 # cuda`, trains a tiny FIRE model for 50 steps on the GPU, evaluates it on the GPU and on the CPU,
 # and checks that the two agree; then runs the CUDA-vs-CPU parity test of FIRE's bias and one
@@ -10,6 +16,8 @@
 # Uses the same pinned toolkit as cuda-compile-check.sh; no system CUDA is needed, only the
 # driver. Set CUDA_COMPUTE_CAP for GPUs other than Hopper (default 90).
 set -euo pipefail
+command -v cargo >/dev/null ||
+  { echo "gpu-check: no cargo here; on a machine without a toolchain use gpu-bundle.sh + gpu-device.sh" >&2; exit 1; }
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cd "$repo"
