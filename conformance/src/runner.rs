@@ -182,14 +182,21 @@ impl Report {
         }
     }
 
-    /// True when nothing was graded: no case matched the selection, or every selected case was
-    /// skipped (an expected failure was graded; an inconclusive rejection was not). Such a run
-    /// proves nothing and must not exit 0.
+    /// True when a verdict that counts is vacuous: no case matched the selection, or every
+    /// selected case of a counted question was skipped (an expected failure was graded; an
+    /// inconclusive rejection was not). Such a run proves nothing and must not exit 0.
     pub fn nothing_ran(&self) -> bool {
-        !self
-            .outcomes
-            .iter()
-            .any(|o| matches!(o.status, Status::Passed | Status::Failed | Status::XFailed))
+        let graded =
+            |o: &Outcome| matches!(o.status, Status::Passed | Status::Failed | Status::XFailed);
+        if !self.outcomes.iter().any(graded) {
+            return true;
+        }
+        [Question::Values, Question::Validation]
+            .into_iter()
+            .any(|q| {
+                let mut selected = self.outcomes.iter().filter(|o| o.question == q).peekable();
+                self.fail_on.counts(q) && selected.peek().is_some() && !selected.any(graded)
+            })
     }
 
     /// True when the verdicts that count (see [`FailOn`]) have a failure.

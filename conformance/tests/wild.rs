@@ -161,7 +161,10 @@ fn t5_bucketing_in_binary64_passes_and_is_reported() {
     }
     let (code, r) = run(&glue("t5-binary64"), &[]);
     assert_eq!(code, 0, "{r:#}");
-    assert_eq!(r["tolerated_variants"], serde_json::json!(["t5-binary64-buckets"]));
+    assert_eq!(
+        r["tolerated_variants"],
+        serde_json::json!(["t5-binary64-buckets"])
+    );
 }
 
 #[test]
@@ -216,7 +219,7 @@ fn values_and_validation_are_separate_verdicts() {
     let (code, r) = run(&appendix("Correct", "f32"), &[]);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
-    assert!(count(&r, "values", "passed") >= 20, "{r:#}");
+    assert!(count(&r, "values", "passed") >= 15, "{r:#}");
     assert!(count(&r, "validation", "failed") > 0, "{r:#}");
     let (code, _) = run(&appendix("Correct", "f32"), &["--fail-on", "values"]);
     assert_eq!(code, 0);
@@ -231,7 +234,13 @@ fn a_module_that_cannot_compute_in_the_asked_dtype_is_skipped_with_the_reason() 
     }
     let (code, r) = run(&appendix("Float32Only", "f64"), &[]);
     assert_eq!(code, 5, "{r:#}");
-    let reason = r["cases"][0]["details"].to_string();
+    let fire = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"].as_str().unwrap().starts_with("fire/"))
+        .unwrap();
+    let reason = fire["details"].to_string();
     assert!(reason.contains("rerun with the --dtype"), "{reason}");
 }
 
@@ -245,7 +254,9 @@ fn the_papers_pytorch_module_passes_in_f32_and_a_mistaken_one_is_named() {
         format!(
             "python3 {} {}:{class} --dtype f32",
             root().join("conformance/adapters/appendix_e.py").display(),
-            root().join("conformance/tests/wild/torch_fakes.py").display()
+            root()
+                .join("conformance/tests/wild/torch_fakes.py")
+                .display()
         )
     };
     let (_, r) = run(&module("FIRE"), &["--fail-on", "values"]);

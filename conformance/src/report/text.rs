@@ -117,7 +117,7 @@ pub fn render(r: &Report, verbose: bool) -> String {
     if r.nothing_ran() {
         let _ = writeln!(
             out,
-            "nothing was graded: no case matched the selection, or every selected case was skipped"
+            "nothing was graded: no case matched the selection, or every selected case of a counted verdict was skipped"
         );
     }
     let _ = writeln!(out, "{}", r.summary());

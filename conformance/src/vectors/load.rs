@@ -188,12 +188,14 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
             check_tensor(&at, t)?;
             match expected.get(name) {
                 Some(e) if e.shape == t.shape && t.scale == e.scale => {}
-                _ => return Err(bad(
-                    &at,
-                    format!(
+                _ => {
+                    return Err(bad(
+                        &at,
+                        format!(
                         "acceptable output `{name}` is not shaped and scaled like the expected one"
                     ),
-                )),
+                    ))
+                }
             }
         }
     }

@@ -55,8 +55,10 @@ def t5_binary64(case):
     s = enc["settings"]
     nb, md = s["num_buckets"], s["max_distance"]
     values = enc["params"]["values"].array()
-    if s["bidirectional"] or values.shape[1] != nb:
-        raise fire_kit.Skip("unidirectional, well-formed tables only")
+    if s["bidirectional"]:
+        raise fire_kit.Skip("unidirectional only")
+    if values.shape[1] != nb or md <= nb // 2 or nb < 2:
+        raise ValueError("invalid T5 configuration")
     n = np.maximum(np.asarray(case.queries)[:, None] - np.asarray(case.keys)[None, :], 0)
     exact = nb // 2
     with np.errstate(divide="ignore"):
@@ -67,7 +69,8 @@ def t5_binary64(case):
 
 GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
-    "future-negated": (future_negated, {"future_keys": "negated"}),
+    "future-negated": (future_negated, {"future_keys": "negated",
+                                         "families": ["fire", "fire-grad", "edge", "invalid"]}),
     "t5-binary64": (t5_binary64, {}),
 }
 
