@@ -13,7 +13,8 @@ use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
 use fire_conformance::implementations::{external, reference::Reference};
 use fire_conformance::report;
 use fire_conformance::runner::{self, exit, FailOn, Options};
-use fire_conformance::vectors::{generate, load};
+use fire_conformance::vectors::load::{Origin, Suite};
+use fire_conformance::vectors::{embedded, generate, load};
 
 #[derive(Parser)]
 #[command(
@@ -32,9 +33,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Regenerate the vectors from the reference (or, with --check, fail on any drift).
+    /// Regenerate the vectors from the reference (or, with --check, fail on any drift): a
+    /// developer command for the repository's `vectors/` folder.
     Generate {
-        /// Where to write (default: the suite folder).
+        /// The folder to write or check (default: `FIRE_VECTORS`, else `./vectors` when it holds
+        /// a MANIFEST.yaml, else the `vectors/` of the source tree this binary was built from;
+        /// the folder used is printed).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Regenerate into a temporary folder and compare byte for byte.
@@ -65,15 +69,31 @@ enum Command {
     Copy {
         /// Target folder (created).
         dir: PathBuf,
-        /// The suite to export.
+        /// The suite to export (default: `FIRE_VECTORS`, else the embedded suite).
         #[arg(long)]
         vectors: Option<PathBuf>,
+    },
+    /// List the suite's cases (id, family, kind, valid or invalid, flags, clauses): what a
+    /// test runner needs to make one test item per case before running them.
+    List {
+        /// The suite (default: `FIRE_VECTORS`, else the embedded suite).
+        #[arg(long)]
+        vectors: Option<PathBuf>,
+        /// List only cases whose id matches one of these globs.
+        #[arg(long = "run", value_name = "GLOB")]
+        run: Vec<String>,
+        /// Leave out cases whose id matches one of these globs.
+        #[arg(long = "skip", value_name = "GLOB")]
+        skip: Vec<String>,
+        /// Print JSON (`{"suite": {...}, "cases": [...]}`) instead of one id per line.
+        #[arg(long)]
+        json: bool,
     },
 }
 
 #[derive(Args)]
 struct Common {
-    /// The suite folder (default: ./vectors, or the repository's).
+    /// A suite folder to run instead of the suite embedded in this binary (also `FIRE_VECTORS`).
     #[arg(long)]
     vectors: Option<PathBuf>,
     /// Run only cases whose id matches one of these globs.
@@ -148,17 +168,51 @@ struct RunArgs {
     common: Common,
 }
 
-fn suite_dir(given: Option<PathBuf>) -> PathBuf {
-    given
-        .or_else(|| std::env::var_os("FIRE_VECTORS").map(PathBuf::from))
-        .unwrap_or_else(|| {
-            let here = PathBuf::from("vectors");
-            if here.join("MANIFEST.yaml").exists() {
-                here
-            } else {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")
-            }
-        })
+/// The suite to check against: `--vectors DIR`, else `FIRE_VECTORS`, else the suite compiled
+/// into this binary, so that an installed harness runs from any directory. spec: [vec.manifest]
+fn suite(given: Option<PathBuf>) -> Result<Suite> {
+    match given.or_else(|| std::env::var_os("FIRE_VECTORS").map(PathBuf::from)) {
+        Some(dir) => {
+            load::load(&dir).with_context(|| format!("loading the suite in {}", dir.display()))
+        }
+        None => embedded::load().context("loading the embedded suite (a corrupt build)"),
+    }
+}
+
+/// The folder `generate` writes or checks: `--out`, else `FIRE_VECTORS`, else `./vectors` when
+/// it is a suite (the repository root), else the source tree this binary was built from when it
+/// is still there. Anything else is an error rather than a guess: `generate` rewrites files.
+fn generate_dir(given: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(dir) = given.or_else(|| std::env::var_os("FIRE_VECTORS").map(PathBuf::from)) {
+        return Ok(dir);
+    }
+    let here = PathBuf::from("vectors");
+    if here.join("MANIFEST.yaml").is_file() {
+        return Ok(here);
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors");
+    if source.join("MANIFEST.yaml").is_file() {
+        return Ok(source);
+    }
+    bail!(
+        "no vectors folder here: `generate` writes the repository's `vectors/`; run it from the \
+         repository root or pass --out DIR (running a suite needs no folder: `run` uses the \
+         suite embedded in this binary)"
+    )
+}
+
+/// One line naming the suite's origin, for the text report (the JSON carries `suite_source`).
+fn origin_line(s: &Suite) -> String {
+    let cases: usize = s.files.iter().map(|(_, f)| f.cases.len()).sum();
+    let origin = match &s.origin {
+        Origin::Embedded => format!("embedded in fire-conformance {}", env!("CARGO_PKG_VERSION")),
+        Origin::Dir(d) => d.display().to_string(),
+    };
+    format!(
+        "suite: {origin} ({} files, {cases} cases, {})",
+        s.files.len(),
+        report::text::short(&s.hash)
+    )
 }
 
 fn options(c: &Common) -> Result<Options> {
@@ -178,25 +232,36 @@ fn options(c: &Common) -> Result<Options> {
     })
 }
 
-fn finish(r: &runner::Report, c: &Common) -> Result<ExitCode> {
+fn finish(suite: &Suite, r: &runner::Report, c: &Common) -> Result<ExitCode> {
     if let Some(path) = &c.junit {
         fs::write(path, report::junit::render(r))
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if c.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report::json::render(r))?
-        );
+        let mut json = report::json::render(r);
+        json["suite_source"] = suite.origin.to_string().into();
+        // Each case's block of the text report, so that a test runner shows a failure exactly
+        // as the harness words it (pytest plugin) without rendering reports of its own.
+        if let Some(cases) = json["cases"].as_array_mut() {
+            for (v, o) in cases.iter_mut().zip(&r.outcomes) {
+                if v["id"] == o.id.as_str() {
+                    let mut block = String::new();
+                    report::text::case(&mut block, o);
+                    v["report"] = block.into();
+                }
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&json)?);
         eprintln!("{}", r.summary());
     } else {
+        println!("{}", origin_line(suite));
         print!("{}", report::text::render(r, c.verbose));
     }
     Ok(ExitCode::from(r.exit_code()))
 }
 
 fn run(args: RunArgs) -> Result<ExitCode> {
-    let suite = load::load(&suite_dir(args.common.vectors.clone()))?;
+    let suite = suite(args.common.vectors.clone())?;
     if let Some(setup) = &args.setup {
         let status = std::process::Command::new("sh")
             .arg("-c")
@@ -237,14 +302,89 @@ fn run(args: RunArgs) -> Result<ExitCode> {
         )),
     };
     let report = runner::run(&suite, imp.as_mut(), &options(&args.common)?)?;
-    finish(&report, &args.common)
+    finish(&suite, &report, &args.common)
+}
+
+/// `list`: the selected cases, as ids or JSON.
+fn list(vectors: Option<PathBuf>, run: &[String], skip: &[String], json: bool) -> Result<ExitCode> {
+    let suite = suite(vectors)?;
+    let (runs, skips) = (runner::globs(run)?, runner::globs(skip)?);
+    let selected: Vec<_> = suite
+        .cases()
+        .filter(|c| (run.is_empty() || runs.is_match(&c.id)) && !skips.is_match(&c.id))
+        .collect();
+    if json {
+        let cases: Vec<serde_json::Value> = selected
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "id": c.id,
+                    "family": c.id.split('/').next().unwrap_or_default(),
+                    "kind": c.kind.name(),
+                    "result": match c.result {
+                        fire_conformance::vectors::format::Verdict::Valid => "valid",
+                        fire_conformance::vectors::format::Verdict::Invalid => "invalid",
+                    },
+                    "question": runner::Question::of(c.result).name(),
+                    "description": c.description,
+                    "flags": c.flags.iter().map(|f| f.name()).collect::<Vec<_>>(),
+                    "clauses": c.clauses,
+                    "profile": c.profile,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "suite": {
+                "version": suite.manifest.suite_version,
+                "manifest_sha256": suite.hash,
+                "source": suite.origin.to_string(),
+            },
+            "cases": cases,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for c in &selected {
+            println!("{}", c.id);
+        }
+        eprintln!(
+            "{} of {} cases; {}",
+            selected.len(),
+            suite.cases().count(),
+            origin_line(&suite)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `copy`: a folder suite is exported as it is; the embedded one is first written out to a
+/// temporary folder, then exported through the same verified path.
+fn copy(vectors: Option<PathBuf>, dir: &Path) -> Result<ExitCode> {
+    let given = vectors.or_else(|| std::env::var_os("FIRE_VECTORS").map(PathBuf::from));
+    let staged;
+    let from = match given {
+        Some(d) => d,
+        None => {
+            staged = tempfile::tempdir().context("creating a temporary folder")?;
+            for (rel, bytes) in embedded::FILES {
+                let target = staged.path().join(rel);
+                if let Some(parent) = target.parent() {
+                    fs::create_dir_all(parent)?;
+                }
+                fs::write(&target, bytes)
+                    .with_context(|| format!("writing {}", target.display()))?;
+            }
+            staged.path().to_path_buf()
+        }
+    };
+    let n = fire_conformance::export::copy(&from, dir)?;
+    println!("exported {n} files to {}", dir.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Generate { out, check } => {
-            let dir = suite_dir(out);
+        Command::Generate { out, check } => generate_dir(out).and_then(|dir| {
             if check {
                 generate::check(&dir).map(|n| {
                     println!("{n} files regenerate byte-identically in {}", dir.display());
@@ -256,15 +396,15 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 })
             }
-        }
+        }),
         Command::Run(args) => run(args),
         Command::Check { results, common } => (|| {
-            let suite = load::load(&suite_dir(common.vectors.clone()))?;
+            let suite = suite(common.vectors.clone())?;
             let text = fs::read_to_string(&results)
                 .with_context(|| format!("reading {}", results.display()))?;
             let mut imp = external::Recorded::parse(&text)?;
             let report = runner::run(&suite, &mut imp, &options(&common)?)?;
-            finish(&report, &common)
+            finish(&suite, &report, &common)
         })(),
         Command::Serve { variant, misbehave } => (|| {
             let misbehave = match misbehave {
@@ -291,11 +431,13 @@ fn main() -> ExitCode {
             )?;
             Ok(ExitCode::SUCCESS)
         })(),
-        Command::Copy { dir, vectors } => fire_conformance::export::copy(&suite_dir(vectors), &dir)
-            .map(|n| {
-                println!("exported {n} files to {}", dir.display());
-                ExitCode::SUCCESS
-            }),
+        Command::Copy { dir, vectors } => copy(vectors, &dir),
+        Command::List {
+            vectors,
+            run,
+            skip,
+            json,
+        } => list(vectors, &run, &skip, json),
     };
     match result {
         Ok(code) => code,

@@ -17,7 +17,8 @@ fn tag(s: Status) -> &'static str {
     }
 }
 
-fn case(out: &mut String, o: &Outcome) {
+/// One case's block: the status, id, clauses and flags, then its details and diagnosis.
+pub fn case(out: &mut String, o: &Outcome) {
     let _ = writeln!(
         out,
         "{} {}  [{}]  flags: {}",

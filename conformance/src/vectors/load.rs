@@ -50,6 +50,25 @@ pub enum LoadError {
     },
 }
 
+/// Where a suite's bytes came from: a folder, or the copy compiled into the harness.
+/// Reports name it beside the manifest hash, so a reader knows which suite ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A folder on disk (`--vectors DIR`, `FIRE_VECTORS`).
+    Dir(PathBuf),
+    /// The suite embedded in this build of the harness (spec: [vec.manifest]).
+    Embedded,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Dir(d) => write!(f, "{}", d.display()),
+            Origin::Embedded => f.write_str("embedded"),
+        }
+    }
+}
+
 /// A loaded suite.
 #[derive(Debug, Clone)]
 pub struct Suite {
@@ -59,6 +78,8 @@ pub struct Suite {
     pub hash: String,
     /// The files, in manifest order, with their relative paths.
     pub files: Vec<(String, VectorFile)>,
+    /// Where the bytes came from.
+    pub origin: Origin,
 }
 
 impl Suite {
@@ -251,11 +272,6 @@ pub fn check_file(path: &str, file: &VectorFile) -> Result<(), LoadError> {
     Ok(())
 }
 
-fn read(dir: &Path, rel: &str) -> Result<Vec<u8>, LoadError> {
-    let path = dir.join(rel);
-    std::fs::read(&path).map_err(|source| LoadError::Io { path, source })
-}
-
 /// Parses a manifest's text.
 pub fn parse_manifest(text: &str) -> Result<Manifest, LoadError> {
     let m: Manifest = from_yaml(text).map_err(|e| LoadError::Parse {
@@ -271,14 +287,76 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, LoadError> {
     Ok(m)
 }
 
+/// The files of a suite, wherever they are: what [`load_from`] reads.
+pub trait Files {
+    /// The bytes of the file at `rel` (a `/`-separated path inside the suite).
+    fn read(&self, rel: &str) -> Result<Vec<u8>, LoadError>;
+    /// Every `.yaml` file of the suite, `/`-separated and sorted.
+    fn list(&self) -> Result<Vec<String>, LoadError>;
+    /// Where they are, for reports.
+    fn origin(&self) -> Origin;
+}
+
+/// A suite folder on disk.
+#[derive(Debug, Clone, Copy)]
+pub struct Dir<'a>(pub &'a Path);
+
+impl Files for Dir<'_> {
+    fn read(&self, rel: &str) -> Result<Vec<u8>, LoadError> {
+        let path = self.0.join(rel);
+        std::fs::read(&path).map_err(|source| LoadError::Io { path, source })
+    }
+
+    fn list(&self) -> Result<Vec<String>, LoadError> {
+        super::generate::list(self.0).map_err(|e| bad(&self.0.display().to_string(), e.to_string()))
+    }
+
+    fn origin(&self) -> Origin {
+        Origin::Dir(self.0.to_path_buf())
+    }
+}
+
+/// Files held in memory as `(relative path, bytes)`: the embedded suite, or a test's.
+#[derive(Debug, Clone, Copy)]
+pub struct InMemory<'a>(pub &'a [(&'a str, &'a [u8])]);
+
+impl Files for InMemory<'_> {
+    fn read(&self, rel: &str) -> Result<Vec<u8>, LoadError> {
+        self.0
+            .iter()
+            .find(|(p, _)| *p == rel)
+            .map(|(_, b)| b.to_vec())
+            .ok_or_else(|| LoadError::Io {
+                path: PathBuf::from(rel),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not in the suite"),
+            })
+    }
+
+    fn list(&self) -> Result<Vec<String>, LoadError> {
+        let mut out: Vec<String> = self.0.iter().map(|(p, _)| (*p).to_owned()).collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn origin(&self) -> Origin {
+        Origin::Embedded
+    }
+}
+
 /// Loads the suite rooted at `dir`. spec: [vec.manifest]
 pub fn load(dir: &Path) -> Result<Suite, LoadError> {
-    let manifest_bytes = read(dir, MANIFEST)?;
+    load_from(&Dir(dir))
+}
+
+/// Loads a suite from any [`Files`], with the same checks whatever the source: every file
+/// hashes to the manifest's SHA-256, none is unlisted, every case keeps the format's
+/// invariants. spec: [vec.manifest], [vec.file]
+pub fn load_from(source: &dyn Files) -> Result<Suite, LoadError> {
+    let manifest_bytes = source.read(MANIFEST)?;
     let hash = sha256(&manifest_bytes);
     let text = String::from_utf8_lossy(&manifest_bytes).into_owned();
     let manifest = parse_manifest(&text)?;
-    let on_disk =
-        super::generate::list(dir).map_err(|e| bad(&dir.display().to_string(), e.to_string()))?;
+    let on_disk = source.list()?;
     for p in &on_disk {
         if p != MANIFEST && !manifest.files.iter().any(|e| &e.path == p) {
             return Err(bad(p, "not listed in MANIFEST.yaml"));
@@ -290,7 +368,7 @@ pub fn load(dir: &Path) -> Result<Suite, LoadError> {
         if entry.path.contains("..") || entry.path.starts_with('/') {
             return Err(bad(&entry.path, "paths must stay inside the suite"));
         }
-        let bytes = read(dir, &entry.path)?;
+        let bytes = source.read(&entry.path)?;
         let got = sha256(&bytes);
         if got != entry.sha256 {
             return Err(LoadError::Hash {
@@ -318,5 +396,6 @@ pub fn load(dir: &Path) -> Result<Suite, LoadError> {
         manifest,
         hash,
         files,
+        origin: source.origin(),
     })
 }

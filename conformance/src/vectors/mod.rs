@@ -1,6 +1,7 @@
 //! The golden vectors: format, writer, loader, manifest and generator. spec: [vec.file]
 
 pub mod baselines;
+pub mod embedded;
 pub mod flags;
 pub mod format;
 pub mod generate;
