@@ -4,8 +4,8 @@
 //! `MANIFEST.yaml` included; the loader then checks them exactly as it checks a folder on disk —
 //! SHA-256 per file against the manifest, no unlisted file. spec: [vec.manifest]
 //!
-//! The suite folder is `../vectors` (the repository's; a maturin sdist keeps the same layout),
-//! or `FIRE_EMBED_VECTORS=DIR` when set. A missing folder is a build error that says so.
+//! The suite folder is `vectors/` beside Cargo.toml (a link to the repository's `vectors/`), or
+//! `FIRE_EMBED_VECTORS=DIR` when set. A missing folder is a build error that says so.
 
 use std::env;
 use std::fmt::Write as _;
@@ -34,9 +34,15 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) -> std::io::R
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-env-changed=FIRE_EMBED_VECTORS");
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    // `vectors` beside Cargo.toml is a symbolic link to the repository's `../vectors`, so that
+    // `cargo package` and maturin's source distribution carry the suite inside the crate; a
+    // checkout without symbolic links falls back to `../vectors`.
     let dir = match env::var_os("FIRE_EMBED_VECTORS") {
         Some(d) => PathBuf::from(d),
-        None => manifest_dir.join("..").join("vectors"),
+        None => [manifest_dir.join("vectors"), manifest_dir.join("../vectors")]
+            .into_iter()
+            .find(|d| d.join("MANIFEST.yaml").is_file())
+            .unwrap_or_else(|| manifest_dir.join("vectors")),
     };
     if !dir.join("MANIFEST.yaml").is_file() {
         return Err(format!(

@@ -1,0 +1,280 @@
+"""Ready-made glue for FIRE modules shaped like the paper's Appendix E.
+
+Such a module is constructed as ``Class(num_heads, mlp_width, init_c, init_L, eps)``, holds the
+parameters ``mlp.0.weight``, ``mlp.0.bias``, ``mlp.2.weight``, ``mlp.2.bias``, ``c``, ``init_L``,
+``L_multiplier``, and returns the bias of the positions ``0..T-1``. Point the harness at yours:
+
+    fire-conformance run --impl "fire-conformance-appendix-e path/to/model.py:FIRE"
+    fire-conformance run --impl "python3 -m fire_conformance.appendix_e path/to/model.py:FIRE"
+    pytest --fire-impl path/to/model.py:FIRE
+
+A Flax/JAX module of the same shape (``init``/``apply``) is handed to ``fire_conformance.jax_glue``.
+
+How the module is called is found by introspecting its ``forward`` (or ``__call__``), or forced
+with ``--call``:
+
+    x          forward(x), x of shape [1, H, T, 1]; the length is read from x (Appendix E)
+    seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
+    seq_len_device  forward(T, device)
+    positions  forward(positions), positions = arange(T)
+    qk         forward(query_positions, key_positions): the requested rows and columns directly
+
+Outputs ``[H, T, T]``, ``[1, H, T, T]`` and ``[B, H, T, T]`` (every batch entry equal) are
+accepted; anything else is a clear error naming the shape.
+
+Options (after the module spec):
+    --map OURS=THEIRS   rename a parameter (repeatable), e.g. --map L_multiplier=L_mult
+    --dtype f32|f64     the dtype your module computes in (default f32; selects the tolerance)
+    --call STYLE        how to call forward (see above; default: introspection)
+    --future-keys X     mirrored (Appendix E, default), zero, masked or negated
+    --max-len N         the largest T x T square to evaluate (default 4096); larger cases skip
+    --kwargs JSON       extra constructor keyword arguments
+
+With torch installed the module is a torch ``nn.Module`` (put in ``.eval()`` mode) and gradients
+(``fire-grad/``) come from autograd; without torch, a NumPy module with the same interface
+(``load_state_dict`` taking arrays) works for bias cases.
+"""
+
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import sys
+
+import numpy as np
+
+from fire_conformance import kit as fire_kit
+
+try:
+    import torch
+except ImportError:  # the glue still serves NumPy modules
+    torch = None
+
+NAMES = ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "c", "init_L", "L_multiplier"]
+CALLS = ["x", "seq_len", "seq_len_device", "positions", "qk"]
+LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
+POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
+
+
+def load_class(spec):
+    path, _, cls = spec.rpartition(":")
+    if not path or not cls:
+        raise SystemExit(f"expected path/to/file.py:ClassName, got {spec!r}")
+    if not os.path.exists(path):
+        raise SystemExit(f"module file not found: {path}")
+    mod_spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    mod_spec.loader.exec_module(module)
+    if not hasattr(module, cls):
+        raise SystemExit(f"{path} has no class {cls!r}")
+    return getattr(module, cls)
+
+
+def call_style(m):
+    """How to call the module, from the names of its forward's parameters."""
+    fn = m.forward if hasattr(m, "forward") else m.__call__
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return "x"
+    names = [p.name.lower() for p in params]
+    if len(names) >= 2 and names[1] == "device" and names[0] in LENGTH_NAMES:
+        return "seq_len_device"
+    if names and names[0] in LENGTH_NAMES:
+        return "seq_len"
+    if len(names) >= 2 and all(n in POSITION_NAMES or "pos" in n for n in names[:2]) \
+            and ("q" in names[0] or "query" in names[0]):
+        return "qk"
+    if names and names[0] in POSITION_NAMES:
+        return "positions"
+    return "x"
+
+
+def appendix_params(enc):
+    """(heads, width, our parameters by name) of a case's encoding, or Skip when it is not
+    Appendix E's architecture."""
+    if enc["type"] != "fire":
+        raise fire_kit.Skip(f"encoding `{enc['type']}`: this glue drives one Appendix E module")
+    mlp = enc["mlp"]
+    if (len(mlp["layers"]) != 2 or mlp["activation"] != "relu" or mlp.get("final_activation")
+            or enc["transform"] != "log" or enc["threshold"] == "disabled"):
+        raise fire_kit.Skip("not Appendix E's architecture (one ReLU hidden layer, log, a threshold)")
+    (w0, b0), (w2, b2) = ((l["weight"].array(), l["bias"].array()) for l in mlp["layers"])
+    ours = {"mlp.0.weight": w0, "mlp.0.bias": b0, "mlp.2.weight": w2, "mlp.2.bias": b2,
+            "c": np.array(enc["c"]), "init_L": np.array(enc["l_init"]),
+            "L_multiplier": np.array(enc["l_multiplier"])}
+    return w2.shape[0], w0.shape[0], ours
+
+
+class Glue:
+    def __init__(self, cls, mapping, dtype, max_len, kwargs, call):
+        self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
+        self.call = call
+
+    def params(self, enc):
+        return appendix_params(enc)
+
+    def module(self, case):
+        enc = case.encoding
+        heads, width, ours = self.params(enc)
+        m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
+                     eps=enc["eps"], **self.kwargs)
+        state = {self.mapping.get(k, k): v for k, v in ours.items()}
+        if torch is not None and isinstance(m, torch.nn.Module):
+            dt = torch.float64 if self.dtype == "f64" else torch.float32
+            m = m.to(dt)
+            m.load_state_dict({k: torch.as_tensor(v, dtype=dt) for k, v in state.items()}, strict=True)
+            m.eval()
+        else:
+            dt = np.float64 if self.dtype == "f64" else np.float32
+            m.load_state_dict({k: np.asarray(v, dtype=dt) for k, v in state.items()})
+        return m, heads
+
+    def forward(self, m, heads, case, torch_module):
+        """The module's bias over what it was asked: ([H, R, C] array-like, gathered?)."""
+        style = self.call or call_style(m)
+        T = case.length
+        if style != "qk" and T > self.max_len:
+            raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {self.max_len})")
+        if torch_module:
+            dt = next(m.parameters()).dtype
+            dev = next(m.parameters()).device
+            arange = lambda n: torch.arange(n, device=dev)  # noqa: E731
+            tensor = lambda v: torch.as_tensor(v, device=dev)  # noqa: E731
+            zeros = lambda shape: torch.zeros(shape, dtype=dt, device=dev)  # noqa: E731
+        else:
+            dev = "cpu"
+            arange, tensor, zeros = np.arange, np.asarray, np.zeros
+        try:
+            if style == "x":
+                out = m(zeros((1, heads, T, 1)))
+            elif style == "seq_len":
+                out = m(T)
+            elif style == "seq_len_device":
+                out = m(T, dev)
+            elif style == "positions":
+                out = m(arange(T))
+            elif style == "qk":
+                out = m(tensor(case.queries), tensor(case.keys))
+            else:
+                raise SystemExit(f"unknown --call {style!r}; one of {CALLS}")
+        except (RuntimeError, TypeError) as e:
+            text = str(e)
+            if torch_module and any(w in text for w in ("Double", "Float", "dtype", "scalar type")):
+                raise fire_kit.Skip(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
+                                    f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
+            raise
+        rows, cols = (len(case.queries), len(case.keys)) if style == "qk" else (T, T)
+        return squeeze(out, heads, rows, cols), style == "qk"
+
+    def build(self, case):
+        case.check_positions()
+        if case.kind not in ("bias", "vjp"):
+            raise fire_kit.Skip(f"kind `{case.kind}`: the module returns the bias only")
+        m, heads = self.module(case)
+        torch_module = torch is not None and isinstance(m, torch.nn.Module)
+        cot = None
+        if case.kind == "vjp":
+            if not torch_module:
+                raise fire_kit.Skip("gradients need a torch module")
+            cot = case.inputs["cotangent"].array()
+            want = (heads, len(case.queries), len(case.keys))
+            if cot.shape != want:
+                raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
+        if torch_module and case.kind == "bias":
+            with torch.no_grad():
+                full, direct = self.forward(m, heads, case, True)
+        else:
+            full, direct = self.forward(m, heads, case, torch_module)
+        want_dt = ({"f64": torch.float64, "f32": torch.float32, "bf16": torch.bfloat16}[self.dtype]
+                   if torch_module else {"f64": np.float64, "f32": np.float32}.get(self.dtype))
+        got_dt = full.dtype if torch_module else np.asarray(full).dtype
+        if want_dt is not None and got_dt != want_dt:
+            raise fire_kit.Skip(f"the module returns {got_dt} but --dtype {self.dtype} was given; "
+                                "rerun with the --dtype it computes in")
+        if case.kind == "bias":
+            if torch_module:
+                full = full.detach().cpu().double().numpy()
+            return np.asarray(full) if direct else case.gather(full)
+        g = torch.zeros(full.shape, dtype=full.dtype, device=full.device)
+        c = torch.as_tensor(cot, dtype=full.dtype, device=full.device)
+        for qi, i in enumerate(case.queries):
+            for ki, j in enumerate(case.keys):
+                r, k = (qi, ki) if direct else (i, j)
+                g[:, r, k] += c[:, qi, ki]
+        (full * g).sum().backward()
+        back = {v: k for k, v in self.mapping.items()}
+        grads = {back.get(n, n): p.grad for n, p in m.named_parameters() if p.requires_grad}
+        if case.encoding["threshold"] != "learnable":
+            grads.pop("L_multiplier", None)
+        return {k: v if v is not None else torch.zeros(()) for k, v in grads.items()}
+
+
+def squeeze(out, heads, rows, cols):
+    """[H, R, C] from [H, R, C], [1, H, R, C] or [B, H, R, C] with equal batch entries."""
+    shape = tuple(out.shape)
+    if len(shape) == 3 and shape == (heads, rows, cols):
+        return out
+    if len(shape) == 4 and shape[1:] == (heads, rows, cols):
+        first = out[0]
+        for b in range(1, shape[0]):
+            same = (out[b] == first).all()
+            if not bool(same):
+                raise ValueError(f"the module's output {list(shape)} differs between batch entries")
+        return first
+    raise ValueError(f"the module returned shape {list(shape)}; expected [H, T, T], [1, H, T, T] or "
+                     f"[B, H, T, T] with H = {heads}, T = {rows}" + ("" if rows == cols else f" x {cols}"))
+
+
+def parser(description=__doc__):
+    """The command line shared by this glue and ``jax_glue``."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("module", help="path/to/file.py:ClassName")
+    p.add_argument("--map", action="append", default=[], metavar="OURS=THEIRS")
+    p.add_argument("--dtype", default="f32", choices=["f32", "f64", "bf16"])
+    p.add_argument("--call", choices=CALLS, help="how to call forward (default: introspection)")
+    p.add_argument("--future-keys", default="mirrored", choices=["mirrored", "zero", "masked", "negated"])
+    p.add_argument("--max-len", type=int, default=4096)
+    p.add_argument("--kwargs", default="{}")
+    p.add_argument("--name")
+    return p
+
+
+def parse_map(pairs, known=NAMES):
+    """``--map OURS=THEIRS`` pairs as a dict, rejecting unknown names of ours."""
+    try:
+        mapping = dict(kv.split("=", 1) for kv in pairs)
+    except ValueError:
+        raise SystemExit("--map takes OURS=THEIRS")
+    unknown = set(mapping) - set(known)
+    if unknown:
+        raise SystemExit(f"--map: unknown parameter(s) {sorted(unknown)}; ours are {list(known)}")
+    return mapping
+
+
+def is_jax_module(cls):
+    """Flax linen's interface (``init`` and ``apply``), which a torch module does not have."""
+    if torch is not None and isinstance(cls, type) and issubclass(cls, torch.nn.Module):
+        return False
+    return callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None))
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
+    mapping = parse_map(a.map)
+    cls = load_class(a.module)
+    if is_jax_module(cls):
+        from fire_conformance import jax_glue
+
+        return jax_glue.serve(cls, a)
+    glue = Glue(cls, mapping, a.dtype, a.max_len, json.loads(a.kwargs), a.call)
+    fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}",
+                   families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
+                   future_keys=a.future_keys)
+
+
+if __name__ == "__main__":
+    main()

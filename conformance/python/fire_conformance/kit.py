@@ -1,0 +1,171 @@
+"""fire_conformance.kit: the implementation side of the fire-conformance protocol, in plain Python.
+(In the repository also importable as ``fire_kit`` from ``conformance/adapters``.)
+
+Write one function, ``build(case)``, that returns the requested output, and call
+``serve(build, name=...)``. The kit does the rest: the handshake, one reply per request, the
+encoding of NaN and infinities, turning exceptions into ``errored`` replies (the right answer to
+an invalid case), and ``Skip`` into ``skipped``. See spec/protocol.md.
+
+Most FIRE modules compute the full T x T bias for positions 0..T-1. ``case.gather(full)`` picks the
+requested rows and columns out of such a square, so those modules also run the non-contiguous,
+unsorted and KV-cache cases.
+
+Standard library only; numpy is used when ``build`` returns numpy arrays (anything with
+``.shape`` and ``.tolist()`` works, including torch tensors moved to the CPU).
+"""
+
+import json
+import math
+import sys
+
+PROTOCOL = 1
+
+
+class Skip(Exception):
+    """Raise from build(case) to reply ``skipped`` with the message as the reason."""
+
+
+def _decode(v):
+    if isinstance(v, str):
+        special = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+        if v in special:
+            return special[v]
+    return v
+
+
+def _encode(x):
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _flatten(value):
+    """(shape, flat list) of a numpy/torch array, nested lists, or a Python scalar."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().double().numpy()
+    if hasattr(value, "shape") and hasattr(value, "reshape"):
+        return list(value.shape), [_encode(x) for x in value.reshape(-1).tolist()]
+    if isinstance(value, (int, float)):
+        return [], [_encode(value)]
+    shape, flat = [], []
+
+    def walk(v, depth):
+        if isinstance(v, (list, tuple)):
+            if len(shape) <= depth:
+                shape.append(len(v))
+            for x in v:
+                walk(x, depth + 1)
+        else:
+            flat.append(_encode(v))
+
+    walk(value, 0)
+    return shape, flat
+
+
+class Tensor:
+    """A tensor from a request: ``shape`` and flat row-major ``data`` (floats, NaN decoded)."""
+
+    def __init__(self, obj):
+        self.shape = list(obj["shape"])
+        self.data = [_decode(v) for v in obj["data"]]
+
+    def array(self):
+        import numpy as np
+
+        return np.asarray(self.data, dtype=np.float64).reshape(self.shape)
+
+
+class Case:
+    """One request. ``encoding`` and ``inputs`` are the JSON of spec/vectors.md, with every
+    ``{"shape", "data"}`` mapping turned into a ``Tensor`` and every non-finite string into a float."""
+
+    def __init__(self, msg):
+        self.id = msg["id"]
+        self.kind = msg["kind"]
+        self.dtype = msg.get("dtype", "f64")
+        self.outputs = msg.get("outputs", [])
+        self.encoding = self._tensors(msg["encoding"])
+        self.inputs = self._tensors(msg["inputs"])
+        self.queries = list(self.inputs["queries"])
+        self.keys = list(self.inputs["keys"])
+
+    @classmethod
+    def _tensors(cls, v):
+        if isinstance(v, dict):
+            if "shape" in v and "data" in v:
+                return Tensor(v)
+            return {k: cls._tensors(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [cls._tensors(x) for x in v]
+        return _decode(v)
+
+    @property
+    def family(self):
+        return self.id.split("/")[0]
+
+    @property
+    def length(self):
+        """T of the smallest square 0..T-1 holding every requested position."""
+        return max(self.queries + self.keys) + 1
+
+    def check_positions(self):
+        """Raise ValueError on empty, negative or too large positions (they must be rejected)."""
+        if not self.queries or not self.keys:
+            raise ValueError("empty position list")
+        for p in self.queries + self.keys:
+            if p < 0:
+                raise ValueError(f"negative position {p}")
+            if p > 2**53:
+                raise ValueError(f"position {p} exceeds 2^53")
+
+    def gather(self, full):
+        """Rows ``queries`` and columns ``keys`` of a ``[..., T, T]`` square over 0..T-1."""
+        import numpy as np
+
+        full = np.asarray(full)
+        return full[..., self.queries, :][..., self.keys]
+
+
+def _reply(obj):
+    sys.stdout.write(json.dumps(obj, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
+          placement="after-scaling", stdin=None):
+    """Answer the harness until it says bye. ``build(case)`` returns one output (for a single
+    requested output) or a dict of outputs by name."""
+    stdin = stdin or sys.stdin
+    for line in stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        kind = msg.get("type")
+        if kind == "hello":
+            _reply({"type": "hello", "protocol": PROTOCOL, "name": name,
+                    "families": list(families), "dtypes": list(dtypes),
+                    "conventions": {"future_keys": future_keys, "placement": placement}})
+        elif kind == "bye":
+            return
+        elif kind == "case":
+            cid = msg.get("id", "")
+            try:
+                case = Case(msg)
+                out = build(case)
+                if not isinstance(out, dict):
+                    if len(case.outputs) != 1:
+                        raise TypeError("build must return a dict when several outputs are requested")
+                    out = {case.outputs[0]: out}
+                outputs = {}
+                for key, value in out.items():
+                    shape, data = _flatten(value)
+                    outputs[key] = {"shape": shape, "data": data}
+                _reply({"type": "result", "id": cid, "status": "output", "outputs": outputs})
+            except Skip as s:
+                _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s)})
+            except Exception as e:  # noqa: BLE001 - every failure is a reply, never a crash
+                _reply({"type": "result", "id": cid, "status": "errored",
+                        "message": f"{type(e).__name__}: {e}"})
