@@ -1,0 +1,57 @@
+"""Serve a glue file: a Python file that defines ``build(case)`` (see ``fire_conformance.kit``).
+
+    fire-conformance run --impl "fire-conformance-glue my_glue.py"
+    pytest --fire-glue my_glue.py
+
+``build(case)`` returns the requested output (or a dict of outputs by name), raises
+``fire_conformance.kit.Skip`` to skip, and raises anything else to reject the case. The file may
+declare what it serves in a dict named ``CAPABILITIES`` with the keyword arguments of
+``kit.serve``: ``name``, ``families`` (globs, default every family), ``dtypes`` (default
+``["f64"]``; the first is the one a run uses), ``future_keys`` and ``placement``. A file that calls
+``kit.serve`` itself under ``if __name__ == "__main__":`` runs both ways.
+"""
+
+import argparse
+import importlib.util
+import os
+import sys
+
+from fire_conformance import kit
+
+ALLOWED = {"name", "families", "dtypes", "future_keys", "placement"}
+
+
+def load_glue(path):
+    """The glue file as a module; SystemExit with the reason when it cannot be one."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"glue file not found: {path}")
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"not a Python file: {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, "build", None)):
+        raise SystemExit(f"{path} defines no build(case) function")
+    caps = dict(getattr(module, "CAPABILITIES", {}) or {})
+    unknown = set(caps) - ALLOWED
+    if unknown:
+        raise SystemExit(f"{path}: CAPABILITIES has unknown key(s) {sorted(unknown)}; allowed: {sorted(ALLOWED)}")
+    return module, caps
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("glue", help="path/to/my_glue.py, defining build(case)")
+    p.add_argument("--name", help="the name reports use (default: CAPABILITIES['name'] or the file)")
+    a = p.parse_args(argv)
+    module, caps = load_glue(a.glue)
+    caps.setdefault("name", f"glue: {a.glue}")
+    if a.name:
+        caps["name"] = a.name
+    kit.serve(module.build, **caps)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
