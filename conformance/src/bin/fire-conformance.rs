@@ -169,7 +169,7 @@ struct RunArgs {
 }
 
 /// The suite to check against: `--vectors DIR`, else `FIRE_VECTORS`, else the suite compiled
-/// into this binary, so that an installed harness runs from any directory. spec: [vec.manifest]
+/// into this binary, so that an installed harness runs from any directory. spec: [proto.suite]
 fn suite(given: Option<PathBuf>) -> Result<Suite> {
     match given.or_else(|| std::env::var_os("FIRE_VECTORS").map(PathBuf::from)) {
         Some(dir) => {

@@ -2,7 +2,7 @@
 //! `vectors/`), so that `fire-conformance run` needs no folder beside it: the binary a user
 //! installs with `pip` or `cargo install` carries the suite it checks against. The embedded
 //! files are verified exactly like a folder — each against the manifest's SHA-256, no unlisted
-//! file — and reports name the manifest hash. spec: [vec.manifest]
+//! file — and reports name the manifest hash. spec: [vec.manifest], [proto.suite]
 
 use super::load::{self, InMemory, LoadError, Suite};
 

@@ -1,0 +1,230 @@
+//! The `fire_conformance` Python package from this clone (`conformance/python` on `PYTHONPATH`,
+//! this build's binary as `FIRE_CONFORMANCE_BIN`): `python -m fire_conformance`, the glue
+//! runner, the pytest plugin on the example project (one item per case; a broken module's
+//! failures carry the diagnosis) and the JAX glue. The installed wheel is checked by `.ci/test`.
+//!
+//! Needs python3 with numpy (FIRE_REQUIRE_NUMPY=1 makes its absence a failure); the plugin tests
+//! need pytest (FIRE_REQUIRE_PYTEST=1), the JAX test jax (FIRE_REQUIRE_JAX=1). Each skips loudly
+//! otherwise.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fire-conformance");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Whether python3 imports `module`; a loud skip, or a failure when `require` is set.
+fn python_has(module: &str, require: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os(require).is_none(),
+            "{require} is set but `python3 -c 'import {module}'` fails"
+        );
+        eprintln!("\n********************************************************************");
+        eprintln!("SKIPPED: python3 cannot import {module}; this Python package test did NOT");
+        eprintln!("run. `pip install {module}` (CI sets {require}=1).");
+        eprintln!("********************************************************************\n");
+    }
+    ok
+}
+
+/// python3 with the package from this clone and this build's binary, run in `dir`.
+fn python(dir: &Path, args: &[&str]) -> Output {
+    Command::new("python3")
+        .args(args)
+        .current_dir(dir)
+        .env("PYTHONPATH", root().join("conformance/python"))
+        .env("FIRE_CONFORMANCE_BIN", BIN)
+        .env_remove("FIRE_VECTORS")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn case_count() -> usize {
+    fire_conformance::vectors::embedded::load()
+        .unwrap()
+        .cases()
+        .count()
+}
+
+#[test]
+fn python_m_fire_conformance_runs_the_binary() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = python(dir.path(), &["-m", "fire_conformance", "list"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), case_count());
+    // A module run through the package, from a directory outside the repository.
+    let o = python(
+        dir.path(),
+        &[
+            "-m",
+            "fire_conformance",
+            "run",
+            "--json",
+            "--impl",
+            "python3 -m fire_conformance.numpy_fire",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["exit_code"], 0, "{}", text(&o));
+    assert_eq!(v["suite_source"], "embedded");
+}
+
+#[test]
+fn the_glue_runner_serves_a_build_function_and_names_what_is_missing() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("my_glue.py"),
+        "from fire_conformance import kit, numpy_fire\n\
+         CAPABILITIES = {'name': 'my glue', 'families': ['fire']}\n\
+         def build(case):\n    return numpy_fire.build(case)\n",
+    )
+    .unwrap();
+    let o = python(
+        dir.path(),
+        &[
+            "-m",
+            "fire_conformance",
+            "run",
+            "--json",
+            "--impl",
+            "python3 -m fire_conformance.glue my_glue.py",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["implementation"], "my glue");
+    assert_eq!(v["values"]["failed"], 0, "{}", text(&o));
+    assert!(v["values"]["passed"].as_u64().unwrap() > 10);
+    std::fs::write(dir.path().join("empty.py"), "x = 1\n").unwrap();
+    let o = python(dir.path(), &["-m", "fire_conformance.glue", "empty.py"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("defines no build(case) function"), "{}", text(&o));
+}
+
+/// Runs pytest with the plugin in `dir`.
+fn pytest(dir: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["-m", "pytest", "-p", "fire_conformance.pytest_plugin"];
+    all.extend(["-p", "no:cacheprovider", "-q"]);
+    all.extend(args);
+    python(dir, &all)
+}
+
+#[test]
+fn the_pytest_plugin_makes_every_case_an_item_of_the_example_project() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST")
+    {
+        return;
+    }
+    let project = root().join("conformance/adapters/examples/pytest_project");
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("junit.xml");
+    let o = pytest(
+        &project,
+        &[&format!("--junitxml={}", junit.display()), "tests"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), case_count(), "{xml}");
+    assert!(xml.contains("name=\"fire/depth/depth-2\""), "{xml}");
+    assert!(xml.contains("failures=\"0\""), "{xml}");
+    // -k and family markers select cases.
+    let o = pytest(&project, &["tests", "-m", "invalid", "-k", "parameters"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("deselected"), "{out}");
+}
+
+#[test]
+fn a_broken_module_fails_under_pytest_with_the_diagnosis() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST")
+    {
+        return;
+    }
+    let project = root().join("conformance/adapters/examples/pytest_project");
+    let dir = tempfile::tempdir().unwrap();
+    let module = format!("{}:FIRE", project.join("broken_fire.py").display());
+    let o = pytest(dir.path(), &["--fire-impl", &module, "-k", "random-params"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("FAILED fire-conformance::fire/random-params/"), "{out}");
+    assert!(
+        out.contains("diagnosis: matches variant `one-based-positions`"),
+        "{out}"
+    );
+    assert!(out.contains("worst ["), "{out}");
+    // Usage errors are named, not a traceback.
+    let o = pytest(dir.path(), &["--fire-impl", "missing.py:FIRE"]);
+    assert!(text(&o).contains("module file not found"), "{}", text(&o));
+    let o = pytest(
+        dir.path(),
+        &["--fire-impl", &project.join("my_fire.py").display().to_string()],
+    );
+    assert!(text(&o).contains("path/to/file.py:ClassName"), "{}", text(&o));
+}
+
+#[test]
+fn the_jax_glue_checks_values_and_gradients_through_jax_vjp() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("jax", "FIRE_REQUIRE_JAX") {
+        return;
+    }
+    let module = root().join("conformance/adapters/examples/jax_fire.py");
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = format!(
+        "python3 -m fire_conformance.appendix_e {}:FIRE --dtype f32",
+        module.display()
+    );
+    let o = python(
+        dir.path(),
+        &[
+            "-m",
+            "fire_conformance",
+            "run",
+            "--json",
+            "--impl",
+            &cmd,
+            "--run",
+            "fire/default-init/*",
+            "--run",
+            "fire-grad/vjp/*",
+            "--run",
+            "edge/positions/kv-cache-row",
+            "--fail-on",
+            "values",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert_eq!(v["exit_code"], 0, "{}", text(&o));
+    assert!(v["implementation"].as_str().unwrap().starts_with("jax glue"));
+    let grads = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"].as_str().unwrap().starts_with("fire-grad/") && c["status"] == "passed")
+        .count();
+    assert!(grads >= 3, "{v:#}");
+}
