@@ -39,10 +39,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // checkout without symbolic links falls back to `../vectors`.
     let dir = match env::var_os("FIRE_EMBED_VECTORS") {
         Some(d) => PathBuf::from(d),
-        None => [manifest_dir.join("vectors"), manifest_dir.join("../vectors")]
-            .into_iter()
-            .find(|d| d.join("MANIFEST.yaml").is_file())
-            .unwrap_or_else(|| manifest_dir.join("vectors")),
+        None => [
+            manifest_dir.join("vectors"),
+            manifest_dir.join("../vectors"),
+        ]
+        .into_iter()
+        .find(|d| d.join("MANIFEST.yaml").is_file())
+        .unwrap_or_else(|| manifest_dir.join("vectors")),
     };
     if !dir.join("MANIFEST.yaml").is_file() {
         return Err(format!(

@@ -46,9 +46,14 @@ fn the_embedded_suite_is_the_repository_suite_byte_for_byte() {
 
 #[test]
 fn in_memory_files_are_checked_like_a_folder() {
-    let mut files: Vec<(&str, Vec<u8>)> =
-        embedded::FILES.iter().map(|(p, b)| (*p, b.to_vec())).collect();
-    let last = files.iter_mut().find(|(p, _)| *p != "MANIFEST.yaml").unwrap();
+    let mut files: Vec<(&str, Vec<u8>)> = embedded::FILES
+        .iter()
+        .map(|(p, b)| (*p, b.to_vec()))
+        .collect();
+    let last = files
+        .iter_mut()
+        .find(|(p, _)| *p != "MANIFEST.yaml")
+        .unwrap();
     last.1.extend_from_slice(b"\n# edited\n");
     let view: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (*p, b.as_slice())).collect();
     assert!(matches!(
@@ -126,7 +131,9 @@ fn list_names_every_case_for_test_runners() {
     assert_eq!(invalid["question"], "validation");
     let (_dir, o) = in_empty_dir(&["list", "--run", "edge/*", "--skip", "*/large-*"]);
     let ids = String::from_utf8_lossy(&o.stdout);
-    assert!(ids.lines().all(|l| l.starts_with("edge/") && !l.contains("/large-")));
+    assert!(ids
+        .lines()
+        .all(|l| l.starts_with("edge/") && !l.contains("/large-")));
     assert!(ids.lines().count() > 3, "{ids}");
 }
 

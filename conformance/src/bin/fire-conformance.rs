@@ -215,6 +215,19 @@ fn origin_line(s: &Suite) -> String {
     )
 }
 
+/// Writes a report to standard output. A reader that stops early (`| head`) is not an error:
+/// the report was for it, and the exit status still tells the verdict.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("writing to standard output")
+        }
+        _ => Ok(()),
+    }
+}
+
 fn options(c: &Common) -> Result<Options> {
     let xfails = match &c.xfails {
         Some(p) => runner::read_xfails(
@@ -251,11 +264,14 @@ fn finish(suite: &Suite, r: &runner::Report, c: &Common) -> Result<ExitCode> {
                 }
             }
         }
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&json)?))?;
         eprintln!("{}", r.summary());
     } else {
-        println!("{}", origin_line(suite));
-        print!("{}", report::text::render(r, c.verbose));
+        emit(&format!(
+            "{}\n{}",
+            origin_line(suite),
+            report::text::render(r, c.verbose)
+        ))?;
     }
     Ok(ExitCode::from(r.exit_code()))
 }
@@ -341,11 +357,14 @@ fn list(vectors: Option<PathBuf>, run: &[String], skip: &[String], json: bool) -
             },
             "cases": cases,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
     } else {
-        for c in &selected {
-            println!("{}", c.id);
-        }
+        emit(
+            &selected
+                .iter()
+                .map(|c| format!("{}\n", c.id))
+                .collect::<String>(),
+        )?;
         eprintln!(
             "{} of {} cases; {}",
             selected.len(),
