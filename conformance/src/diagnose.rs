@@ -155,7 +155,7 @@ pub fn agrees(
 }
 
 /// How far `got` is from `candidate` on `subset`, in units of `profile`'s tolerance (the
-/// largest over the case's outputs; see [`crate::compare::excess_ratio`]).
+/// largest over the case's outputs; see [`crate::compare::excess_ratio`]). spec: [num.diagnosis]
 pub fn distance(
     case: &Case,
     candidate: &BTreeMap<String, Tensor>,

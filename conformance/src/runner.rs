@@ -542,14 +542,14 @@ fn broken_adapter(outcomes: &mut [Outcome], errors: &[(usize, String)]) -> Optio
         .collect();
     let valid_errors: Vec<&str> = valid_ran.iter().filter_map(|&n| message(n)).collect();
     let all_broken = !valid_ran.is_empty() && valid_errors.len() == valid_ran.len();
-    for n in 0..outcomes.len() {
-        if outcomes[n].question != Question::Validation || outcomes[n].status != Status::Passed {
+    for (n, o) in outcomes.iter_mut().enumerate() {
+        if o.question != Question::Validation || o.status != Status::Passed {
             continue;
         }
         let same = message(n).is_some_and(|m| valid_errors.contains(&m));
         if all_broken || same {
-            outcomes[n].status = Status::Inconclusive;
-            outcomes[n].details.push(if all_broken {
+            o.status = Status::Inconclusive;
+            o.details.push(if all_broken {
                 "not assessed: every valid case errored too, so this rejection says nothing about validation".into()
             } else {
                 "not assessed: a valid case errored with the same message, so this rejection says nothing about validation".into()

@@ -23,6 +23,7 @@ fn limits() -> Limits {
         startup: Duration::from_secs(20),
         max_line: 1 << 20,
         max_failed_starts: 3,
+        memory_mib: Some(4096),
     }
 }
 
@@ -134,4 +135,93 @@ fn the_cli_prints_the_summary_and_exits_non_zero_on_failure() {
         "{text}"
     );
     assert!(text.contains("matches variant `heads-reversed`"), "{text}");
+}
+
+/// Runs the two cases with `limits` and returns the outcomes and how long the run took.
+fn two_cases_with(cmd: &str, limits: Limits) -> (Vec<(Status, String)>, Duration) {
+    let start = std::time::Instant::now();
+    let mut imp = External::new(cmd, limits);
+    let opts = Options {
+        run: vec![
+            "edge/positions/query-zero".into(),
+            "edge/positions/kv-cache-row".into(),
+        ],
+        ..Options::default()
+    };
+    let report = runner::run(&suite(), &mut imp, &opts).unwrap();
+    drop(imp);
+    let outcomes = report
+        .outcomes
+        .iter()
+        .map(|o| (o.status, o.details.join("\n")))
+        .collect();
+    (outcomes, start.elapsed())
+}
+
+#[test]
+fn endless_standard_error_neither_hangs_nor_grows_the_harness() {
+    // `yes` writes to stderr for as long as it lives; the replies still come on stdout.
+    let cmd = format!("yes 'noise on stderr' >&2 & exec {BIN} serve");
+    let (outcomes, took) = two_cases_with(&cmd, limits());
+    for (status, details) in outcomes {
+        assert_eq!(status, Status::Passed, "{details}");
+    }
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn unbounded_allocation_hits_the_memory_cap_and_fails_the_case() {
+    // Reads the handshake, answers it, then allocates without end on the first case.
+    let script = r#"
+import json, sys
+hello = sys.stdin.readline()
+print(json.dumps({"type": "hello", "protocol": 1, "name": "hog", "families": ["*"], "dtypes": ["f64"]}), flush=True)
+for line in sys.stdin:
+    hog = []
+    while True:
+        hog.append(bytearray(64 << 20))
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hog.py");
+    std::fs::write(&path, script).unwrap();
+    let limits = Limits {
+        memory_mib: Some(512),
+        case: Duration::from_secs(20),
+        ..limits()
+    };
+    let (outcomes, took) = two_cases_with(&format!("python3 {}", path.display()), limits);
+    for (status, details) in &outcomes {
+        assert_eq!(*status, Status::Failed, "{details}");
+        assert!(
+            details.contains("MemoryError") || details.contains("closed its output"),
+            "{details}"
+        );
+    }
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+#[test]
+fn children_left_running_are_killed_with_the_implementation() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("orphan.pid");
+    let cmd = format!(
+        "sleep 300 & echo $! > {}; exec {BIN} serve",
+        pidfile.display()
+    );
+    let (outcomes, _) = two_cases_with(&cmd, limits());
+    assert!(outcomes.iter().all(|(s, _)| *s == Status::Passed));
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+    };
+    for _ in 0..40 {
+        if !alive(&pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the orphan {pid} outlived the run");
 }

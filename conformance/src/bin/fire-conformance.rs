@@ -164,6 +164,10 @@ struct RunArgs {
     /// Seconds allowed for start-up and the handshake.
     #[arg(long, default_value_t = 120.0)]
     startup_timeout: f64,
+    /// The implementation's address-space limit in MiB, inherited by every process it starts
+    /// (default: half the machine's memory; 0: no limit).
+    #[arg(long, value_name = "MIB")]
+    memory_limit: Option<u64>,
     #[command(flatten)]
     common: Common,
 }
@@ -313,6 +317,11 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             external::Limits {
                 case: Duration::from_secs_f64(args.timeout),
                 startup: Duration::from_secs_f64(args.startup_timeout),
+                memory_mib: match args.memory_limit {
+                    Some(0) => None,
+                    Some(mib) => Some(mib),
+                    None => Some(external::default_memory_mib()),
+                },
                 ..Default::default()
             },
         )),

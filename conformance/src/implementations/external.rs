@@ -27,6 +27,11 @@ pub struct Limits {
     pub max_line: usize,
     /// Consecutive failed (re)starts before every remaining case fails at once.
     pub max_failed_starts: usize,
+    /// The implementation's address-space limit in MiB (`ulimit -v`, inherited by everything it
+    /// starts); `None` for no limit. An implementation that allocates without bound gets an
+    /// allocation failure (an `errored` reply or a crash, both failed cases) instead of taking
+    /// the machine down.
+    pub memory_mib: Option<u64>,
 }
 
 impl Default for Limits {
@@ -36,8 +41,21 @@ impl Default for Limits {
             startup: Duration::from_secs(120),
             max_line: 16 << 20,
             max_failed_starts: 3,
+            memory_mib: Some(default_memory_mib()),
         }
     }
+}
+
+/// Half the machine's memory (at least 2 GiB), or 8 GiB where it cannot be read: enough for
+/// PyTorch or JAX on CPU, little enough to leave the harness and the machine alive.
+pub fn default_memory_mib() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+    });
+    total.map_or(8192, |kb| (kb / 1024 / 2).max(2048))
 }
 
 enum Line {
@@ -111,11 +129,17 @@ fn drain_stderr(err: impl Read, keep: Arc<Mutex<Vec<u8>>>) {
 }
 
 impl Process {
-    fn spawn(cmd: &str, cap: usize) -> std::io::Result<Self> {
+    fn spawn(cmd: &str, cap: usize, memory_mib: Option<u64>) -> std::io::Result<Self> {
+        // The limit is set by the shell that runs the command, so no unsafe `pre_exec` is needed;
+        // every process it starts inherits it.
+        let script = match memory_mib {
+            Some(mib) => format!("ulimit -v {} || exit 97\n{cmd}", mib.saturating_mul(1024)),
+            None => cmd.to_owned(),
+        };
         let mut command = Command::new("sh");
         command
             .arg("-c")
-            .arg(cmd)
+            .arg(script)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -174,10 +198,12 @@ impl Process {
     }
 
     fn kill(&mut self) {
-        // The whole process group (`sh -c` and whatever it started), but only while its leader
-        // is alive and unreaped: a reaped pid may already name someone else's group. The `--`
-        // matters: without it procps `kill` does not read `-PGID` as a process group.
-        if let Ok(None) = self.child.try_wait() {
+        // The whole process group (`sh -c` and whatever it started, including children it left
+        // running), but only while its leader is unreaped: a reaped pid may already name someone
+        // else's group. `try_wait` would reap, so liveness is read from /proc instead (a zombie
+        // leader still holds the pid). The `--` matters: without it procps `kill` does not read
+        // `-PGID` as a process group.
+        if self.leader_unreaped() {
             let _ = Command::new("kill")
                 .args(["-s", "KILL", "--", &format!("-{}", self.child.id())])
                 .stdin(Stdio::null())
@@ -187,6 +213,27 @@ impl Process {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// True while the group leader's pid is still ours (running or a zombie not yet waited for).
+    fn leader_unreaped(&mut self) -> bool {
+        if std::path::Path::new("/proc/self").exists() {
+            std::path::Path::new(&format!("/proc/{}", self.child.id())).exists()
+        } else {
+            matches!(self.child.try_wait(), Ok(None))
+        }
+    }
+
+    /// True once the leader has exited (it may be a zombie: it is not reaped here).
+    fn leader_exited(&mut self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()));
+        match stat {
+            // The state follows the parenthesised command name.
+            Ok(s) => s
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+            Err(_) => true,
+        }
     }
 
     /// Waits for one line; `Err` carries why none came.
@@ -246,7 +293,7 @@ impl External {
     }
 
     fn start(&mut self) -> Result<Capabilities, String> {
-        let mut p = Process::spawn(&self.cmd, self.limits.max_line)
+        let mut p = Process::spawn(&self.cmd, self.limits.max_line, self.limits.memory_mib)
             .map_err(|e| format!("cannot start `{}`: {e}", self.cmd))?;
         // A process that already exited may still have said something: read before blaming
         // the broken pipe.
@@ -322,13 +369,15 @@ impl Implementation for External {
 }
 
 impl Drop for External {
+    /// Says bye, gives the implementation half a second to leave, then kills its whole process
+    /// group, so children it started and left running (orphans) go with it. spec: [proto.lifecycle]
     fn drop(&mut self) {
         if let Some(mut p) = self.process.take() {
             let _ = p.send(&protocol::bye());
             p.stdin = None;
             for _ in 0..20 {
-                if let Ok(Some(_)) = p.child.try_wait() {
-                    return;
+                if p.leader_exited() {
+                    break;
                 }
                 thread::sleep(Duration::from_millis(25));
             }

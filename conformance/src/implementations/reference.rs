@@ -307,7 +307,7 @@ pub fn evaluate_placed(
             );
         }
         Kind::Vjp => match encoding {
-            Encoding::Fire(p) if variant.is_none_or(|v| !v.applies_to_fire()) => {
+            Encoding::Fire(p) if !variant.is_some_and(Variant::applies_to_fire) => {
                 out = vjp(&params::to_fire(p)?, &q, &k, &inputs.cotangent)?;
             }
             _ => {

@@ -4,8 +4,8 @@
 //!
 //! A mutant rejects exactly what the reference rejects (its verdict on validation is the
 //! reference's); its values are its own, computed in its dtype by an independent transcription
-//! of FIRE, the official T5 bucketing, Alibi, Kerple and causal attention ([`fire`],
-//! [`baselines`]), with the mistake as a switch. Without a mistake it is an honest f32 (or f64)
+//! of FIRE, the official T5 bucketing, Alibi, Kerple and causal attention (its private `fire`
+//! and `baselines` modules), with the mistake as a switch. Without a mistake it is an honest f32 (or f64)
 //! implementation, which must pass every case it runs: the check that the suite's tolerances
 //! never fail correct f32 arithmetic. Gradients, RoPE and the other baselines are skipped with
 //! that reason. spec: [variants.catalogue], [num.profiles]
