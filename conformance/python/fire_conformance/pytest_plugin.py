@@ -87,8 +87,11 @@ class FireCases:
 
 def _cli_settings(config):
     o = config.getoption
+    bad = [kv for kv in o("fire_map") if "=" not in kv]
+    if bad:
+        raise pytest.UsageError(f"fire-conformance: --fire-map takes OURS=THEIRS, got {bad}")
     return dict(impl=o("fire_impl"), glue=o("fire_glue"), cmd=o("fire_cmd"), dtype=o("fire_dtype"),
-                map=dict(kv.split("=", 1) for kv in o("fire_map") if "=" in kv), call=o("fire_call"),
+                map=dict(kv.split("=", 1) for kv in o("fire_map")), call=o("fire_call"),
                 future_keys=o("fire_future_keys"), xfails=o("fire_xfails"),
                 fail_on=o("fire_fail_on") or "both", vectors=o("fire_vectors"), run=[], skip=[],
                 timeout=o("fire_timeout"))
