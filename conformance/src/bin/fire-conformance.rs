@@ -102,9 +102,9 @@ struct RunArgs {
     /// The implementation's command line, run through `sh -c` (default: the built-in reference).
     #[arg(long = "impl", value_name = "CMD")]
     implementation: Option<String>,
-    /// A built-in implementation: `reference` (default), or (feature `accelerated`) `accelerated`
-    /// (the candle modules) or `fast` (the fast kernels: compiled FIRE, fused attention, fused
-    /// backward).
+    /// A built-in implementation: `reference` (default), `fast` (feature `fast`: the kernels,
+    /// compiled FIRE, fused attention, fused backward) or `accelerated` (feature `accelerated`:
+    /// the candle modules).
     #[arg(long, default_value = "reference")]
     builtin: String,
     /// A command run once before the implementation starts.
@@ -188,9 +188,9 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             "reference" => Box::new(Reference),
             #[cfg(feature = "accelerated")]
             "accelerated" => Box::new(fire_conformance::implementations::accelerated::Accelerated),
-            #[cfg(feature = "accelerated")]
+            #[cfg(feature = "fast")]
             "fast" => Box::new(fire_conformance::implementations::fast::Fast),
-            other => bail!("unknown built-in implementation `{other}` (reference; accelerated and fast need the `accelerated` feature)"),
+            other => bail!("unknown built-in implementation `{other}` (reference; fast needs the `fast` feature, accelerated the `accelerated` feature)"),
         },
         Some(cmd) => Box::new(external::External::new(
             cmd,
