@@ -64,7 +64,8 @@ impl Shape {
     }
 
     /// [`Self::check_buffers`], then the position lists: one per query and key row, valid
-    /// ([`check_positions`]), and every query sees a key (spec: [attn.causal]).
+    /// (positions past 2^53 and unsorted keys are refused), and every query sees a key
+    /// (spec: [attn.causal]).
     pub fn check(
         &self,
         q: &[f32],

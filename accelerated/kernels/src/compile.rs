@@ -16,9 +16,10 @@
 //! **When it is compiled.** Compilation costs O(depth·W²·segments) flops — microseconds for
 //! Appendix E's width 32. Evaluation and inference compile once per call from the loaded
 //! weights. Training recompiles at every forward call of the fused training op
-//! ([`crate::fused_op`]), i.e. after every optimiser step, from the current weights; its
-//! backward pass differentiates the compiled form segment by segment
-//! ([`crate::fire_grad`]), so the compilation never needs a gradient of its own.
+//! (`fire-accelerated`'s `attention::fused_train`, through [`crate::PackedFire`]), i.e. after
+//! every optimiser step, from the current weights; its backward pass differentiates the
+//! compiled form segment by segment ([`crate::fire_grad`]), so the compilation never needs a
+//! gradient of its own.
 //!
 //! spec: [fire.mlp], [fire.activation]
 

@@ -20,7 +20,7 @@
 //!   pass, with the bias parameters' gradients ([`fire_grad`] for FIRE, [`table`] otherwise).
 //! - [`device`]: the bias as flat tables for a device kernel, that kernel's algorithm in Rust,
 //!   and its CUDA source ([`device::CUDA_SOURCE`]); the tile layer knows nothing of it.
-//! - [`materialised`]: the slow, obvious twins every fast path is tested against; [`bench`]:
+//! - [`materialised`]: the slow, obvious twins every fast path is tested against; [`bench`](mod@bench):
 //!   side-by-side measurements returning a table of ratios.
 
 pub mod attention;

@@ -21,8 +21,8 @@ use fire_accelerated::encodings::t5::T5;
 use fire_accelerated::encodings::{AdditiveModule, Grid, PositionEncoding};
 
 use super::f32_adapter::{
-    self, attention_input, count, errored, f32_capabilities, positions, reply, setting, skip,
-    stacked, tensor, to_f64, vector, Bias,
+    self, attention_input, bias_output, count, errored, f32_capabilities, positions, reply,
+    setting, skip, tensor, to_f64, vector, Bias,
 };
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
@@ -305,14 +305,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
         }
         (Kind::Bias, e) => {
             let layers = layer_biases(e, &q, &k)?;
-            let t = match e {
-                Encoding::Fire(_) | Encoding::Baseline(_) => {
-                    let b = &layers[0];
-                    Tensor::new(vec![b.heads, q.len(), k.len()], to_f64(&b.data))
-                }
-                _ => stacked(&layers, q.len(), k.len()),
-            };
-            out.insert("bias".into(), t);
+            out.insert("bias".into(), bias_output(e, &layers, q.len(), k.len()));
         }
         (Kind::Attention, Encoding::Baseline(b)) if b.name == "rope" => {
             out.insert("output".into(), rope_attention(b, &r.inputs, &q, &k)?);

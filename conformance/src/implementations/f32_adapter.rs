@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use fire_kernels::{Activation, FireParams, Linear, Mlp, Threshold, Transform};
 
 use crate::implementation::{Capabilities, Reply, Request};
-use crate::vectors::format::{self, BaselineParams, Tensor};
+use crate::vectors::format::{self, BaselineParams, Encoding, Tensor};
 use crate::vectors::params::check_tensor;
 
 /// A bias `[H, Q, K]`, row-major f32.
@@ -121,8 +121,19 @@ pub(crate) fn attention_input(
     }
 }
 
+/// The `bias` output of a case: `[H, Q, K]` for one FIRE module or a baseline, and
+/// `[layers, H, Q, K]` for FIRE-S and per-layer FIRE. spec: [vec.encoding]
+pub(crate) fn bias_output(encoding: &Encoding, layers: &[Bias], q: usize, k: usize) -> Tensor {
+    match (encoding, layers) {
+        (Encoding::Fire(_) | Encoding::Baseline(_), [b, ..]) => {
+            Tensor::new(vec![b.heads, q, k], to_f64(&b.data))
+        }
+        _ => stacked(layers, q, k),
+    }
+}
+
 /// One bias per layer as the suite's `[layers, H, Q, K]`.
-pub(crate) fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
+fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
     let heads = layers.first().map_or(0, |b| b.heads);
     Tensor::new(
         vec![layers.len(), heads, q, k],

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use fire_kernels::{self as kernels, DistanceBias, DistanceEncoding, FireBias, TileBias};
 
 use super::f32_adapter::{
-    self, attention_input, count, errored, f32_capabilities, positions, reply, setting, skip,
-    stacked, tensor, to_f64, vector, Bias,
+    self, attention_input, bias_output, count, errored, f32_capabilities, positions, reply,
+    setting, skip, tensor, to_f64, vector, Bias,
 };
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
@@ -245,14 +245,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
                 .iter()
                 .map(|s| bias(s.as_ref(), &q, &k))
                 .collect::<Result<Vec<_>, Reply>>()?;
-            let t = match e {
-                Encoding::Fire(_) | Encoding::Baseline(_) => {
-                    let b = &layers[0];
-                    Tensor::new(vec![b.heads, q.len(), k.len()], to_f64(&b.data))
-                }
-                _ => stacked(&layers, q.len(), k.len()),
-            };
-            out.insert("bias".into(), t);
+            out.insert("bias".into(), bias_output(e, &layers, q.len(), k.len()));
         }
         (Kind::Attention, e) => {
             let [source] = &sources(e, cap)?[..] else {
@@ -272,7 +265,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
 impl Implementation for Fast {
     fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
         Ok(f32_capabilities(
-            "fire-accelerated fast kernels (compiled FIRE, fused attention, cpu)",
+            "fire-kernels (compiled FIRE, fused attention, cpu)",
         ))
     }
 
