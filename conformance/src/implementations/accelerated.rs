@@ -21,12 +21,12 @@ use fire_accelerated::encodings::t5::T5;
 use fire_accelerated::encodings::{AdditiveModule, Grid, PositionEncoding};
 
 use super::f32_adapter::{
-    self, attention_input, bias_output, count, errored, f32_capabilities, positions, reply,
-    setting, skip, tensor, to_f64, vector, Bias,
+    self, attention_input, bias_output, cotangent, count, errored, f32_capabilities, positions,
+    reply, setting, skip, tensor, to_f64, vector, Bias,
 };
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
-use crate::vectors::params::{check_tensor, layer_name};
+use crate::vectors::params::layer_name;
 
 /// `fire-accelerated` in process.
 #[derive(Debug, Default)]
@@ -242,18 +242,8 @@ fn vjp(
 ) -> Result<BTreeMap<String, Tensor>, Reply> {
     let dev = Device::Cpu;
     let mut fire = fire_module(p, &dev)?;
-    let cot = inputs
-        .cotangent
-        .as_ref()
-        .ok_or_else(|| errored("vjp: `cotangent` is missing"))?;
-    check_tensor("cotangent", cot).map_err(errored)?;
     let want = [fire.heads(), q.len(), k.len()];
-    if cot.shape != want {
-        return Err(errored(format!(
-            "cotangent must be {want:?}, got {:?}",
-            cot.shape
-        )));
-    }
+    let cot = cotangent(inputs, want)?;
     let var = |t: &candle_core::Tensor| Var::from_tensor(t).map_err(errored);
     let mut layer_vars = Vec::new();
     for (w, b) in &mut fire.layers {

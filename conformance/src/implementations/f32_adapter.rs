@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use fire_kernels::{Activation, FireParams, Linear, Mlp, Threshold, Transform};
 
 use crate::implementation::{Capabilities, Reply, Request};
-use crate::vectors::format::{self, BaselineParams, Encoding, Tensor};
+use crate::vectors::format::{self, BaselineParams, Encoding, Inputs, Tensor};
 use crate::vectors::params::check_tensor;
 
 /// A bias `[H, Q, K]`, row-major f32.
@@ -139,6 +139,22 @@ fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
         vec![layers.len(), heads, q, k],
         layers.iter().flat_map(|b| to_f64(&b.data)).collect(),
     )
+}
+
+/// A vector-Jacobian product case's cotangent, which must be `[H, Q, K]`. spec: [grad.vjp]
+pub(crate) fn cotangent(inputs: &Inputs, shape: [usize; 3]) -> Result<&Tensor, Reply> {
+    let cot = inputs
+        .cotangent
+        .as_ref()
+        .ok_or_else(|| errored("vjp: `cotangent` is missing"))?;
+    check_tensor("cotangent", cot).map_err(errored)?;
+    if cot.shape != shape {
+        return Err(errored(format!(
+            "cotangent must be {shape:?}, got {:?}",
+            cot.shape
+        )));
+    }
+    Ok(cot)
 }
 
 /// Query and key positions of a request, as `u64`.

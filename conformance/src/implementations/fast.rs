@@ -14,12 +14,12 @@ use std::collections::BTreeMap;
 use fire_kernels::{self as kernels, DistanceBias, DistanceEncoding, FireBias, TileBias};
 
 use super::f32_adapter::{
-    self, attention_input, bias_output, count, errored, f32_capabilities, positions, reply,
-    setting, skip, tensor, to_f64, vector, Bias,
+    self, attention_input, bias_output, cotangent, count, errored, f32_capabilities, positions,
+    reply, setting, skip, tensor, to_f64, vector, Bias,
 };
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
-use crate::vectors::params::{check_tensor, layer_name};
+use crate::vectors::params::layer_name;
 
 /// `fire-kernels` in process.
 #[derive(Debug, Default)]
@@ -180,18 +180,8 @@ fn vjp(
 ) -> Result<BTreeMap<String, Tensor>, Reply> {
     sorted_keys(k)?;
     let module = fire(p, capacity(q, k))?;
-    let cot = inputs
-        .cotangent
-        .as_ref()
-        .ok_or_else(|| errored("vjp: `cotangent` is missing"))?;
-    check_tensor("cotangent", cot).map_err(errored)?;
     let (h, nq, nk) = (module.heads(), q.len(), k.len());
-    if cot.shape != [h, nq, nk] {
-        return Err(errored(format!(
-            "cotangent must be [{h}, {nq}, {nk}], got {:?}",
-            cot.shape
-        )));
-    }
+    let cot = cotangent(inputs, [h, nq, nk])?;
     let plan = module.grad_plan(q, k).map_err(errored)?;
     let mut stats = vec![0f64; plan.stats_len()];
     for hh in 0..h {
