@@ -36,6 +36,60 @@ fn ptx() -> candle_core::Result<&'static str> {
     .map_err(|e| candle_core::Error::Msg(e.clone()))
 }
 
+/// The kernel's bias arguments: the table form (`kind` 0: none, 1: compiled FIRE, 2: a
+/// distance table) and every table, the unused ones pointing at a placeholder.
+struct BiasArgs<'a> {
+    kind: i32,
+    psi: &'a [f32],
+    inv: &'a [f32],
+    breakpoints: &'a [f32],
+    slope: &'a [f32],
+    intercept: &'a [f32],
+    table: &'a [f32],
+    capacity: usize,
+}
+
+impl<'a> BiasArgs<'a> {
+    fn new(bias: &'a DeviceBias, unused: &'a [f32]) -> Self {
+        let none = BiasArgs {
+            kind: 0,
+            psi: unused,
+            inv: unused,
+            breakpoints: unused,
+            slope: unused,
+            intercept: unused,
+            table: unused,
+            capacity: 1,
+        };
+        match bias {
+            DeviceBias::None => none,
+            DeviceBias::Fire {
+                psi,
+                inv,
+                breakpoints,
+                slope,
+                intercept,
+            } => BiasArgs {
+                kind: 1,
+                psi,
+                inv,
+                breakpoints,
+                slope,
+                intercept,
+                ..none
+            },
+            DeviceBias::Table {
+                capacity, table, ..
+            } => BiasArgs {
+                kind: 2,
+                table,
+                capacity: *capacity,
+                ..none
+            },
+        }
+    }
+}
+
 struct FusedCuda {
     bias: DeviceBias,
     q0: usize,
@@ -110,37 +164,16 @@ impl CustomOp3 for FusedCuda {
         let out = dev.alloc_zeros::<f32>(b * h * nq * d)?;
         // Unused tables still need a valid pointer.
         let one = [0f32];
-        let (kind, psi, inv, bps, slope, intercept, table, cap): (
-            i32,
-            &[f32],
-            &[f32],
-            &[f32],
-            &[f32],
-            &[f32],
-            &[f32],
-            usize,
-        ) = match &self.bias {
-            DeviceBias::None => (0, &one, &one, &one, &one, &one, &one, 1),
-            DeviceBias::Fire {
-                psi,
-                inv,
-                breakpoints,
-                slope,
-                intercept,
-            } => (
-                1,
-                psi,
-                inv,
-                breakpoints.as_slice(),
-                slope,
-                intercept,
-                &one,
-                1,
-            ),
-            DeviceBias::Table {
-                capacity, table, ..
-            } => (2, &one, &one, &one, &one, &one, table.as_slice(), *capacity),
-        };
+        let BiasArgs {
+            kind,
+            psi,
+            inv,
+            breakpoints: bps,
+            slope,
+            intercept,
+            table,
+            capacity: cap,
+        } = BiasArgs::new(&self.bias, &one);
         let nb = match &self.bias {
             DeviceBias::Fire { breakpoints, .. } => breakpoints.len(),
             _ => 0,
