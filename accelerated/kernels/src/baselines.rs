@@ -118,9 +118,16 @@ impl DistanceEncoding {
         };
         match self {
             DistanceEncoding::Nope => Ok(()),
-            DistanceEncoding::Alibi { slopes } => slopes
-                .iter()
-                .try_for_each(|&v| finite("alibi slope", v).map(|_| ())),
+            // spec: [alibi.bias] — slopes finite and > 0.
+            DistanceEncoding::Alibi { slopes } => slopes.iter().try_for_each(|&v| {
+                finite("alibi slope", v)?;
+                if v > 0.0 {
+                    Ok(())
+                } else {
+                    bad("alibi slope", format!("must be > 0, got {v}"))
+                }
+            }),
+            // spec: [kerple.params] — r1, r2 finite and > 0; the power form's r2 ≤ 2.
             DistanceEncoding::KerpleLog { r1, r2 } | DistanceEncoding::KerplePower { r1, r2 } => {
                 if r1.len() != r2.len() {
                     return bad(
@@ -128,9 +135,19 @@ impl DistanceEncoding {
                         format!("{} values for {} heads", r2.len(), r1.len()),
                     );
                 }
-                r1.iter()
-                    .chain(r2)
-                    .try_for_each(|&v| finite("kerple parameter", v).map(|_| ()))
+                let power = matches!(self, DistanceEncoding::KerplePower { .. });
+                r1.iter().chain(r2).try_for_each(|&v| {
+                    finite("kerple parameter", v)?;
+                    if v > 0.0 {
+                        Ok(())
+                    } else {
+                        bad("kerple parameter", format!("must be > 0, got {v}"))
+                    }
+                })?;
+                match r2.iter().find(|&&v| power && v > 2.0) {
+                    Some(v) => bad("kerple power r2", format!("must be <= 2, got {v}")),
+                    None => Ok(()),
+                }
             }
             DistanceEncoding::T5 {
                 buckets,

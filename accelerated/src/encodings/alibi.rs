@@ -22,6 +22,13 @@ impl Alibi {
 
     /// Alibi with explicit slopes.
     pub fn with_slopes(slopes: &[f64], device: &Device) -> Result<Self> {
+        // spec: [alibi.bias] — a slope that is not a positive number would be a silently wrong
+        // bias, so it is refused.
+        if let Some(bad) = slopes.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+            return Err(crate::error::Error::Config(format!(
+                "Alibi slopes must be finite and > 0, got {bad}"
+            )));
+        }
         ensure(!slopes.is_empty(), || {
             "Alibi needs at least one head".into()
         })?;

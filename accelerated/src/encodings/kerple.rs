@@ -43,13 +43,31 @@ impl Kerple {
         })
     }
 
-    /// From explicit per-head values.
+    /// From explicit per-head values: the effective parameters, which [kerple.params] requires
+    /// finite and > 0 (and r2 ≤ 2 for the power form) — explicit values are not clamped, an
+    /// invalid one is refused. spec: [kerple.params]
     pub fn from_params(form: Form, r1: &[f64], r2: &[f64], device: &Device) -> Result<Self> {
         ensure(!r1.is_empty() && r1.len() == r2.len(), || {
             format!(
                 "Kerple needs equal, non-empty r1/r2 lists, got {} and {}",
                 r1.len(),
                 r2.len()
+            )
+        })?;
+        let bad = r1
+            .iter()
+            .chain(r2)
+            .find(|v| !(v.is_finite() && **v > 0.0))
+            .copied()
+            .or_else(|| {
+                r2.iter()
+                    .find(|v| form == Form::Power && **v > 2.0)
+                    .copied()
+            });
+        ensure(bad.is_none(), || {
+            format!(
+                "Kerple parameters must be finite and > 0 (power: r2 <= 2), got {}",
+                bad.unwrap_or_default()
             )
         })?;
         let t = |v: &[f64]| {

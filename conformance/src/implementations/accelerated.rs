@@ -58,6 +58,14 @@ fn baseline_bias(b: &BaselineParams, q: &[u64], k: &[u64], dev: &Device) -> Resu
             let a = Alibi::with_slopes(&slopes, dev).map_err(errored)?;
             bias(slopes.len(), a.bias(q, k))
         }
+        "alibi-standard" => {
+            let heads = count(b, "heads")?;
+            if heads == 0 {
+                return Err(errored("alibi-standard: `heads` must be >= 1"));
+            }
+            let a = Alibi::new(heads, dev).map_err(errored)?;
+            bias(heads, a.bias(q, k))
+        }
         "kerple-log" | "kerple-power" => {
             let form = if b.name == "kerple-log" {
                 Form::Log

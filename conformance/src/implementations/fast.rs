@@ -39,6 +39,18 @@ fn baseline(b: &BaselineParams, capacity: usize) -> Result<DistanceBias, Reply> 
             let h = slopes.len();
             (DistanceEncoding::Alibi { slopes }, h)
         }
+        "alibi-standard" => {
+            let h = count(b, "heads")?;
+            if h == 0 {
+                return Err(errored("alibi-standard: `heads` must be >= 1"));
+            }
+            (
+                DistanceEncoding::Alibi {
+                    slopes: fire_kernels::alibi_slopes(h),
+                },
+                h,
+            )
+        }
         "kerple-log" | "kerple-power" => {
             let (r1, r2) = (vector(b, "r1")?, vector(b, "r2")?);
             let h = r1.len();
@@ -61,6 +73,11 @@ fn baseline(b: &BaselineParams, capacity: usize) -> Result<DistanceBias, Reply> 
             let [heads, buckets] = values.shape[..] else {
                 return Err(errored("t5-official: `values` must be [heads, buckets]"));
             };
+            if count(b, "num_buckets")? != buckets {
+                return Err(errored(
+                    "t5-official: `num_buckets` differs from the width of `values`",
+                ));
+            }
             let encoding = DistanceEncoding::T5 {
                 buckets,
                 max_distance: count(b, "max_distance")? as u64,
