@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch baseline for the fast-FIRE benchmark: the paper's Appendix E module plus
 `scaled_dot_product_attention` with the FIRE bias as a float mask, on the same shapes as
-`cargo run --release -p fire-accelerated --example fast_bench` (12 heads, head dim 64,
+`fire-lm bench --kernel-lengths ... --multiples` (12 heads, head dim 64,
 causal, N = 2048, 8192[, 32768]).
 
 torch is not a dependency of this repository. To run it (measured results in

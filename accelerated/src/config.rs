@@ -7,43 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{io, Error, Result};
 
-/// ψ of FIRE. spec: [fire.psi], [fire.ablation.no-log]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Transform {
-    /// ψ(x) = ln(|c|·x + 1).
-    #[default]
-    Log,
-    /// ψ(x) = x (the "no log" ablation).
-    Identity,
-}
-
-/// The threshold L of FIRE. spec: [fire.threshold], [fire.ablation.no-threshold],
-/// [fire.ablation.fixed-threshold]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Threshold {
-    /// L = |m·L_init|, m trained.
-    #[default]
-    Learnable,
-    /// L = |m·L_init|, m frozen.
-    Fixed,
-    /// No threshold: normaliser ψ(i) + ε.
-    Disabled,
-}
-
-/// Activations the FIRE MLP may use. spec: [fire.activation]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Activation {
-    /// max(z, 0).
-    #[default]
-    Relu,
-    /// The exact (erf) GeLU, PyTorch's default.
-    Gelu,
-    /// z.
-    Identity,
-}
+/// FIRE's ψ, its threshold's role and its activations: the shared words, serialised by their
+/// spec names (`log`, `learnable`, `relu`, …). spec: [fire.psi], [fire.threshold],
+/// [fire.activation]
+pub use fire_vocabulary::{Activation, Threshold, Transform};
 
 /// FIRE's hyper-parameters; defaults are Appendix E's. spec: [fire.defaults]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -141,67 +108,122 @@ fn default_max_distance() -> u64 {
     128
 }
 
-impl EncodingConfig {
-    /// The command-line / file name of the encoding.
-    pub fn name(&self) -> &'static str {
+/// The encodings by name (`fire-lm --encoding`, the `kind` of an [`EncodingConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Encoding {
+    /// FIRE, one module per layer.
+    Fire,
+    /// FIRE-S, one module shared by all layers.
+    FireS,
+    /// No positional encoding.
+    Nope,
+    /// Rotary embeddings.
+    Rope,
+    /// RoPE with position interpolation.
+    RopePi,
+    /// Alibi.
+    Alibi,
+    /// Kerple, logarithmic.
+    KerpleLog,
+    /// Kerple, power.
+    KerplePower,
+    /// T5's relative buckets.
+    T5,
+    /// Sandwich.
+    Sandwich,
+}
+
+impl Encoding {
+    /// The command-line and file name (`fire`, `fire-s`, `rope-pi`, …).
+    pub fn name(self) -> &'static str {
         match self {
-            Self::Fire(_) => "fire",
-            Self::FireS(_) => "fire-s",
+            Self::Fire => "fire",
+            Self::FireS => "fire-s",
             Self::Nope => "nope",
-            Self::Rope { .. } => "rope",
-            Self::RopePi { .. } => "rope-pi",
+            Self::Rope => "rope",
+            Self::RopePi => "rope-pi",
             Self::Alibi => "alibi",
             Self::KerpleLog => "kerple-log",
             Self::KerplePower => "kerple-power",
-            Self::T5 { .. } => "t5",
+            Self::T5 => "t5",
             Self::Sandwich => "sandwich",
         }
     }
 
-    /// The encoding `name` with default hyper-parameters (`rope-pi` gets `scale`).
-    pub fn from_name(name: &str, rope_pi_scale: f64) -> Result<Self> {
-        Ok(match name {
-            "fire" => Self::Fire(FireConfig::default()),
-            "fire-s" => Self::FireS(FireConfig::default()),
-            "nope" => Self::Nope,
-            "rope" => Self::Rope {
+    /// The encoding with default hyper-parameters (`rope-pi` gets `rope_pi_scale`).
+    pub fn config(self, rope_pi_scale: f64) -> EncodingConfig {
+        match self {
+            Self::Fire => EncodingConfig::Fire(FireConfig::default()),
+            Self::FireS => EncodingConfig::FireS(FireConfig::default()),
+            Self::Nope => EncodingConfig::Nope,
+            Self::Rope => EncodingConfig::Rope {
                 theta: default_theta(),
             },
-            "rope-pi" => Self::RopePi {
+            Self::RopePi => EncodingConfig::RopePi {
                 theta: default_theta(),
                 scale: rope_pi_scale,
             },
-            "alibi" => Self::Alibi,
-            "kerple-log" => Self::KerpleLog,
-            "kerple-power" => Self::KerplePower,
-            "t5" => Self::T5 {
+            Self::Alibi => EncodingConfig::Alibi,
+            Self::KerpleLog => EncodingConfig::KerpleLog,
+            Self::KerplePower => EncodingConfig::KerplePower,
+            Self::T5 => EncodingConfig::T5 {
                 num_buckets: default_buckets(),
                 max_distance: default_max_distance(),
             },
-            "sandwich" => Self::Sandwich,
-            other => {
-                return Err(Error::Config(format!(
-                    "unknown encoding `{other}`; expected one of {}",
-                    ENCODINGS.join(", ")
-                )))
-            }
+            Self::Sandwich => EncodingConfig::Sandwich,
+        }
+    }
+}
+
+impl std::fmt::Display for Encoding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Encoding {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        <Self as clap::ValueEnum>::from_str(s, false).map_err(|_| {
+            let names: Vec<&str> = <Self as clap::ValueEnum>::value_variants()
+                .iter()
+                .map(|e| e.name())
+                .collect();
+            Error::Config(format!(
+                "unknown encoding `{s}`; expected one of {}",
+                names.join(", ")
+            ))
         })
     }
 }
 
-/// Every encoding name.
-pub const ENCODINGS: [&str; 10] = [
-    "fire",
-    "fire-s",
-    "nope",
-    "rope",
-    "rope-pi",
-    "alibi",
-    "kerple-log",
-    "kerple-power",
-    "t5",
-    "sandwich",
-];
+impl EncodingConfig {
+    /// Which encoding this is.
+    pub fn kind(&self) -> Encoding {
+        match self {
+            Self::Fire(_) => Encoding::Fire,
+            Self::FireS(_) => Encoding::FireS,
+            Self::Nope => Encoding::Nope,
+            Self::Rope { .. } => Encoding::Rope,
+            Self::RopePi { .. } => Encoding::RopePi,
+            Self::Alibi => Encoding::Alibi,
+            Self::KerpleLog => Encoding::KerpleLog,
+            Self::KerplePower => Encoding::KerplePower,
+            Self::T5 { .. } => Encoding::T5,
+            Self::Sandwich => Encoding::Sandwich,
+        }
+    }
+
+    /// The command-line / file name of the encoding.
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The encoding `name` with default hyper-parameters (`rope-pi` gets `rope_pi_scale`).
+    pub fn from_name(name: &str, rope_pi_scale: f64) -> Result<Self> {
+        Ok(name.parse::<Encoding>()?.config(rope_pi_scale))
+    }
+}
 
 /// A decoder-only Transformer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -267,7 +289,7 @@ impl ModelConfig {
         if self.vocab_size == 0 || self.d_model == 0 || self.n_layers == 0 || self.d_ff == 0 {
             return bad("vocab_size, d_model, n_layers and d_ff must be positive".into());
         }
-        if self.n_heads == 0 || self.d_model % self.n_heads != 0 {
+        if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
             return bad(format!(
                 "d_model {} is not divisible by n_heads {}",
                 self.d_model, self.n_heads
@@ -277,7 +299,7 @@ impl ModelConfig {
             self.encoding,
             EncodingConfig::Rope { .. } | EncodingConfig::RopePi { .. }
         );
-        if rotary && self.head_dim() % 2 != 0 {
+        if rotary && !self.head_dim().is_multiple_of(2) {
             return bad("RoPE needs an even head dimension".into());
         }
         if let EncodingConfig::RopePi { scale, .. } = self.encoding {

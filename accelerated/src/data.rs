@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor};
 
 use crate::error::{io, Error, Result};
-use crate::rng::SplitMix64;
 use crate::tokenizer::Tokenizer;
+use fire_vocabulary::SplitMix64;
 
 /// The Python 3.11 tutorial (PSF licence), embedded in the binary; see `data/README.md`.
 const EMBEDDED: [(&str, &str); 17] = [

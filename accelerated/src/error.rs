@@ -6,9 +6,9 @@ pub enum Error {
     /// A tensor operation failed (shape mismatch, device error, …).
     #[error("tensor operation failed: {0}")]
     Candle(#[from] candle_core::Error),
-    /// A fast (fused-attention) kernel rejected its inputs.
-    #[error("fused attention: {0}")]
-    Fast(#[from] crate::fast::Error),
+    /// The kernels (compiled FIRE, the fused attention) rejected their inputs.
+    #[error("{0}")]
+    Kernels(#[from] fire_kernels::Error),
     /// The model or training configuration is not usable.
     #[error("invalid configuration: {0}")]
     Config(String),

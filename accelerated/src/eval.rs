@@ -7,9 +7,9 @@
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
+use crate::attention::{AttentionPath, Purpose};
 use crate::data::{eval_spans, eval_windows, Document};
 use crate::error::{ensure, Result};
-use crate::fused::AttentionPath;
 use crate::model::Model;
 use crate::nn::nll_sum;
 
@@ -25,7 +25,7 @@ pub struct EvalConfig {
     /// Windows per forward pass.
     pub batch: usize,
     /// The attention implementation (fused by default where the encoding is additive and the
-    /// device is the CPU; otherwise the chunked candle path).
+    /// device can run it; otherwise the chunked candle backend).
     #[serde(default)]
     pub attention: AttentionPath,
 }
@@ -68,11 +68,12 @@ pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Ve
     })?;
     let longest = cfg.lengths.iter().copied().max().unwrap_or(1);
     let spans = eval_spans(docs, longest, cfg.max_windows)?;
-    // Compiled once per evaluation from the current weights.
-    let fused = match cfg.attention {
-        AttentionPath::Fused => model.fused_encoding(longest)?,
-        AttentionPath::Materialised => None,
+    // Chosen once; a fused backend compiles the encoding once from the current weights.
+    let purpose = Purpose::Infer {
+        capacity: longest,
+        chunk: cfg.chunk,
     };
+    let backend = model.backend(cfg.attention, purpose)?;
     let mut out = Vec::with_capacity(cfg.lengths.len());
     for &len in &cfg.lengths {
         let windows = eval_windows(&spans, len);
@@ -88,13 +89,7 @@ pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Ve
             }
             let x = Tensor::from_vec(x, (b, len), model.device())?;
             let y = Tensor::from_vec(y, b * len, model.device())?;
-            let logits = match &fused {
-                Some(f) => model.forward_fused(&x, f)?,
-                None => {
-                    let mut cache = model.new_cache();
-                    model.forward(&x, Some(&mut cache), cfg.chunk)?
-                }
-            };
+            let logits = model.forward(&x, &backend, None)?;
             total += nll_sum(&logits.reshape((b * len, ()))?, &y)?;
             tokens += b * len;
         }

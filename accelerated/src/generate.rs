@@ -4,10 +4,11 @@
 
 use candle_core::{DType, Tensor};
 
+use fire_vocabulary::SplitMix64;
+
+use crate::attention::{AttentionPath, Purpose};
 use crate::error::{ensure, Result};
-use crate::fused::AttentionPath;
 use crate::model::Model;
-use crate::rng::SplitMix64;
 
 /// Sampling settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,8 +57,9 @@ pub fn generate(model: &Model, prompt: &[u32], cfg: &SampleConfig) -> Result<Vec
 }
 
 /// Continues `prompt` by `cfg.max_new` tokens; with [`AttentionPath::Fused`] (additive
-/// encodings on the CPU) the prompt goes through the fused kernel in one call and every new
-/// token is one fused decoding step against the cache, with the encoding compiled once.
+/// encodings where a fused backend runs) the prompt goes through the fused kernel in one call
+/// and every new token is one fused decoding step against the cache, with the encoding
+/// compiled once.
 pub fn generate_with(
     model: &Model,
     prompt: &[u32],
@@ -72,15 +74,12 @@ pub fn generate_with(
     let mut rng = SplitMix64::new(cfg.seed);
     let mut cache = model.new_cache();
     let x = Tensor::from_slice(prompt, (1, prompt.len()), model.device())?;
-    let fused = match attention {
-        AttentionPath::Fused => model.fused_encoding(prompt.len() + cfg.max_new)?,
-        AttentionPath::Materialised => None,
+    let purpose = Purpose::Infer {
+        capacity: prompt.len() + cfg.max_new,
+        chunk: cfg.chunk,
     };
-    let step = |x: &Tensor, cache: &mut crate::model::Cache, chunk: usize| match &fused {
-        Some(f) => model.forward_fused_cached(x, f, Some(cache)),
-        None => model.forward(x, Some(cache), chunk),
-    };
-    let mut logits = step(&x, &mut cache, cfg.chunk)?;
+    let backend = model.backend(attention, purpose)?;
+    let mut logits = model.forward(&x, &backend, Some(&mut cache))?;
     let mut out = Vec::with_capacity(cfg.max_new);
     for _ in 0..cfg.max_new {
         let last = logits
@@ -91,7 +90,7 @@ pub fn generate_with(
         let t = sample(&v, cfg, &mut rng);
         out.push(t);
         let x = Tensor::from_slice(&[t], (1, 1), model.device())?;
-        logits = step(&x, &mut cache, 1)?;
+        logits = model.forward(&x, &backend, Some(&mut cache))?;
     }
     Ok(out)
 }

@@ -5,11 +5,10 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::attention::{causal_mask, Attention, LayerCache};
+use crate::attention::{Attention, AttentionPath, Backend, LayerCache, Positions, Purpose};
 use crate::config::ModelConfig;
-use crate::encodings::{self, Grid, PositionEncoding};
-use crate::error::{ensure, Result};
-use crate::fused::FusedEncoding;
+use crate::encodings::{self, PositionEncoding};
+use crate::error::{ensure, Error, Result};
 use crate::nn::{LayerNorm, Linear};
 use crate::params::{Init, ParamStore};
 
@@ -147,182 +146,95 @@ impl Model {
         }
     }
 
-    /// Logits `[B, T, V]` for `tokens` (`[B, T]`, u32).
+    /// The attention backend for `purpose` under the configured `path`, chosen once from this
+    /// model's encoding and device (see [`crate::attention`]): compiling the encoding for the
+    /// fused kernels happens here, from the current weights.
+    pub fn backend(&self, path: AttentionPath, purpose: Purpose) -> Result<Backend> {
+        Backend::select(
+            path,
+            purpose,
+            self.encoding.as_ref(),
+            self.blocks.len(),
+            &self.device,
+        )
+    }
+
+    /// Logits `[B, T, V]` for `tokens` (`[B, T]`, u32) through `backend`.
     ///
-    /// Without a cache the whole sequence is one attention call (training). With a cache the
-    /// tokens continue the cached sequence at positions `cache.len()..`, processed in query
-    /// chunks of at most `chunk` tokens: each layer materialises at most `[B, H, chunk, K]`
-    /// logits, never `[H, N, N]`.
+    /// The tokens continue the cached sequence at positions `cache.len()..` (`0..` without a
+    /// cache), and every query's FIRE normaliser uses its own position, so one token at a time
+    /// is KV-cache decoding. The candle backend processes queries in chunks of its `chunk`
+    /// (with a cache, or through a fresh one when the sequence is longer): each layer
+    /// materialises at most `[B, H, chunk, K]` logits. The fused backends take the whole
+    /// sequence in one call and never build an `[H, T, K]` tensor; the training one takes no
+    /// cache (positions `0..T`).
     pub fn forward(
         &self,
         tokens: &Tensor,
+        backend: &Backend,
         cache: Option<&mut Cache>,
-        chunk: usize,
     ) -> Result<Tensor> {
         let (_, t) = tokens.dims2()?;
         ensure(t > 0, || "empty token sequence".into())?;
-        match cache {
-            None => self.forward_chunk(tokens, 0, None),
-            Some(cache) => {
-                ensure(cache.layers.len() == self.blocks.len(), || {
-                    "cache does not belong to this model".into()
-                })?;
-                let chunk = chunk.max(1);
-                let mut outs = Vec::with_capacity(t.div_ceil(chunk));
-                let mut s = 0;
-                while s < t {
-                    let len = chunk.min(t - s);
-                    let start = cache.len() as u64;
-                    let piece = tokens.narrow(1, s, len)?;
-                    outs.push(self.forward_chunk(&piece, start, Some(cache))?);
-                    s += len;
-                }
-                Ok(Tensor::cat(&outs, 1)?)
-            }
-        }
-    }
-
-    /// Logits `[B, T, V]` for `tokens` (`[B, T]`, u32) at positions `0..T` through the fused
-    /// attention kernel: the bias of each layer comes from `fused` (compiled once per
-    /// evaluation by [`PositionEncoding::tile_bias`]), planned once per call and shared by every
-    /// layer that uses the same source (FIRE-S). No `[H, T, T]` tensor is built. Inference only
-    /// (training: [`Self::forward_train_fused`]).
-    pub fn forward_fused(&self, tokens: &Tensor, fused: &FusedEncoding) -> Result<Tensor> {
-        self.forward_fused_cached(tokens, fused, None)
-    }
-
-    /// [`Self::forward_fused`] continuing a key/value cache: `tokens` sit at positions
-    /// `cache.len()..`, and every query's FIRE normaliser uses its own position. One token at a
-    /// time is KV-cache decoding (a bias row costs O(K·H)).
-    pub fn forward_fused_cached(
-        &self,
-        tokens: &Tensor,
-        fused: &FusedEncoding,
-        mut cache: Option<&mut Cache>,
-    ) -> Result<Tensor> {
-        let (_, t) = tokens.dims2()?;
-        ensure(t > 0, || "empty token sequence".into())?;
-        ensure(fused.layers() == self.blocks.len(), || {
-            format!(
-                "fused encoding has {} layers, the model {}",
-                fused.layers(),
-                self.blocks.len()
-            )
-        })?;
         if let Some(c) = cache.as_deref() {
             ensure(c.layers.len() == self.blocks.len(), || {
                 "cache does not belong to this model".into()
             })?;
         }
-        let start = cache.as_deref().map_or(0, Cache::len) as u64;
-        let queries: Vec<u64> = (start..start + t as u64).collect();
-        let keys: Vec<u64> = (0..start + t as u64).collect();
-        // The CPU kernel takes plans; a CUDA device takes the bias as tables.
-        let plans = if self.device.is_cpu() {
-            Some(fused.plans(&queries, &keys)?)
-        } else {
-            None
-        };
-        let device_biases = match plans {
-            Some(_) => Vec::new(),
-            None => fused.device_biases(&queries, keys.len())?,
-        };
+        match (backend, cache) {
+            (Backend::FusedTrain, Some(_)) => Err(Error::Input(
+                "the fused training backend takes no cache (positions 0..T)".into(),
+            )),
+            (Backend::Candle { chunk }, Some(cache)) => {
+                self.chunked(tokens, backend, cache, *chunk)
+            }
+            (Backend::Candle { chunk }, None) if *chunk < t => {
+                self.chunked(tokens, backend, &mut self.new_cache(), *chunk)
+            }
+            (_, cache) => self.call(tokens, backend, cache),
+        }
+    }
+
+    /// [`Self::forward`] on the candle backend in query chunks of at most `chunk` tokens.
+    fn chunked(
+        &self,
+        tokens: &Tensor,
+        backend: &Backend,
+        cache: &mut Cache,
+        chunk: usize,
+    ) -> Result<Tensor> {
+        let (_, t) = tokens.dims2()?;
+        let chunk = chunk.max(1);
+        let mut outs = Vec::with_capacity(t.div_ceil(chunk));
+        let mut s = 0;
+        while s < t {
+            let len = chunk.min(t - s);
+            let piece = tokens.narrow(1, s, len)?;
+            outs.push(self.call(&piece, backend, Some(cache))?);
+            s += len;
+        }
+        Ok(Tensor::cat(&outs, 1)?)
+    }
+
+    /// One attention call of every layer over `tokens`, continuing `cache`.
+    fn call(
+        &self,
+        tokens: &Tensor,
+        backend: &Backend,
+        mut cache: Option<&mut Cache>,
+    ) -> Result<Tensor> {
+        let (_, t) = tokens.dims2()?;
+        let positions = Positions::causal(cache.as_deref().map_or(0, Cache::len), t);
+        let encoding = self.encoding.as_ref();
+        let layers = self.blocks.len();
+        let call = backend.prepare(encoding, layers, &positions, &self.device)?;
         let mut x = self.embed(tokens)?;
         for (l, block) in self.blocks.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
             let normed = block.ln1.forward(&x)?;
-            let h = match &plans {
-                Some(plans) => block.attn.forward_fused(
-                    &normed,
-                    &queries,
-                    &keys,
-                    plans.layer(l),
-                    layer_cache,
-                )?,
-                None => block.attn.forward_fused_device(
-                    &normed,
-                    start as usize,
-                    &device_biases[l],
-                    layer_cache,
-                )?,
-            };
-            x = block.after_attention(&x, &h)?;
-        }
-        self.logits(&x)
-    }
-
-    /// Logits `[B, T, V]` for training through the fused attention op with a backward pass
-    /// ([`crate::fused_op`]): positions `0..T`, autograd intact (FIRE's `c` and
-    /// `L_multiplier` included), and neither the forward nor the backward builds an
-    /// `[B, H, T, T]` tensor, so a step at thousands of tokens fits where the materialised
-    /// path's scores would not. CPU, additive encodings (everything but RoPE).
-    pub fn forward_train_fused(&self, tokens: &Tensor) -> Result<Tensor> {
-        let (_, t) = tokens.dims2()?;
-        ensure(t > 0, || "empty token sequence".into())?;
-        let biases = self
-            .encoding
-            .train_bias(self.blocks.len(), t, &self.device)?
-            .ok_or_else(|| {
-                crate::Error::Config(format!(
-                    "fused training attention needs an additive encoding; `{}` rotates queries \
-                     and keys (use the materialised path)",
-                    self.encoding.name()
-                ))
-            })?;
-        let mut x = self.embed(tokens)?;
-        for (block, bias) in self.blocks.iter().zip(&biases) {
             let h = block
                 .attn
-                .forward_train_fused(&block.ln1.forward(&x)?, bias)?;
-            x = block.after_attention(&x, &h)?;
-        }
-        self.logits(&x)
-    }
-
-    /// Whether [`Self::forward_train_fused`] applies: an additive encoding on the CPU.
-    pub fn trains_fused(&self) -> bool {
-        self.device.is_cpu()
-            && matches!(
-                self.encoding.train_bias(self.blocks.len(), 1, &self.device),
-                Ok(Some(_))
-            )
-    }
-
-    /// This model's encoding compiled for the fused kernel (tables for distances below
-    /// `capacity`), or `None` when the fused path does not apply: a rotary encoding, a device
-    /// other than the CPU or (with the `cuda` feature) CUDA, or on CUDA a GeLU FIRE.
-    pub fn fused_encoding(&self, capacity: usize) -> Result<Option<FusedEncoding>> {
-        let device_kernel = cfg!(feature = "cuda") && self.device.is_cuda();
-        if !self.device.is_cpu() && !device_kernel {
-            return Ok(None);
-        }
-        Ok(self
-            .encoding
-            .tile_bias(self.blocks.len(), capacity)?
-            .filter(|f| self.device.is_cpu() || f.device_ready()))
-    }
-
-    fn forward_chunk(
-        &self,
-        tokens: &Tensor,
-        start: u64,
-        mut cache: Option<&mut Cache>,
-    ) -> Result<Tensor> {
-        let (_, t) = tokens.dims2()?;
-        let grid = Grid::causal(start, t as u64, &self.device)?;
-        let biases = self.encoding.biases(&grid, self.blocks.len())?;
-        let mask = causal_mask(&grid.queries, &grid.keys, &self.device)?;
-        let mut x = self.embed(tokens)?;
-        for (l, block) in self.blocks.iter().enumerate() {
-            let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
-            let h = block.attn.forward(
-                &block.ln1.forward(&x)?,
-                &grid.queries,
-                self.encoding.as_ref(),
-                biases[l].as_ref(),
-                &mask,
-                layer_cache,
-            )?;
+                .forward(&normed, &call, l, encoding, layer_cache)?;
             x = block.after_attention(&x, &h)?;
         }
         self.logits(&x)

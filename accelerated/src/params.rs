@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use candle_core::{DType, Device, Tensor, Var};
 
 use crate::error::{Error, Result};
-use crate::rng::SplitMix64;
+use fire_vocabulary::SplitMix64;
 
 /// How a fresh parameter is filled.
 #[derive(Debug, Clone)]

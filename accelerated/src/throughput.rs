@@ -5,12 +5,13 @@
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
+use fire_vocabulary::SplitMix64;
 
+use crate::attention::{AttentionPath, Backend, Purpose};
 use crate::config::{EncodingConfig, FireConfig, ModelConfig};
 use crate::error::{Error, Result};
 use crate::model::Model;
 use crate::params::ParamStore;
-use crate::rng::SplitMix64;
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -97,11 +98,17 @@ pub fn end_to_end(cfg: &Config, mut progress: impl FnMut(&str)) -> Result<Vec<Ro
         let mut rng = SplitMix64::new(n as u64);
         let t: Vec<u32> = (0..n).map(|_| rng.below(256) as u32).collect();
         let x = Tensor::from_vec(t, (1, n), &Device::Cpu)?;
+        // Compile + forward, as an evaluation does.
         let fused_run = |m: &Model| -> Result<()> {
-            let f = m
-                .fused_encoding(n)?
-                .ok_or_else(|| Error::Config("no fused form".into()))?;
-            m.forward_fused(&x, &f).map(|_| ())
+            let purpose = Purpose::Infer {
+                capacity: n,
+                chunk: n,
+            };
+            let backend = m.backend(AttentionPath::Fused, purpose)?;
+            if !matches!(backend, Backend::FusedEval(_)) {
+                return Err(Error::Config("no fused form".into()));
+            }
+            m.forward(&x, &backend, None).map(|_| ())
         };
         let tps = |s: f64| n as f64 / s;
         let fire_fused = tps(best(cfg.repeats, || fused_run(&fire))?);
@@ -113,10 +120,12 @@ pub fn end_to_end(cfg: &Config, mut progress: impl FnMut(&str)) -> Result<Vec<Ro
         let fire_candle = if cfg.fire_only || n > cfg.candle_max_len {
             None
         } else {
+            let candle = Backend::Candle {
+                chunk: cfg.train_len,
+            };
             Some(tps(best(cfg.repeats, || {
                 let mut cache = fire.new_cache();
-                fire.forward(&x, Some(&mut cache), cfg.train_len)
-                    .map(|_| ())
+                fire.forward(&x, &candle, Some(&mut cache)).map(|_| ())
             })?))
         };
         let row = Row {

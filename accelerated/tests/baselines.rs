@@ -3,11 +3,12 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
 use candle_core::Device;
-use fire_accelerated::encodings::{alibi, kerple, sandwich, t5};
-use fire_accelerated::rng::SplitMix64;
+use fire_accelerated::encodings::{alibi, kerple, sandwich, t5, AdditiveModule};
+use fire_kernels::t5_bucket;
 use fire_reference::baselines::{
     Alibi, KerpleLog, KerplePower, OfficialBucketing, SandwichCentred, T5Official,
 };
+use fire_vocabulary::SplitMix64;
 
 fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
@@ -109,7 +110,7 @@ fn t5_buckets_equal_the_reference_bucketing_on_every_small_distance() {
         let official = OfficialBucketing::new(n_buckets, max_distance, false).unwrap();
         for n in 0..5000u64 {
             assert_eq!(
-                t5::bucket(n, 0, n_buckets as usize, max_distance),
+                t5_bucket(n, n_buckets as usize, max_distance),
                 official.bucket_of(n, 0) as usize,
                 "N = {n_buckets}, D = {max_distance}, n = {n}"
             );

@@ -8,8 +8,9 @@
 use std::path::PathBuf;
 
 use candle_core::{Device, Tensor};
-use fire_accelerated::checkpoint::load_model;
+use fire_accelerated::attention::Backend;
 use fire_accelerated::encodings::Grid;
+use fire_accelerated::train::checkpoint::load_model;
 
 /// Largest |a - b| relative to the largest |a| (at least 1).
 fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -37,7 +38,7 @@ fn cuda_matches_cpu_on_a_checkpoint() {
     let seq = loaded.state.train.seq_len as u64;
 
     // FIRE's bias for a query at the training length and at 8x it (past the threshold).
-    let modules = on_cpu.encoding.fire_modules();
+    let modules = on_cpu.encoding.modules();
     assert!(
         !modules.is_empty(),
         "the checkpoint must be a FIRE or FIRE-S model"
@@ -46,11 +47,7 @@ fn cuda_matches_cpu_on_a_checkpoint() {
         let keys: Vec<u64> = (0..=query).collect();
         let g_cpu = Grid::new(&[query], &keys, &Device::Cpu).unwrap();
         let g_gpu = Grid::new(&[query], &keys, &cuda).unwrap();
-        for (l, (c, g)) in modules
-            .iter()
-            .zip(on_gpu.encoding.fire_modules())
-            .enumerate()
-        {
+        for (l, (c, g)) in modules.iter().zip(on_gpu.encoding.modules()).enumerate() {
             let d = rel_diff(
                 &c.bias_tensor(&g_cpu).unwrap(),
                 &g.bias_tensor(&g_gpu).unwrap(),
@@ -68,8 +65,9 @@ fn cuda_matches_cpu_on_a_checkpoint() {
     let tokens: Vec<u32> = (0..n).map(|i| (i * 37 % 251) as u32).collect();
     let x_cpu = Tensor::from_vec(tokens.clone(), (1, n), &Device::Cpu).unwrap();
     let x_gpu = Tensor::from_vec(tokens, (1, n), &cuda).unwrap();
-    let y_cpu = on_cpu.forward(&x_cpu, None, n).unwrap();
-    let y_gpu = on_gpu.forward(&x_gpu, None, n).unwrap();
+    let candle = Backend::Candle { chunk: usize::MAX };
+    let y_cpu = on_cpu.forward(&x_cpu, &candle, None).unwrap();
+    let y_gpu = on_gpu.forward(&x_gpu, &candle, None).unwrap();
     let d = rel_diff(&y_cpu, &y_gpu);
     println!("forward pass over {n} tokens: max relative logit difference {d:.2e}");
     assert!(d < 1e-3, "CUDA logits differ from CPU by {d}");
@@ -77,7 +75,7 @@ fn cuda_matches_cpu_on_a_checkpoint() {
 
 /// Random `[1, H, n, d]` values in [−2, 2).
 fn random(h: usize, n: usize, d: usize, seed: u64, dev: &Device) -> Tensor {
-    let mut rng = fire_accelerated::rng::SplitMix64::new(seed);
+    let mut rng = fire_vocabulary::SplitMix64::new(seed);
     let v: Vec<f32> = (0..h * n * d)
         .map(|_| (rng.uniform(-1.0, 1.0) * 2.0) as f32)
         .collect();
@@ -87,7 +85,7 @@ fn random(h: usize, n: usize, d: usize, seed: u64, dev: &Device) -> Tensor {
 #[test]
 #[ignore = "needs a CUDA GPU; run by accelerated/scripts/gpu-check.sh"]
 fn the_cuda_fused_kernel_matches_the_cpu_kernel() {
-    use fire_accelerated::fast::{self, TileBias};
+    use fire_kernels::{self as fast, DeviceTables, TileBias};
     let cuda = Device::new_cuda(0).unwrap();
     let (h, d) = (4, 64);
     // A whole sequence (q0 = 0) and a KV-cache continuation (q0 = 300).
@@ -121,15 +119,24 @@ fn the_cuda_fused_kernel_matches_the_cpu_kernel() {
         };
         for (name, src) in [
             ("none", None),
-            ("fire", Some(&fire as &dyn TileBias)),
-            ("alibi", Some(&alibi as &dyn TileBias)),
+            ("fire", Some(&fire as &dyn DeviceTables)),
+            ("alibi", Some(&alibi as &dyn DeviceTables)),
         ] {
-            let want =
-                fast::attend(&flat(&q), &flat(&k), &flat(&v), shape, &queries, &keys, src).unwrap();
-            let bias = src.map_or(fast::device::DeviceBias::None, |s| {
+            let tiles = src.map(|s| s as &dyn TileBias);
+            let want = fast::attend(
+                &flat(&q),
+                &flat(&k),
+                &flat(&v),
+                shape,
+                &queries,
+                &keys,
+                tiles,
+            )
+            .unwrap();
+            let bias = src.map_or(fast::DeviceBias::None, |s| {
                 s.device_bias(&queries, nk).unwrap()
             });
-            let got = fire_accelerated::cuda::fused_attention(
+            let got = fire_accelerated::attention::cuda::attend(
                 &q.to_device(&cuda).unwrap(),
                 &k.to_device(&cuda).unwrap(),
                 &v.to_device(&cuda).unwrap(),

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
-use fire_accelerated::fast::{self, device::DeviceBias, TileBias};
+use fire_kernels::{self as fast, DeviceBias, DeviceTables};
 
 fn env_list(name: &str, default: &str) -> Vec<usize> {
     std::env::var(name)
@@ -51,7 +51,7 @@ fn time_the_cuda_fused_kernel_at_long_lengths() {
             n,
         )
         .unwrap();
-        let sources: [(&str, Option<&dyn TileBias>); 3] = [
+        let sources: [(&str, Option<&dyn DeviceTables>); 3] = [
             ("fused-nope", None),
             ("fused-fire", Some(&fire)),
             ("fused-alibi", Some(&alibi)),
@@ -65,7 +65,7 @@ fn time_the_cuda_fused_kernel_at_long_lengths() {
             let run = || {
                 let t = Instant::now();
                 let out =
-                    fire_accelerated::cuda::fused_attention(&q, &k, &v, 0, bias.clone()).unwrap();
+                    fire_accelerated::attention::cuda::attend(&q, &k, &v, 0, bias.clone()).unwrap();
                 cuda.synchronize().unwrap();
                 (t.elapsed().as_secs_f64(), out)
             };

@@ -3,12 +3,15 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
 use candle_core::{Device, Tensor};
-use fire_accelerated::config::{Activation, FireConfig, Threshold, Transform};
-use fire_accelerated::encodings::fire::{Fire, FireParams};
-use fire_accelerated::encodings::{alibi, kerple, rope, sandwich, t5, Grid, PositionEncoding};
-use fire_accelerated::rng::SplitMix64;
+use fire_accelerated::config::{Activation, FireConfig};
+use fire_accelerated::encodings::fire::Fire;
+use fire_accelerated::encodings::{
+    alibi, kerple, rope, sandwich, t5, Additive, AdditiveModule, Grid, PositionEncoding,
+};
+use fire_kernels::{alibi_slopes, t5_bucket, FireParams, Linear, Mlp};
 use fire_reference::fire::init::{appendix_e, Shape};
-use fire_reference::fire::{Threshold as RThreshold, Transform as RTransform};
+use fire_reference::fire::{Threshold, Transform};
+use fire_vocabulary::SplitMix64;
 
 /// `|got − want| ≤ atol + rtol·max(|want|, 1)`, reporting the worst element.
 fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, what: &str) {
@@ -30,42 +33,43 @@ fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, what: &str) {
     );
 }
 
-fn to_params(f: &fire_reference::Fire) -> FireParams {
-    FireParams {
-        layers: f
-            .mlp
-            .layers
-            .iter()
-            .map(|l| {
-                let (rows, cols) = l.weight.shape();
-                let mut w = Vec::with_capacity(rows * cols);
-                for r in 0..rows {
-                    for c in 0..cols {
-                        w.push(l.weight[(r, c)] as f32);
-                    }
+/// The reference module as plain numbers: f_θ and the scalars (ψ and the threshold are the
+/// shared words, so they carry over as they are).
+fn to_params(f: &fire_reference::Fire) -> (Mlp, FireParams) {
+    let layers = f
+        .mlp
+        .layers
+        .iter()
+        .map(|l| {
+            let (rows, cols) = l.weight.shape();
+            let mut w = Vec::with_capacity(rows * cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    w.push(l.weight[(r, c)]);
                 }
-                (w, rows, cols, l.bias.iter().map(|&b| b as f32).collect())
-            })
-            .collect(),
-        activation: match f.mlp.activation {
-            fire_reference::fire::Activation::Gelu => Activation::Gelu,
-            _ => Activation::Relu,
-        },
-        final_activation: None,
+            }
+            Linear::new(w, l.bias.iter().copied().collect(), cols, rows).unwrap()
+        })
+        .collect();
+    let activation = match f.mlp.activation {
+        fire_reference::fire::Activation::Gelu => Activation::Gelu,
+        _ => Activation::Relu,
+    };
+    let params = FireParams {
         c: f.c,
         l_init: f.l_init,
         l_multiplier: f.l_multiplier,
         eps: f.eps,
-        transform: match f.transform {
-            RTransform::Log => Transform::Log,
-            RTransform::Identity => Transform::Identity,
-        },
-        threshold: match f.threshold {
-            RThreshold::Learnable => Threshold::Learnable,
-            RThreshold::Fixed => Threshold::Fixed,
-            RThreshold::Disabled => Threshold::Disabled,
-        },
-    }
+        transform: f.transform,
+        threshold: f.threshold,
+    };
+    (Mlp::new(layers, activation, None).unwrap(), params)
+}
+
+/// The accelerated module of a reference one.
+fn module(f: &fire_reference::Fire) -> fire_accelerated::Result<Fire> {
+    let (mlp, params) = to_params(f);
+    Fire::from_params(&mlp, &params, &Device::Cpu)
 }
 
 fn random_positions(rng: &mut SplitMix64, n: usize, max: u64) -> Vec<u64> {
@@ -74,7 +78,6 @@ fn random_positions(rng: &mut SplitMix64, n: usize, max: u64) -> Vec<u64> {
 
 #[test]
 fn fire_bias_matches_the_reference_on_random_parameters_and_positions() {
-    let dev = Device::Cpu;
     let mut rng = SplitMix64::new(7);
     for case in 0..24u64 {
         let depth = (case % 3) as usize;
@@ -91,25 +94,25 @@ fn fire_bias_matches_the_reference_on_random_parameters_and_positions() {
         f.l_multiplier = rng.uniform(-1.5, 1.5);
         f.l_init = rng.uniform(1.0, 600.0);
         f.transform = if case % 4 == 3 {
-            RTransform::Identity
+            Transform::Identity
         } else {
-            RTransform::Log
+            Transform::Log
         };
         f.threshold = match case % 3 {
-            0 => RThreshold::Learnable,
-            1 => RThreshold::Fixed,
-            _ => RThreshold::Disabled,
+            0 => Threshold::Learnable,
+            1 => Threshold::Fixed,
+            _ => Threshold::Disabled,
         };
         if case % 5 == 4 {
             f.mlp.activation = fire_reference::fire::Activation::Gelu;
         }
-        let max = if case % 2 == 0 { 64 } else { 40_000 };
+        let max = if case.is_multiple_of(2) { 64 } else { 40_000 };
         let queries = random_positions(&mut rng, 9, max);
         let keys = random_positions(&mut rng, 11, max);
         let want = fire_reference::evaluate(&f, &queries, &keys)
             .unwrap()
             .to_row_major();
-        let fast = Fire::from_params(&to_params(&f), &dev).unwrap();
+        let fast = module(&f).unwrap();
         let got = fast.bias(&queries, &keys).unwrap();
         assert_close(&got, &want, 1e-5, 2e-5 * 64.0, &format!("case {case}"));
     }
@@ -122,22 +125,19 @@ fn fire_at_appendix_e_defaults_matches_the_reference_on_a_causal_grid() {
     let want = fire_reference::evaluate(&f, &pos, &pos)
         .unwrap()
         .to_row_major();
-    let got = Fire::from_params(&to_params(&f), &Device::Cpu)
-        .unwrap()
-        .bias(&pos, &pos)
-        .unwrap();
+    let got = module(&f).unwrap().bias(&pos, &pos).unwrap();
     assert_close(&got, &want, 1e-5, 1e-5, "appendix E");
 }
 
 #[test]
 fn fire_rejects_bad_parameters_with_errors() {
-    let mut p = to_params(&appendix_e(Shape::default(), 1));
-    p.layers[0].1 = 5; // wrong width
-    assert!(Fire::from_params(&p, &Device::Cpu).is_err());
-    let mut p = to_params(&appendix_e(Shape::default(), 1));
+    let (mut mlp, p) = to_params(&appendix_e(Shape::default(), 1));
+    mlp.layers[0].outputs = 5; // wrong width
+    assert!(Fire::from_params(&mlp, &p, &Device::Cpu).is_err());
+    let (mlp, mut p) = to_params(&appendix_e(Shape::default(), 1));
     p.c = f64::NAN;
-    assert!(Fire::from_params(&p, &Device::Cpu).is_err());
-    let f = Fire::from_params(&to_params(&appendix_e(Shape::default(), 1)), &Device::Cpu).unwrap();
+    assert!(Fire::from_params(&mlp, &p, &Device::Cpu).is_err());
+    let f = module(&appendix_e(Shape::default(), 1)).unwrap();
     assert!(f.bias(&[], &[1]).is_err());
 }
 
@@ -178,7 +178,7 @@ fn fire_s_hands_every_layer_the_same_bias() {
     let dev = Device::Cpu;
     let f =
         fire_accelerated::encodings::fire::standalone(&FireConfig::default(), 4, 9, &dev).unwrap();
-    let shared = fire_accelerated::encodings::fire::Shared { module: f };
+    let shared = Additive::shared("fire-s", f);
     let grid = Grid::causal(0, 16, &dev).unwrap();
     let b = shared.biases(&grid, 3).unwrap();
     let first: Vec<f32> = b[0]
@@ -202,11 +202,11 @@ fn fire_s_hands_every_layer_the_same_bias() {
 
 #[test]
 fn alibi_slopes_follow_the_reference_schedule() {
-    let s = alibi::slopes(8);
+    let s = alibi_slopes(8);
     for (h, v) in s.iter().enumerate() {
         assert!((v - 2f64.powf(-(h as f64 + 1.0))).abs() < 1e-12);
     }
-    let s = alibi::slopes(12);
+    let s = alibi_slopes(12);
     assert_eq!(s.len(), 12);
     assert!((s[8] - 2f64.powf(-0.5)).abs() < 1e-12);
     assert!((s[11] - 2f64.powf(-3.5)).abs() < 1e-12);
@@ -223,7 +223,7 @@ fn baselines_match_their_formulas_in_f64() {
         .unwrap()
         .bias(&q, &k)
         .unwrap();
-    let slopes = alibi::slopes(heads);
+    let slopes = alibi_slopes(heads);
     let mut want = Vec::new();
     for s in &slopes {
         for &i in &q {
@@ -279,7 +279,7 @@ fn baselines_match_their_formulas_in_f64() {
 #[test]
 fn t5_buckets_follow_the_official_map() {
     // N = 32, D = 128: exact below 16, log-binned to 31, everything >= 128 in the last bucket.
-    let b = |n: u64| t5::bucket(n, 0, 32, 128);
+    let b = |n: u64| t5_bucket(n, 32, 128);
     for n in 0..16 {
         assert_eq!(b(n), n as usize);
     }
@@ -290,10 +290,10 @@ fn t5_buckets_follow_the_official_map() {
     // ln(n/16)/ln(8)·16 crosses 1 at n = 16·8^(1/16) ≈ 18.3.
     assert_eq!(b(18), 16);
     assert_eq!(b(19), 17);
-    // Keys after the query share bucket 0.
-    assert_eq!(t5::bucket(3, 10, 32, 128), 0);
     let table: Vec<Vec<f64>> = (0..32).map(|r| vec![r as f64, -(r as f64)]).collect();
     let t = t5::T5::from_params(&table, 128, &Device::Cpu).unwrap();
+    // Keys after the query share bucket 0.
+    assert_eq!(t.bias(&[3], &[10]).unwrap(), [0.0, 0.0]);
     let got = t.bias(&[20, 200], &[0, 19, 20]).unwrap();
     let want = [
         b(20) as f64,

@@ -6,15 +6,15 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
 use candle_core::{Device, Tensor};
+use fire_accelerated::attention::{AttentionPath, Backend, Purpose};
 use fire_accelerated::config::{Activation, EncodingConfig, FireConfig, ModelConfig, Threshold};
 use fire_accelerated::data::Corpus;
 use fire_accelerated::eval::{self, EvalConfig};
-use fire_accelerated::fused::AttentionPath;
 use fire_accelerated::generate::{generate, generate_with, SampleConfig};
 use fire_accelerated::nn::nll_sum;
 use fire_accelerated::params::ParamStore;
-use fire_accelerated::rng::SplitMix64;
 use fire_accelerated::Model;
+use fire_vocabulary::SplitMix64;
 
 fn small(encoding: EncodingConfig) -> ModelConfig {
     ModelConfig {
@@ -88,18 +88,31 @@ fn model(cfg: &ModelConfig, seed: u64) -> Model {
     Model::new(cfg, &mut store).unwrap()
 }
 
+/// The backend evaluation chooses for sequences up to `n` tokens under `path`.
+fn backend(m: &Model, path: AttentionPath, n: usize) -> Backend {
+    let purpose = Purpose::Infer {
+        capacity: n,
+        chunk: n,
+    };
+    m.backend(path, purpose).unwrap()
+}
+
+/// The candle backend, whole sequences in one call (chunks of `usize::MAX`).
+const CANDLE: Backend = Backend::Candle { chunk: usize::MAX };
+
 #[test]
 fn fused_logits_and_log_likelihood_equal_the_candle_path_for_every_additive_encoding() {
     let (b, n) = (2, 70); // more than one 64-wide tile, and past every threshold
     for (seed, (name, enc)) in additive().into_iter().enumerate() {
         let m = model(&small(enc), 100 + seed as u64);
         let x = tokens(b, n, seed as u64);
-        let fused = m
-            .fused_encoding(n)
-            .unwrap()
-            .unwrap_or_else(|| panic!("{name}: no fused form"));
-        let a = m.forward_fused(&x, &fused).unwrap();
-        let slow = m.forward(&x, None, n).unwrap();
+        let fused = backend(&m, AttentionPath::Fused, n);
+        assert!(
+            matches!(fused, Backend::FusedEval(_)),
+            "{name}: no fused form"
+        );
+        let a = m.forward(&x, &fused, None).unwrap();
+        let slow = m.forward(&x, &CANDLE, None).unwrap();
         let diff = (&a - &slow)
             .unwrap()
             .abs()
@@ -153,7 +166,13 @@ fn fused_evaluation_equals_materialised_evaluation() {
 fn rotary_encodings_have_no_fused_form_and_paths_parse() {
     for enc in ["rope", "rope-pi"] {
         let m = model(&small(EncodingConfig::from_name(enc, 4.0).unwrap()), 3);
-        assert!(m.fused_encoding(64).unwrap().is_none(), "{enc}");
+        assert!(
+            matches!(
+                backend(&m, AttentionPath::Fused, 64),
+                Backend::Candle { chunk: 64 }
+            ),
+            "{enc}"
+        );
     }
     assert_eq!(
         "fused".parse::<AttentionPath>().unwrap(),
@@ -191,35 +210,38 @@ fn fused_kv_cache_decoding_equals_the_candle_cache_path() {
     ];
     for (seed, enc) in encs.into_iter().enumerate() {
         let m = model(&small(enc), 50 + seed as u64);
-        let fused = m.fused_encoding(26).unwrap().unwrap();
+        let fused = backend(&m, AttentionPath::Fused, 26);
+        assert!(matches!(fused, Backend::FusedEval(_)));
         let prompt = tokens(1, 20, seed as u64);
         let mut a = m.new_cache();
         let mut b = m.new_cache();
-        let la = m
-            .forward_fused_cached(&prompt, &fused, Some(&mut a))
+        let la = m.forward(&prompt, &fused, Some(&mut a)).unwrap();
+        let lb = m
+            .forward(&prompt, &Backend::Candle { chunk: 7 }, Some(&mut b))
             .unwrap();
-        let lb = m.forward(&prompt, Some(&mut b), 7).unwrap();
         assert!(max_diff(&la, &lb) < 2e-4, "prompt logits, seed {seed}");
         let next = tokens(1, 6, 99 + seed as u64);
         for s in 0..6 {
             let x = next.narrow(1, s, 1).unwrap();
-            let la = m.forward_fused_cached(&x, &fused, Some(&mut a)).unwrap();
-            let lb = m.forward(&x, Some(&mut b), 1).unwrap();
+            let la = m.forward(&x, &fused, Some(&mut a)).unwrap();
+            let lb = m
+                .forward(&x, &Backend::Candle { chunk: 1 }, Some(&mut b))
+                .unwrap();
             let d = max_diff(&la, &lb);
             assert!(d < 2e-4, "decoding step {s}, seed {seed}: {d}");
         }
         assert_eq!(a.len(), 26);
         // The whole sequence in one fused call equals the cached steps' last logits.
         let all = Tensor::cat(&[&prompt, &next], 1).unwrap();
-        let full = m.forward_fused(&all, &fused).unwrap();
+        let full = m.forward(&all, &fused, None).unwrap();
         let last = full.narrow(1, 25, 1).unwrap();
         let mut c = m.new_cache();
         let stepped = m
-            .forward_fused_cached(&all.narrow(1, 0, 25).unwrap(), &fused, Some(&mut c))
+            .forward(&all.narrow(1, 0, 25).unwrap(), &fused, Some(&mut c))
             .unwrap();
         assert_eq!(stepped.dims()[1], 25);
         let one = m
-            .forward_fused_cached(&all.narrow(1, 25, 1).unwrap(), &fused, Some(&mut c))
+            .forward(&all.narrow(1, 25, 1).unwrap(), &fused, Some(&mut c))
             .unwrap();
         assert!(max_diff(&last, &one) < 2e-4);
     }

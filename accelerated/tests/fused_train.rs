@@ -1,5 +1,5 @@
-//! Training through the fused attention op ([`fire_accelerated::fused_op`]) against its slow,
-//! obvious twin, the materialised candle path with autograd: the same loss and the same
+//! Training through the fused attention op ([`fire_accelerated::attention::fused_train`])
+//! against its slow, obvious twin, the materialised candle path with autograd: the same loss and the same
 //! gradient for every trainable parameter (q/k/v/o projections, FIRE's θ, `c` and
 //! `L_multiplier`, Kerple's and T5's parameters), within f32 tolerance, for every additive
 //! encoding and FIRE's variants. Sequences of 80 tokens cross the kernel's 64-wide tiles, and
@@ -8,13 +8,14 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
 use candle_core::{Device, Tensor};
+use fire_accelerated::attention::{AttentionPath, Backend, Purpose};
 use fire_accelerated::config::{
     Activation, EncodingConfig, FireConfig, ModelConfig, Threshold, Transform,
 };
 use fire_accelerated::nn::cross_entropy;
 use fire_accelerated::params::ParamStore;
-use fire_accelerated::rng::SplitMix64;
 use fire_accelerated::Model;
+use fire_vocabulary::SplitMix64;
 
 const N: usize = 80;
 const B: usize = 2;
@@ -53,11 +54,15 @@ fn loss_and_grads(
     let dev = Device::Cpu;
     let x = Tensor::from_vec(tokens(B * N, 1), (B, N), &dev).unwrap();
     let y = Tensor::from_vec(tokens(B * N, 2), B * N, &dev).unwrap();
-    let logits = if fused {
-        model.forward_train_fused(&x).unwrap()
+    let backend = if fused {
+        // What training chooses for an additive encoding on the CPU.
+        let b = model.backend(AttentionPath::Fused, Purpose::Train).unwrap();
+        assert!(matches!(b, Backend::FusedTrain));
+        b
     } else {
-        model.forward(&x, None, 0).unwrap()
+        Backend::Candle { chunk: usize::MAX }
     };
+    let logits = model.forward(&x, &backend, None).unwrap();
     let loss = cross_entropy(&logits.reshape((B * N, 256)).unwrap(), &y).unwrap();
     let grads = loss.backward().unwrap();
     let mut out = Vec::new();
@@ -187,6 +192,12 @@ fn rotary_encodings_are_refused_with_a_clear_error() {
     let mut store = ParamStore::fresh(&Device::Cpu, 7);
     let model = Model::new(&cfg, &mut store).unwrap();
     let x = Tensor::from_vec(tokens(8, 1), (1, 8), &Device::Cpu).unwrap();
-    let err = model.forward_train_fused(&x).unwrap_err().to_string();
+    let err = model
+        .forward(&x, &Backend::FusedTrain, None)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("additive"), "{err}");
+    // Training chooses the candle backend for it.
+    let chosen = model.backend(AttentionPath::Fused, Purpose::Train).unwrap();
+    assert!(matches!(chosen, Backend::Candle { .. }));
 }

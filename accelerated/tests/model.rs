@@ -4,11 +4,17 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
 use candle_core::{Device, Tensor};
-use fire_accelerated::config::{EncodingConfig, FireConfig, ModelConfig, Threshold};
+use fire_accelerated::attention::Backend;
+use fire_accelerated::config::{Encoding, EncodingConfig, FireConfig, ModelConfig, Threshold};
 use fire_accelerated::nn::cross_entropy;
 use fire_accelerated::params::ParamStore;
-use fire_accelerated::rng::SplitMix64;
 use fire_accelerated::Model;
+use fire_vocabulary::SplitMix64;
+
+/// The candle backend in query chunks of `chunk` tokens (`usize::MAX`: one call).
+fn candle(chunk: usize) -> Backend {
+    Backend::Candle { chunk }
+}
 
 fn small(encoding: EncodingConfig) -> ModelConfig {
     ModelConfig {
@@ -31,9 +37,9 @@ fn fire(depth: usize) -> FireConfig {
 }
 
 fn all_encodings() -> Vec<EncodingConfig> {
-    let mut v: Vec<EncodingConfig> = fire_accelerated::config::ENCODINGS
+    let mut v: Vec<EncodingConfig> = <Encoding as clap::ValueEnum>::value_variants()
         .iter()
-        .map(|n| EncodingConfig::from_name(n, 4.0).unwrap())
+        .map(|e| e.config(4.0))
         .collect();
     v.push(EncodingConfig::Fire(fire(2)));
     v.push(EncodingConfig::FireS(fire(1)));
@@ -65,7 +71,7 @@ fn gradients_reach_every_trainable_parameter_and_not_init_l() {
         let model = Model::new(&cfg, &mut store).unwrap();
         let x = Tensor::from_vec(tokens(2 * 12, 1), (2, 12), &dev).unwrap();
         let y = Tensor::from_vec(tokens(2 * 12, 2), 24, &dev).unwrap();
-        let logits = model.forward(&x, None, 0).unwrap();
+        let logits = model.forward(&x, &candle(usize::MAX), None).unwrap();
         let loss = cross_entropy(&logits.reshape((24, 256)).unwrap(), &y).unwrap();
         let grads = loss.backward().unwrap();
         for (name, var) in store.trainable() {
@@ -134,20 +140,27 @@ fn cached_decoding_and_chunked_evaluation_equal_the_full_forward_pass() {
         let n = 19;
         let toks = tokens(n, 5);
         let x = Tensor::from_vec(toks.clone(), (1, n), &dev).unwrap();
-        let full = model.forward(&x, None, 0).unwrap();
+        let full = model.forward(&x, &candle(usize::MAX), None).unwrap();
         // Chunked with a cache, chunks of 4.
         let mut cache = model.new_cache();
-        let chunked = model.forward(&x, Some(&mut cache), 4).unwrap();
+        let chunked = model.forward(&x, &candle(4), Some(&mut cache)).unwrap();
         assert!(max_diff(&full, &chunked) < 1e-4, "{}: chunked", enc.name());
+        // Without a cache, the candle backend chunks through a fresh one.
+        let uncached = model.forward(&x, &candle(4), None).unwrap();
+        assert!(
+            max_diff(&chunked, &uncached) == 0.0,
+            "{}: uncached chunks",
+            enc.name()
+        );
         // A prompt of 5, then one token at a time: each new query at its own position.
         let mut cache = model.new_cache();
         let mut rows = vec![model
-            .forward(&x.narrow(1, 0, 5).unwrap(), Some(&mut cache), 64)
+            .forward(&x.narrow(1, 0, 5).unwrap(), &candle(64), Some(&mut cache))
             .unwrap()];
         for t in 5..n {
             rows.push(
                 model
-                    .forward(&x.narrow(1, t, 1).unwrap(), Some(&mut cache), 1)
+                    .forward(&x.narrow(1, t, 1).unwrap(), &candle(1), Some(&mut cache))
                     .unwrap(),
             );
         }

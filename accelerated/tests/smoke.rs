@@ -6,12 +6,12 @@
 use std::path::Path;
 
 use candle_core::Device;
-use fire_accelerated::checkpoint::load_model;
 use fire_accelerated::config::{EncodingConfig, FireConfig, ModelConfig};
 use fire_accelerated::data::{ByteTokenizer, Corpus};
 use fire_accelerated::eval::{self, EvalConfig, Report};
 use fire_accelerated::generate::{generate, SampleConfig};
 use fire_accelerated::plot::{self, Chart, Series};
+use fire_accelerated::train::checkpoint::load_model;
 use fire_accelerated::train::{self, Metrics, Options, TrainConfig};
 
 fn model() -> ModelConfig {

@@ -191,7 +191,7 @@ pub fn compare_either(
         if first.len() < FIRST {
             first.push(e);
         }
-        if worst.map_or(true, |x| excess(&e) > excess(&x)) {
+        if worst.is_none_or(|x| excess(&e) > excess(&x)) {
             worst = Some(e);
         }
     }

@@ -18,7 +18,7 @@ pub fn adjust(
         return (want.clone(), None);
     }
     let (nq, nk) = (inputs.queries.len(), inputs.keys.len());
-    if nq * nk == 0 || want.data.len() % (nq * nk) != 0 {
+    if nq * nk == 0 || !want.data.len().is_multiple_of(nq * nk) {
         return (want.clone(), None);
     }
     let mut out = want.clone();

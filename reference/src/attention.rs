@@ -9,16 +9,9 @@ use crate::bias::Bias;
 use crate::error::{Error, Result};
 use crate::positions::{self, is_causal, Position};
 
-/// Where the bias enters the logits. spec: [attn.logits], [attn.placement]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
-    /// `q·kᵀ/√d + b`: the normative choice (what `scaled_dot_product_attention` does with a
-    /// float `attn_mask`).
-    #[default]
-    AfterScaling,
-    /// `(q·kᵀ + b)/√d`: a deviation some implementations make.
-    BeforeScaling,
-}
+/// Where the bias enters the logits: a plain word shared with the other implementations; the
+/// maths of each placement is [`logits`]. spec: [attn.placement]
+pub use fire_vocabulary::Placement;
 
 /// One head's inputs: `q: [Q, d]`, `k: [K, d]`, `v: [K, d_v]`, rows in position-list order.
 #[derive(Debug, Clone, PartialEq)]

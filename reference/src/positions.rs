@@ -5,12 +5,10 @@
 
 use crate::error::{Error, Result};
 
-/// A token position: a non-negative integer. spec: [conv.positions]
-pub type Position = u64;
-
-/// The largest position the reference accepts: every position must convert to f64 exactly.
+/// A token position (a non-negative integer) and the largest one accepted, 2^53, below which
+/// every position converts to f64 exactly: words shared with the other implementations.
 /// spec: [conv.positions]
-pub const MAX_POSITION: Position = 1 << 53;
+pub use fire_vocabulary::{Position, MAX_POSITION};
 
 /// How the integers handed to an encoding map to the paper's positions. spec: [conv.indexing]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

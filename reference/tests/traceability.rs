@@ -2,7 +2,8 @@
 //!
 //! A clause is a level-3 heading `### [id] Title` (spec/README.md). Code cites clauses in doc
 //! comments as `spec: [a], [b]`, possibly continued on the next comment lines. This test reads
-//! the whole workspace (all three crates), because a clause may be implemented by any of them.
+//! the whole workspace (every crate, nested ones included), because a clause may be implemented
+//! by any of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -93,7 +94,13 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// Every citation in the crates' sources: id → first file citing it.
 fn citations() -> BTreeMap<String, String> {
     let mut files = Vec::new();
-    for krate in ["reference", "accelerated", "conformance"] {
+    for krate in [
+        "reference",
+        "reference/vocabulary",
+        "accelerated",
+        "accelerated/kernels",
+        "conformance",
+    ] {
         rust_files(&workspace().join(krate).join("src"), &mut files);
     }
     let mut out = BTreeMap::new();

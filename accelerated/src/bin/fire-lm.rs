@@ -4,16 +4,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use fire_accelerated::checkpoint::{self, load_model};
-use fire_accelerated::config::{EncodingConfig, FireConfig, ModelConfig};
+use fire_accelerated::attention::AttentionPath;
+use fire_accelerated::config::{Encoding, EncodingConfig, FireConfig, ModelConfig};
 use fire_accelerated::data::Corpus;
 use fire_accelerated::encodings::Grid;
 use fire_accelerated::eval::{self, EvalConfig, Report};
 use fire_accelerated::generate::{generate_with, SampleConfig};
+use fire_accelerated::kernels::bench as kernel_bench;
 use fire_accelerated::plot::{self, Chart, Series};
 use fire_accelerated::tokenizer::Tokenizer;
+use fire_accelerated::train::checkpoint::{self, load_model};
 use fire_accelerated::train::{self, Options, TrainConfig};
 
 #[derive(Parser, Debug)]
@@ -43,23 +45,38 @@ enum Command {
     Demo(DemoArgs),
 }
 
+/// Where the model runs.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum DeviceKind {
+    /// The CPU.
+    Cpu,
+    /// CUDA device 0 (needs the `cuda` feature).
+    Cuda,
+}
+
 #[derive(Args, Debug, Clone)]
 struct DeviceArg {
-    /// `cpu` or `cuda` (needs the `cuda` feature).
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    /// Where the model runs.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Cpu)]
+    device: DeviceKind,
 }
 
 fn device(arg: &DeviceArg) -> Result<Device> {
-    match arg.device.as_str() {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Device::new_cuda(0).context(if cfg!(feature = "cuda") {
+    match arg.device {
+        DeviceKind::Cpu => Ok(Device::Cpu),
+        DeviceKind::Cuda => Device::new_cuda(0).context(if cfg!(feature = "cuda") {
             "CUDA device 0: is an NVIDIA GPU with its driver present?"
         } else {
             "CUDA device 0: this binary was built without `--features cuda`"
         }),
-        other => bail!("unknown device `{other}` (cpu or cuda)"),
     }
+}
+
+/// The name clap parses back to `value`.
+fn arg_name(value: impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned())
 }
 
 #[derive(Args, Debug)]
@@ -76,9 +93,9 @@ struct TrainArgs {
     /// Training config (YAML or JSON); flags below override it.
     #[arg(long)]
     train_config: Option<PathBuf>,
-    /// Positional encoding: fire, fire-s, nope, rope, rope-pi, alibi, kerple-log, kerple-power, t5, sandwich.
-    #[arg(long, default_value = "fire")]
-    encoding: String,
+    /// Positional encoding.
+    #[arg(long, value_enum, default_value_t = Encoding::Fire)]
+    encoding: Encoding,
     /// RoPE-PI's scale (target length / training length).
     #[arg(long, default_value_t = 8.0)]
     rope_pi_scale: f64,
@@ -124,8 +141,8 @@ struct TrainArgs {
     quiet: bool,
     /// Attention of training: fused (the fused op with a backward pass, no [B, H, N, N]
     /// tensor; where the encoding is additive and the device the CPU) or materialised.
-    #[arg(long)]
-    attention: Option<String>,
+    #[arg(long, value_enum)]
+    attention: Option<AttentionPath>,
     #[command(flatten)]
     device: DeviceArg,
 }
@@ -134,7 +151,7 @@ fn model_config(a: &TrainArgs) -> Result<ModelConfig> {
     if let Some(p) = &a.config {
         return Ok(ModelConfig::load(p)?);
     }
-    let mut encoding = EncodingConfig::from_name(&a.encoding, a.rope_pi_scale)?;
+    let mut encoding = a.encoding.config(a.rope_pi_scale);
     if let EncodingConfig::Fire(f) | EncodingConfig::FireS(f) = &mut encoding {
         *f = FireConfig {
             l_init: a.fire_l_init.unwrap_or(f.l_init),
@@ -181,8 +198,8 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     if a.tokenizer.is_some() {
         t.tokenizer = a.tokenizer.clone();
     }
-    if let Some(p) = &a.attention {
-        t.attention = p.parse()?;
+    if let Some(p) = a.attention {
+        t.attention = p;
     }
     Ok(t)
 }
@@ -224,9 +241,9 @@ struct EvalArgs {
     #[arg(long, default_value_t = 4)]
     batch: usize,
     /// `fused` (the tiled kernel with on-the-fly bias, used where the encoding is additive and
-    /// the device is the CPU; RoPE falls back) or `materialised` (the chunked candle path).
-    #[arg(long, default_value = "fused")]
-    attention: String,
+    /// the device can run it; RoPE falls back) or `materialised` (the chunked candle path).
+    #[arg(long, value_enum, default_value_t = AttentionPath::Fused)]
+    attention: AttentionPath,
     /// Where to write eval.json and log-ppl.{svg,png} (default: the first run).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -259,7 +276,7 @@ fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
             max_windows: a.max_windows,
             chunk: a.chunk.unwrap_or(t.seq_len),
             batch: a.batch,
-            attention: a.attention.parse()?,
+            attention: a.attention,
         };
         let results = eval::evaluate(&model, &split.eval, &cfg)?;
         reports.push(Report {
@@ -316,8 +333,9 @@ struct BiasArgs {
 fn run_bias(a: &BiasArgs) -> Result<()> {
     let dev = Device::Cpu;
     let (model, _) = load_model(&a.run, &dev)?;
-    let modules = model.encoding.fire_modules();
-    if modules.is_empty() {
+    let fire = matches!(model.cfg.encoding.kind(), Encoding::Fire | Encoding::FireS);
+    let modules = model.encoding.modules();
+    if !fire || modules.is_empty() {
         bail!(
             "{} uses {}, not FIRE",
             a.run.display(),
@@ -383,10 +401,10 @@ struct GenerateArgs {
     top_k: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// `fused` (additive encodings on the CPU: the fused kernel, one decoding step per token)
-    /// or `materialised` (the candle cache path).
-    #[arg(long, default_value = "fused")]
-    attention: String,
+    /// `fused` (additive encodings: the fused kernel, one decoding step per token) or
+    /// `materialised` (the candle cache path).
+    #[arg(long, value_enum, default_value_t = AttentionPath::Fused)]
+    attention: AttentionPath,
     #[command(flatten)]
     device: DeviceArg,
 }
@@ -402,7 +420,7 @@ fn run_generate(a: &GenerateArgs) -> Result<()> {
         seed: a.seed,
         chunk: loaded.state.train.seq_len,
     };
-    let out = generate_with(&model, &tok.encode(&a.prompt)?, &cfg, a.attention.parse()?)?;
+    let out = generate_with(&model, &tok.encode(&a.prompt)?, &cfg, a.attention)?;
     println!("{}{}", a.prompt, tok.decode(&out)?);
     Ok(())
 }
@@ -413,8 +431,8 @@ struct DemoArgs {
     #[arg(long, default_value = "runs/demo")]
     out: PathBuf,
     /// Encodings to train and compare.
-    #[arg(long, value_delimiter = ',', default_value = "fire,nope")]
-    encodings: Vec<String>,
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Encoding::Fire, Encoding::Nope])]
+    encodings: Vec<Encoding>,
     #[arg(long, default_value_t = 300)]
     steps: u64,
     #[arg(long, default_value_t = 64)]
@@ -426,7 +444,7 @@ struct DemoArgs {
 fn run_demo(a: &DemoArgs) -> Result<()> {
     let mut runs = Vec::new();
     for enc in &a.encodings {
-        let run = a.out.join(enc);
+        let run = a.out.join(enc.name());
         if run.join("latest").exists() {
             println!("{} exists; reusing it", run.display());
         } else {
@@ -436,7 +454,7 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
                 "--run",
                 &run.display().to_string(),
                 "--encoding",
-                enc,
+                enc.name(),
                 "--fire-l-init",
                 &(a.seq_len / 4).max(1).to_string(),
                 "--rope-pi-scale",
@@ -448,7 +466,7 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
                 "--warmup",
                 &(a.steps / 10).to_string(),
                 "--device",
-                &a.device.device,
+                &arg_name(a.device.device),
             ])?;
             let Command::Train(args) = cli.command else {
                 bail!("internal: demo built a non-train command");
@@ -467,7 +485,7 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
         max_windows: 16,
         chunk: None,
         batch: 4,
-        attention: "fused".into(),
+        attention: AttentionPath::Fused,
         out: Some(a.out.clone()),
         device: a.device.clone(),
     })?;
@@ -476,21 +494,29 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
 
 #[derive(Args, Debug)]
 struct BenchArgs {
-    /// Kernel-table lengths (`fast::bench::compare`); `--kernel-lengths` alone skips the kernel
-    /// table.
+    /// Kernel-table lengths (`fire_kernels::bench::compare`); `--kernel-lengths` alone skips
+    /// the kernel table.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "512,1024")]
     kernel_lengths: Vec<usize>,
     /// Heads of the kernel table.
     #[arg(long, default_value_t = 12)]
     kernel_heads: usize,
+    /// Head dimension of the kernel table.
+    #[arg(long, default_value_t = 64)]
+    kernel_head_dim: usize,
     /// Attention variants of the kernel table (default: all): fused-nope, fused-nope-zero-bias,
     /// fused-fire, fused-fire-s, fused-alibi, fused-kerple-log, fused-kerple-power, fused-t5,
-    /// fused-sandwich, materialised-fire.
-    #[arg(long, value_delimiter = ',')]
-    variants: Vec<String>,
+    /// fused-sandwich, materialised-fire. Run one variant per process under `/usr/bin/time -v`
+    /// for an independent peak-memory figure.
+    #[arg(long, value_delimiter = ',', value_parser = variant)]
+    variants: Vec<kernel_bench::Variant>,
     /// Skip the kernel table's bias rows (materialised MLP vs compiled pairs/s).
     #[arg(long)]
     no_bias: bool,
+    /// The largest `[H, N, N]` f32 bias materialised FIRE may allocate, in GiB (longer lengths
+    /// skip that variant).
+    #[arg(long, default_value_t = 4.0)]
+    materialised_limit_gib: f64,
     /// Training length of the end-to-end model (FIRE's L_init, the candle chunk).
     #[arg(long, default_value_t = 64)]
     train_len: usize,
@@ -514,22 +540,25 @@ struct BenchArgs {
     fire_only: bool,
 }
 
+/// A kernel-table variant by its name.
+fn variant(name: &str) -> std::result::Result<kernel_bench::Variant, String> {
+    kernel_bench::Variant::parse(name)
+        .ok_or_else(|| format!("unknown variant `{name}` (see fire-lm bench --help)"))
+}
+
 fn run_bench(a: &BenchArgs) -> Result<()> {
-    use fire_accelerated::{fast, throughput};
+    use fire_accelerated::throughput;
+    eprintln!("threads: {}", rayon::current_num_threads());
     if !a.kernel_lengths.is_empty() {
-        let mut variants = Vec::new();
-        for name in &a.variants {
-            variants.push(fast::bench::Variant::parse(name).ok_or_else(|| {
-                anyhow::anyhow!("unknown variant `{name}` (see fire-lm bench --help)")
-            })?);
-        }
-        if !variants.is_empty() && !variants.contains(&fast::bench::Variant::NopeNoBias) {
+        let mut variants = a.variants.clone();
+        if !variants.is_empty() && !variants.contains(&kernel_bench::Variant::NopeNoBias) {
             // Every ratio is to fused NoPE: always measure it.
-            variants.insert(0, fast::bench::Variant::NopeNoBias);
+            variants.insert(0, kernel_bench::Variant::NopeNoBias);
         }
-        let defaults = fast::bench::Config::default();
-        let cfg = fast::bench::Config {
+        let defaults = kernel_bench::Config::default();
+        let cfg = kernel_bench::Config {
             heads: a.kernel_heads,
+            head_dim: a.kernel_head_dim,
             lengths: a.kernel_lengths.clone(),
             repeats: a.repeats.max(1),
             variants: if variants.is_empty() {
@@ -538,9 +567,10 @@ fn run_bench(a: &BenchArgs) -> Result<()> {
                 variants
             },
             bias: !a.no_bias,
-            ..defaults
+            materialised_limit_bytes: (a.materialised_limit_gib.max(0.0) * (1u64 << 30) as f64)
+                as usize,
         };
-        let table = fast::bench::compare(&cfg, |l| eprintln!("{l}"))?;
+        let table = kernel_bench::compare(&cfg, |l| eprintln!("{l}"))?;
         println!("{table}");
     }
     if !a.multiples.is_empty() {

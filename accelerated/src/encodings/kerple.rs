@@ -3,11 +3,11 @@
 //! per head and layer, both clamped to ≥ 0.01 (and r2 ≤ 2 for the power form).
 
 use candle_core::{Device, Tensor};
+use fire_kernels::{DeviceTables, DistanceBias, DistanceEncoding};
 
-use crate::encodings::{Grid, PositionEncoding};
-use crate::error::{ensure, Error, Result};
-use crate::fast::{DistanceBias, DistanceEncoding, TileBias};
-use crate::fused::{values, FusedEncoding};
+use crate::encodings::additive::AdditiveModule;
+use crate::encodings::grid::{values, Grid};
+use crate::error::{ensure, Result};
 use crate::params::{Init, Path};
 
 /// The clamp floor of both parameters in the reference code.
@@ -43,13 +43,31 @@ impl Kerple {
         })
     }
 
-    /// From explicit per-head values.
+    /// From explicit per-head values: the effective parameters, which [kerple.params] requires
+    /// finite and > 0 (and r2 ≤ 2 for the power form) — explicit values are not clamped, an
+    /// invalid one is refused. spec: [kerple.params]
     pub fn from_params(form: Form, r1: &[f64], r2: &[f64], device: &Device) -> Result<Self> {
         ensure(!r1.is_empty() && r1.len() == r2.len(), || {
             format!(
                 "Kerple needs equal, non-empty r1/r2 lists, got {} and {}",
                 r1.len(),
                 r2.len()
+            )
+        })?;
+        let bad = r1
+            .iter()
+            .chain(r2)
+            .find(|v| !(v.is_finite() && **v > 0.0))
+            .copied()
+            .or_else(|| {
+                r2.iter()
+                    .find(|v| form == Form::Power && **v > 2.0)
+                    .copied()
+            });
+        ensure(bad.is_none(), || {
+            format!(
+                "Kerple parameters must be finite and > 0 (power: r2 <= 2), got {}",
+                bad.unwrap_or_default()
             )
         })?;
         let t = |v: &[f64]| {
@@ -62,9 +80,18 @@ impl Kerple {
             bias_a: t(r2)?,
         })
     }
+}
 
-    /// `[H, Q, K]`.
-    pub fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
+impl AdditiveModule for Kerple {
+    fn heads(&self) -> usize {
+        self.bias_p.dims()[0]
+    }
+
+    fn device(&self) -> &Device {
+        self.bias_p.device()
+    }
+
+    fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
         let p = self.bias_p.maximum(EPS)?;
         let d = grid.distance.unsqueeze(0)?;
         let kernel = match self.form {
@@ -85,12 +112,10 @@ impl Kerple {
         Ok(kernel.broadcast_mul(&p)?.neg()?)
     }
 
-    /// Row-major `[H, Q, K]` at arbitrary positions.
-    /// The module tabulated for the fused kernel, with the same clamps as [`Self::bias_tensor`].
-    pub fn compile(&self, capacity: usize) -> Result<DistanceBias> {
+    /// Tabulated from the current values, with the same clamps as [`Self::bias_tensor`].
+    fn source(&self, capacity: usize) -> Result<Box<dyn DeviceTables>> {
         let r1: Vec<f64> = values(&self.bias_p)?.iter().map(|p| p.max(EPS)).collect();
         let a = values(&self.bias_a)?;
-        let heads = r1.len();
         let enc = match self.form {
             Form::Log => DistanceEncoding::KerpleLog {
                 r1,
@@ -101,61 +126,6 @@ impl Kerple {
                 r2: a.iter().map(|a| a.clamp(EPS, 2.0)).collect(),
             },
         };
-        Ok(DistanceBias::new(enc, heads, capacity)?)
-    }
-
-    pub fn bias(&self, queries: &[u64], keys: &[u64]) -> Result<Vec<f32>> {
-        let grid = Grid::new(queries, keys, self.bias_p.device())?;
-        Ok(self.bias_tensor(&grid)?.flatten_all()?.to_vec1()?)
-    }
-}
-
-/// One Kerple module per layer, as in the reference code.
-#[derive(Debug, Clone)]
-pub struct PerLayer {
-    /// Layer `l`'s module.
-    pub modules: Vec<Kerple>,
-}
-
-impl PositionEncoding for PerLayer {
-    fn name(&self) -> &'static str {
-        match self.modules.first().map(|m| m.form) {
-            Some(Form::Power) => "kerple-power",
-            _ => "kerple-log",
-        }
-    }
-    fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
-        if layers != self.modules.len() {
-            return Err(Error::Config(format!(
-                "Kerple has {} modules for {layers} layers",
-                self.modules.len()
-            )));
-        }
-        self.modules
-            .iter()
-            .map(|m| m.bias_tensor(grid).map(Some))
-            .collect()
-    }
-    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
-        if layers != self.modules.len() {
-            return Err(Error::Config(format!(
-                "Kerple has {} modules for {layers} layers",
-                self.modules.len()
-            )));
-        }
-        let sources = self
-            .modules
-            .iter()
-            .map(|m| Ok(Box::new(m.compile(capacity)?) as Box<dyn TileBias>))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Some(FusedEncoding::per_layer(sources)))
-    }
-    fn train_bias(
-        &self,
-        layers: usize,
-        n: usize,
-        device: &Device,
-    ) -> Result<Option<Vec<crate::fused_op::LayerBias>>> {
-        crate::encodings::distance_tables(self, layers, n, device)
+        Ok(Box::new(DistanceBias::new(enc, self.heads(), capacity)?))
     }
 }

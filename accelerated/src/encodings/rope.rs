@@ -3,7 +3,8 @@
 
 use candle_core::{Device, Tensor, D};
 
-use crate::encodings::{Grid, PositionEncoding};
+use crate::encodings::encoding::PositionEncoding;
+use crate::encodings::grid::Grid;
 use crate::error::{ensure, Result};
 
 /// Rotary embeddings with base θ and position scale `s` (`s = 1`: RoPE; `s > 1`: RoPE-PI).
@@ -20,7 +21,7 @@ pub struct Rope {
 impl Rope {
     /// A rotary encoding for heads of width `head_dim`.
     pub fn new(theta: f64, scale: f64, head_dim: usize) -> Result<Self> {
-        ensure(head_dim % 2 == 0 && head_dim > 0, || {
+        ensure(head_dim.is_multiple_of(2) && head_dim > 0, || {
             format!("RoPE needs an even head dimension, got {head_dim}")
         })?;
         ensure(theta > 1.0 && scale > 0.0, || {

@@ -2,11 +2,11 @@
 //! b_h(i, j) = (Σ_{k=1}^{d/2} cos(|i − j| / 10000^{2k/d}) − d/2) / (h·8/H). No parameters.
 
 use candle_core::{Device, Tensor, D};
+use fire_kernels::{DeviceTables, DistanceBias, DistanceEncoding};
 
-use crate::encodings::{Grid, PositionEncoding};
+use crate::encodings::additive::AdditiveModule;
+use crate::encodings::grid::Grid;
 use crate::error::{ensure, Result};
-use crate::fast::{DistanceBias, DistanceEncoding};
-use crate::fused::FusedEncoding;
 
 /// Sandwich.
 #[derive(Debug, Clone)]
@@ -38,44 +38,28 @@ impl Sandwich {
             half,
         })
     }
+}
 
-    /// `[H, Q, K]`.
-    pub fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
+impl AdditiveModule for Sandwich {
+    fn heads(&self) -> usize {
+        self.scales.dims()[0]
+    }
+
+    fn device(&self) -> &Device {
+        self.inv_freq.device()
+    }
+
+    fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
         let angles = grid.distance.unsqueeze(2)?.broadcast_mul(&self.inv_freq)?;
         let sum = (angles.cos()?.sum(D::Minus1)? - self.half as f64)?;
         Ok(sum.unsqueeze(0)?.broadcast_div(&self.scales)?)
     }
 
-    /// Row-major `[H, Q, K]` at arbitrary positions.
-    pub fn bias(&self, queries: &[u64], keys: &[u64]) -> Result<Vec<f32>> {
-        let grid = Grid::new(queries, keys, self.inv_freq.device())?;
-        Ok(self.bias_tensor(&grid)?.flatten_all()?.to_vec1()?)
-    }
-}
-
-impl PositionEncoding for Sandwich {
-    fn name(&self) -> &'static str {
-        "sandwich"
-    }
-    fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
-        let once = self.bias_tensor(grid)?;
-        Ok(vec![Some(once); layers])
-    }
-    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
-        let heads = self.scales.dims()[0];
+    fn source(&self, capacity: usize) -> Result<Box<dyn DeviceTables>> {
         let enc = DistanceEncoding::Sandwich {
-            heads,
+            heads: self.heads(),
             dim: 2 * self.half,
         };
-        let source = Box::new(DistanceBias::new(enc, heads, capacity)?);
-        Ok(Some(FusedEncoding::shared(source, layers)))
-    }
-    fn train_bias(
-        &self,
-        layers: usize,
-        n: usize,
-        device: &Device,
-    ) -> Result<Option<Vec<crate::fused_op::LayerBias>>> {
-        crate::encodings::distance_tables(self, layers, n, device)
+        Ok(Box::new(DistanceBias::new(enc, self.heads(), capacity)?))
     }
 }

@@ -3,29 +3,12 @@
 //! table shared by all layers. Keys after the query fall in bucket 0 (n = max(i − j, 0)).
 
 use candle_core::{Device, Tensor};
+use fire_kernels::{t5_bucket, DeviceTables, DistanceBias, DistanceEncoding};
 
-use crate::encodings::{Grid, PositionEncoding};
+use crate::encodings::additive::AdditiveModule;
+use crate::encodings::grid::{values, Grid};
 use crate::error::{ensure, Result};
-use crate::fast::{DistanceBias, DistanceEncoding};
-use crate::fused::{values, FusedEncoding};
 use crate::params::{Init, Path};
-
-/// The causal bucket of distance `n = max(i − j, 0)`:
-/// `n` if `n < N/2`, else `min(N − 1, N/2 + ⌊ln(n/(N/2)) / ln(D/(N/2)) · (N − N/2)⌋)`, computed
-/// in binary32 as the official code does (the ratio, its logarithm and the product are f32;
-/// the constant ln(D/(N/2)) is rounded once to f32). spec: [t5.bucket.official.float]
-pub fn bucket(query: u64, key: u64, num_buckets: usize, max_distance: u64) -> usize {
-    let n = query.saturating_sub(key);
-    let max_exact = (num_buckets / 2) as u64;
-    if n < max_exact {
-        return n as usize;
-    }
-    let ratio = n as f32 / max_exact as f32;
-    let log = f64::from(ratio).ln() as f32;
-    let span = (max_distance as f64 / max_exact as f64).ln() as f32;
-    let scaled = (log / span) * (num_buckets as u64 - max_exact) as f32;
-    (max_exact + scaled as u64).min(num_buckets as u64 - 1) as usize
-}
 
 /// T5 RPE.
 #[derive(Debug, Clone)]
@@ -76,54 +59,39 @@ impl T5 {
             max_distance,
         })
     }
+}
 
-    /// `[H, Q, K]`.
-    pub fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
+impl AdditiveModule for T5 {
+    fn heads(&self) -> usize {
+        self.table.dims()[1]
+    }
+
+    fn device(&self) -> &Device {
+        self.table.device()
+    }
+
+    /// One bucket per pair ([`t5_bucket`] of `max(i − j, 0)`), then the table's row.
+    fn bias_tensor(&self, grid: &Grid) -> Result<Tensor> {
         let (q, k) = grid.dims();
         let mut ids = Vec::with_capacity(q * k);
         for &i in &grid.queries {
             for &j in &grid.keys {
-                ids.push(bucket(i, j, self.num_buckets, self.max_distance) as u32);
+                let n = i.saturating_sub(j);
+                ids.push(t5_bucket(n, self.num_buckets, self.max_distance) as u32);
             }
         }
         let ids = Tensor::from_vec(ids, q * k, self.table.device())?;
-        let heads = self.table.dims()[1];
         let rows = self.table.index_select(&ids, 0)?; // [Q·K, H]
-        Ok(rows.t()?.reshape((heads, q, k))?)
+        Ok(rows.t()?.reshape((self.heads(), q, k))?)
     }
 
-    /// Row-major `[H, Q, K]` at arbitrary positions.
-    pub fn bias(&self, queries: &[u64], keys: &[u64]) -> Result<Vec<f32>> {
-        let grid = Grid::new(queries, keys, self.table.device())?;
-        Ok(self.bias_tensor(&grid)?.flatten_all()?.to_vec1()?)
-    }
-}
-
-impl PositionEncoding for T5 {
-    fn name(&self) -> &'static str {
-        "t5"
-    }
-    fn biases(&self, grid: &Grid, layers: usize) -> Result<Vec<Option<Tensor>>> {
-        let once = self.bias_tensor(grid)?;
-        Ok(vec![Some(once); layers])
-    }
-    fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<FusedEncoding>> {
-        // The kernel's table is `[H, buckets]`; ours is `[buckets, H]`.
-        let heads = self.table.dims()[1];
+    fn source(&self, capacity: usize) -> Result<Box<dyn DeviceTables>> {
+        // The kernels' table is `[H, buckets]`; ours is `[buckets, H]`.
         let enc = DistanceEncoding::T5 {
             buckets: self.num_buckets,
-            max_distance: self.max_distance as usize,
+            max_distance: self.max_distance,
             table: values(&self.table.t()?)?,
         };
-        let source = Box::new(DistanceBias::new(enc, heads, capacity)?);
-        Ok(Some(FusedEncoding::shared(source, layers)))
-    }
-    fn train_bias(
-        &self,
-        layers: usize,
-        n: usize,
-        device: &Device,
-    ) -> Result<Option<Vec<crate::fused_op::LayerBias>>> {
-        crate::encodings::distance_tables(self, layers, n, device)
+        Ok(Box::new(DistanceBias::new(enc, self.heads(), capacity)?))
     }
 }

@@ -151,8 +151,8 @@ struct RunArgs {
     implementation: Option<String>,
     /// A built-in implementation: `reference` (default); `mutant` (an independent f32 or f64
     /// implementation, per --dtype) or `mutant:VARIANT` (the same making one catalogued mistake);
-    /// or (feature `accelerated`) `accelerated` (the candle modules) or `fast` (the fast kernels:
-    /// compiled FIRE, fused attention, fused backward).
+    /// `fast` (feature `fast`: the kernels, compiled FIRE, fused attention, fused backward) or
+    /// `accelerated` (feature `accelerated`: the candle modules).
     #[arg(long, default_value = "reference")]
     builtin: String,
     /// A command run once before the implementation starts.
@@ -308,9 +308,9 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             }
             #[cfg(feature = "accelerated")]
             "accelerated" => Box::new(fire_conformance::implementations::accelerated::Accelerated),
-            #[cfg(feature = "accelerated")]
+            #[cfg(feature = "fast")]
             "fast" => Box::new(fire_conformance::implementations::fast::Fast),
-            other => bail!("unknown built-in implementation `{other}` (reference, mutant or mutant:VARIANT; accelerated and fast need the `accelerated` feature)"),
+            other => bail!("unknown built-in implementation `{other}` (reference, mutant or mutant:VARIANT; fast needs the `fast` feature, accelerated the `accelerated` feature)"),
         },
         Some(cmd) => Box::new(external::External::new(
             cmd,

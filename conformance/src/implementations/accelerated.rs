@@ -10,85 +10,31 @@
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Var};
-use fire_accelerated::config::{Activation, Threshold, Transform};
+use fire_accelerated::attention::causal_head;
+use fire_accelerated::config::Threshold;
 use fire_accelerated::encodings::alibi::Alibi;
-use fire_accelerated::encodings::fire::{Fire, FireParams};
+use fire_accelerated::encodings::fire::Fire;
 use fire_accelerated::encodings::kerple::{Form, Kerple};
 use fire_accelerated::encodings::rope::Rope;
 use fire_accelerated::encodings::sandwich::Sandwich;
 use fire_accelerated::encodings::t5::T5;
-use fire_accelerated::encodings::{Grid, PositionEncoding};
+use fire_accelerated::encodings::{AdditiveModule, Grid, PositionEncoding};
 
+use super::f32_adapter::{
+    self, attention_input, bias_output, cotangent, count, errored, f32_capabilities, positions,
+    reply, setting, skip, tensor, to_f64, vector, Bias,
+};
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
-use crate::vectors::params::{check_tensor, layer_name};
+use crate::vectors::params::layer_name;
 
 /// `fire-accelerated` in process.
 #[derive(Debug, Default)]
 pub struct Accelerated;
 
-pub(crate) fn activation(name: &str) -> Option<Activation> {
-    Some(match name {
-        "relu" => Activation::Relu,
-        "gelu" => Activation::Gelu,
-        "identity" => Activation::Identity,
-        _ => return None,
-    })
-}
-
-fn params(p: &crate::vectors::format::FireParams) -> Result<FireParams, Reply> {
-    let skip = |why: &str| Reply::Skipped(why.into());
-    let mut layers = Vec::new();
-    for (n, l) in p.mlp.layers.iter().enumerate() {
-        check_tensor("weight", &l.weight).map_err(|e| Reply::Errored(e.to_string()))?;
-        let [out, inp] = l.weight.shape[..] else {
-            return Err(Reply::Errored(format!(
-                "layer {n}: weight must have two axes"
-            )));
-        };
-        let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
-        layers.push((f32s(&l.weight.data), out, inp, f32s(&l.bias.data)));
-    }
-    Ok(FireParams {
-        layers,
-        activation: activation(&p.mlp.activation)
-            .ok_or_else(|| skip("activation not supported by the accelerated crate"))?,
-        final_activation: match &p.mlp.final_activation {
-            None => None,
-            Some(a) => Some(activation(a).ok_or_else(|| skip("final activation not supported"))?),
-        },
-        c: p.c,
-        l_init: p.l_init,
-        l_multiplier: p.l_multiplier,
-        eps: p.eps,
-        transform: match p.transform.as_str() {
-            "log" => Transform::Log,
-            _ => Transform::Identity,
-        },
-        threshold: match p.threshold.as_str() {
-            "learnable" => Threshold::Learnable,
-            "fixed" => Threshold::Fixed,
-            _ => Threshold::Disabled,
-        },
-    })
-}
-
-/// A bias `[H, Q, K]`, row-major f32.
-pub(crate) struct Bias {
-    pub(crate) heads: usize,
-    pub(crate) data: Vec<f32>,
-}
-
-pub(crate) fn skip(why: impl Into<String>) -> Reply {
-    Reply::Skipped(why.into())
-}
-
-pub(crate) fn errored(e: impl std::fmt::Display) -> Reply {
-    Reply::Errored(e.to_string())
-}
-
 fn fire_module(p: &crate::vectors::format::FireParams, device: &Device) -> Result<Fire, Reply> {
-    Fire::from_params(&params(p)?, device).map_err(errored)
+    let (mlp, params) = f32_adapter::fire(p)?;
+    Fire::from_params(&mlp, &params, device).map_err(errored)
 }
 
 fn fire_bias(f: &Fire, q: &[u64], k: &[u64]) -> Result<Bias, Reply> {
@@ -96,35 +42,6 @@ fn fire_bias(f: &Fire, q: &[u64], k: &[u64]) -> Result<Bias, Reply> {
         heads: f.heads(),
         data: f.bias(q, k).map_err(errored)?,
     })
-}
-
-pub(crate) fn setting(b: &BaselineParams, key: &str) -> Result<i64, Reply> {
-    b.settings
-        .get(key)
-        .copied()
-        .ok_or_else(|| errored(format!("{}: setting `{key}` is missing", b.name)))
-}
-
-pub(crate) fn count(b: &BaselineParams, key: &str) -> Result<usize, Reply> {
-    usize::try_from(setting(b, key)?)
-        .map_err(|_| errored(format!("{}: setting `{key}` must be >= 0", b.name)))
-}
-
-pub(crate) fn tensor<'a>(b: &'a BaselineParams, key: &str) -> Result<&'a Tensor, Reply> {
-    let t = b
-        .params
-        .get(key)
-        .ok_or_else(|| errored(format!("{}: parameter `{key}` is missing", b.name)))?;
-    check_tensor(key, t).map_err(errored)?;
-    Ok(t)
-}
-
-pub(crate) fn vector(b: &BaselineParams, key: &str) -> Result<Vec<f64>, Reply> {
-    let t = tensor(b, key)?;
-    if t.shape.len() != 1 {
-        return Err(errored(format!("{}: `{key}` must have one axis", b.name)));
-    }
-    Ok(t.data.clone())
 }
 
 /// A baseline's bias, or the reason the accelerated crate has no such form.
@@ -140,6 +57,14 @@ fn baseline_bias(b: &BaselineParams, q: &[u64], k: &[u64], dev: &Device) -> Resu
             let slopes = vector(b, "slopes")?;
             let a = Alibi::with_slopes(&slopes, dev).map_err(errored)?;
             bias(slopes.len(), a.bias(q, k))
+        }
+        "alibi-standard" => {
+            let heads = count(b, "heads")?;
+            if heads == 0 {
+                return Err(errored("alibi-standard: `heads` must be >= 1"));
+            }
+            let a = Alibi::new(heads, dev).map_err(errored)?;
+            bias(heads, a.bias(q, k))
         }
         "kerple-log" | "kerple-power" => {
             let form = if b.name == "kerple-log" {
@@ -231,29 +156,6 @@ fn layer_biases(encoding: &Encoding, q: &[u64], k: &[u64]) -> Result<Vec<Bias>, 
     }
 }
 
-pub(crate) fn to_f64(v: &[f32]) -> Vec<f64> {
-    v.iter().copied().map(f64::from).collect()
-}
-
-/// An attention input `[H, rows, dim]` as f32 rows per head.
-pub(crate) fn attention_input(
-    name: &str,
-    t: &Option<Tensor>,
-    heads: usize,
-) -> Result<(usize, Vec<f32>), Reply> {
-    let t = t
-        .as_ref()
-        .ok_or_else(|| errored(format!("attention input `{name}` is missing")))?;
-    check_tensor(name, t).map_err(errored)?;
-    match t.shape[..] {
-        [h, _, d] if h == heads => Ok((d, t.data.iter().map(|&x| x as f32).collect())),
-        _ => Err(errored(format!(
-            "attention input `{name}` must be [{heads}, rows, dim], got {:?}",
-            t.shape
-        ))),
-    }
-}
-
 /// Causal attention per head (bias after the 1/√d scaling), `[H, Q, d_v]`.
 /// spec: [attn.logits], [attn.placement], [attn.causal]
 fn attention(inputs: &Inputs, bias: &Bias, q: &[u64], k: &[u64]) -> Result<Tensor, Reply> {
@@ -267,7 +169,7 @@ fn attention(inputs: &Inputs, bias: &Bias, q: &[u64], k: &[u64]) -> Result<Tenso
     }
     let mut out = Vec::with_capacity(h * nq * dv);
     for head in 0..h {
-        let o = fire_accelerated::attention::causal_head(
+        let o = causal_head(
             &qs[head * nq * dq..(head + 1) * nq * dq],
             &ks[head * nk * dk..(head + 1) * nk * dk],
             &vs[head * nk * dv..(head + 1) * nk * dv],
@@ -348,18 +250,8 @@ fn vjp(
 ) -> Result<BTreeMap<String, Tensor>, Reply> {
     let dev = Device::Cpu;
     let mut fire = fire_module(p, &dev)?;
-    let cot = inputs
-        .cotangent
-        .as_ref()
-        .ok_or_else(|| errored("vjp: `cotangent` is missing"))?;
-    check_tensor("cotangent", cot).map_err(errored)?;
     let want = [fire.heads(), q.len(), k.len()];
-    if cot.shape != want {
-        return Err(errored(format!(
-            "cotangent must be {want:?}, got {:?}",
-            cot.shape
-        )));
-    }
+    let cot = cotangent(inputs, want)?;
     let var = |t: &candle_core::Tensor| Var::from_tensor(t).map_err(errored);
     let mut layer_vars = Vec::new();
     for (w, b) in &mut fire.layers {
@@ -402,28 +294,6 @@ fn vjp(
     Ok(out)
 }
 
-pub(crate) fn stacked(layers: &[Bias], q: usize, k: usize) -> Tensor {
-    let heads = layers.first().map_or(0, |b| b.heads);
-    Tensor::new(
-        vec![layers.len(), heads, q, k],
-        layers.iter().flat_map(|b| to_f64(&b.data)).collect(),
-    )
-}
-
-/// Query and key positions of a request, as `u64`.
-pub(crate) fn positions(r: &Request) -> Result<(Vec<u64>, Vec<u64>), Reply> {
-    let convert = |what: &str, v: &[i64]| {
-        v.iter()
-            .map(|&x| u64::try_from(x))
-            .collect::<Result<Vec<u64>, _>>()
-            .map_err(|_| errored(format!("{what}: negative position")))
-    };
-    Ok((
-        convert("query positions", &r.inputs.queries)?,
-        convert("key positions", &r.inputs.keys)?,
-    ))
-}
-
 fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
     let (q, k) = positions(r)?;
     let mut out = BTreeMap::new();
@@ -433,14 +303,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
         }
         (Kind::Bias, e) => {
             let layers = layer_biases(e, &q, &k)?;
-            let t = match e {
-                Encoding::Fire(_) | Encoding::Baseline(_) => {
-                    let b = &layers[0];
-                    Tensor::new(vec![b.heads, q.len(), k.len()], to_f64(&b.data))
-                }
-                _ => stacked(&layers, q.len(), k.len()),
-            };
-            out.insert("bias".into(), t);
+            out.insert("bias".into(), bias_output(e, &layers, q.len(), k.len()));
         }
         (Kind::Attention, Encoding::Baseline(b)) if b.name == "rope" => {
             out.insert("output".into(), rope_attention(b, &r.inputs, &q, &k)?);
@@ -456,23 +319,6 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
         (Kind::Vjp, _) => return Err(errored("gradients are defined for a single FIRE module")),
     }
     Ok(out)
-}
-
-/// What an in-process f32 implementation of this crate declares: every family, f32, the
-/// spec's conventions.
-pub(crate) fn f32_capabilities(name: &str) -> Capabilities {
-    Capabilities {
-        name: name.into(),
-        families: vec!["*".into()],
-        dtypes: vec!["f32".into()],
-        future_keys: Default::default(),
-        placement: Default::default(),
-    }
-}
-
-/// An evaluation's outputs, or the reply that stopped it.
-pub(crate) fn reply(result: Result<BTreeMap<String, Tensor>, Reply>) -> Reply {
-    result.map_or_else(|r| r, Reply::Output)
 }
 
 impl Implementation for Accelerated {

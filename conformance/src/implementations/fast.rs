@@ -1,9 +1,9 @@
-//! The accelerated crate's fast kernels (`fire_accelerated::fast`) as a built-in implementation:
-//! `fire-conformance run --builtin fast` (cargo feature `accelerated`). Where
+//! The kernels crate (`fire-kernels`) as a built-in implementation: `fire-conformance run
+//! --builtin fast` (cargo feature `fast`, which pulls the kernels and no tensor library). Where
 //! [`super::accelerated`] checks the candle modules, this checks what evaluation and training
 //! actually run: FIRE compiled to its exact piecewise-linear form (a GeLU f_θ evaluated
 //! directly), the baselines tabulated per distance, the fused tiled attention, and the fused
-//! backward pass's FIRE gradient (segment sums; `fast::fire_grad`).
+//! backward pass's FIRE gradient (segment sums; `fire_kernels::fire_grad`).
 //!
 //! Cases outside the kernels' contract are skipped with the reason: key positions that are not
 //! non-decreasing (the kernels take keys as a KV cache holds them), value widths that differ
@@ -11,75 +11,45 @@
 
 use std::collections::BTreeMap;
 
-use fire_accelerated::fast::{self, DistanceEncoding, TileBias};
+use fire_kernels::{self as kernels, DistanceBias, DistanceEncoding, FireBias, TileBias};
 
-use super::accelerated::{
-    attention_input, count, errored, f32_capabilities, positions, reply, setting, skip, stacked,
-    tensor, to_f64, vector, Bias,
+use super::f32_adapter::{
+    self, attention_input, bias_output, cotangent, count, errored, f32_capabilities, positions,
+    reply, setting, skip, tensor, to_f64, vector, Bias,
 };
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::vectors::format::{BaselineParams, Encoding, Inputs, Kind, Tensor};
-use crate::vectors::params::{check_tensor, layer_name};
+use crate::vectors::params::layer_name;
 
-/// `fire_accelerated::fast` in process.
+/// `fire-kernels` in process.
 #[derive(Debug, Default)]
 pub struct Fast;
 
-fn activation(name: &str) -> Result<fast::Activation, Reply> {
-    Ok(match name {
-        "relu" => fast::Activation::Relu,
-        "gelu" => fast::Activation::Gelu,
-        "identity" => fast::Activation::Identity,
-        other => {
-            return Err(skip(format!(
-                "the fast kernels have no `{other}` activation"
-            )))
-        }
-    })
-}
-
-/// The module as the fast kernels hold it, with ψ tabulated for distances below `capacity`.
-fn fire(p: &crate::vectors::format::FireParams, capacity: usize) -> Result<fast::FireBias, Reply> {
-    let mut layers = Vec::new();
-    for (n, l) in p.mlp.layers.iter().enumerate() {
-        check_tensor("weight", &l.weight).map_err(errored)?;
-        check_tensor("bias", &l.bias).map_err(errored)?;
-        let [out, inp] = l.weight.shape[..] else {
-            return Err(errored(format!("layer {n}: weight must have two axes")));
-        };
-        layers.push(
-            fast::Linear::new(l.weight.data.clone(), l.bias.data.clone(), inp, out)
-                .map_err(errored)?,
-        );
-    }
-    let final_activation = match &p.mlp.final_activation {
-        None => None,
-        Some(a) => Some(activation(a)?),
-    };
-    let mlp = fast::Mlp::new(layers, activation(&p.mlp.activation)?, final_activation)
-        .map_err(errored)?;
-    let params = fast::FireParams {
-        c: p.c,
-        l_init: p.l_init,
-        l_multiplier: p.l_multiplier,
-        eps: p.eps,
-        transform: if p.transform == "log" {
-            fast::Transform::Log
-        } else {
-            fast::Transform::Identity
-        },
-        threshold: p.threshold != "disabled",
-    };
-    fast::FireBias::new(mlp, params, capacity).map_err(errored)
+/// The module as the kernels hold it, with ψ tabulated for distances below `capacity`.
+fn fire(p: &crate::vectors::format::FireParams, capacity: usize) -> Result<FireBias, Reply> {
+    let (mlp, params) = f32_adapter::fire(p)?;
+    FireBias::new(mlp, params, capacity).map_err(errored)
 }
 
 /// A baseline tabulated per distance, or the reason the crate has no such form.
-fn baseline(b: &BaselineParams, capacity: usize) -> Result<fast::DistanceBias, Reply> {
+fn baseline(b: &BaselineParams, capacity: usize) -> Result<DistanceBias, Reply> {
     let (encoding, heads) = match b.name.as_str() {
         "alibi" => {
             let slopes = vector(b, "slopes")?;
             let h = slopes.len();
             (DistanceEncoding::Alibi { slopes }, h)
+        }
+        "alibi-standard" => {
+            let h = count(b, "heads")?;
+            if h == 0 {
+                return Err(errored("alibi-standard: `heads` must be >= 1"));
+            }
+            (
+                DistanceEncoding::Alibi {
+                    slopes: fire_kernels::alibi_slopes(h),
+                },
+                h,
+            )
         }
         "kerple-log" | "kerple-power" => {
             let (r1, r2) = (vector(b, "r1")?, vector(b, "r2")?);
@@ -103,9 +73,14 @@ fn baseline(b: &BaselineParams, capacity: usize) -> Result<fast::DistanceBias, R
             let [heads, buckets] = values.shape[..] else {
                 return Err(errored("t5-official: `values` must be [heads, buckets]"));
             };
+            if count(b, "num_buckets")? != buckets {
+                return Err(errored(
+                    "t5-official: `num_buckets` differs from the width of `values`",
+                ));
+            }
             let encoding = DistanceEncoding::T5 {
                 buckets,
-                max_distance: count(b, "max_distance")?,
+                max_distance: count(b, "max_distance")? as u64,
                 table: values.data.clone(),
             };
             (encoding, heads)
@@ -117,7 +92,7 @@ fn baseline(b: &BaselineParams, capacity: usize) -> Result<fast::DistanceBias, R
             )))
         }
     };
-    fast::DistanceBias::new(encoding, heads, capacity).map_err(errored)
+    DistanceBias::new(encoding, heads, capacity).map_err(errored)
 }
 
 /// The longest ψ / distance table the builtin builds: longer distances take the kernels'
@@ -202,13 +177,13 @@ fn attention(
     if dk != d || dv != d {
         return Err(skip("the fused kernel takes one head width for q, k and v"));
     }
-    let shape = fast::Shape {
+    let shape = kernels::Shape {
         heads: h,
         queries: q.len(),
         keys: k.len(),
         head_dim: d,
     };
-    let out = fast::attend(&qs, &ks, &vs, shape, q, k, Some(source)).map_err(errored)?;
+    let out = kernels::attend(&qs, &ks, &vs, shape, q, k, Some(source)).map_err(errored)?;
     Ok(Tensor::new(vec![h, q.len(), d], to_f64(&out)))
 }
 
@@ -222,18 +197,8 @@ fn vjp(
 ) -> Result<BTreeMap<String, Tensor>, Reply> {
     sorted_keys(k)?;
     let module = fire(p, capacity(q, k))?;
-    let cot = inputs
-        .cotangent
-        .as_ref()
-        .ok_or_else(|| errored("vjp: `cotangent` is missing"))?;
-    check_tensor("cotangent", cot).map_err(errored)?;
     let (h, nq, nk) = (module.heads(), q.len(), k.len());
-    if cot.shape != [h, nq, nk] {
-        return Err(errored(format!(
-            "cotangent must be [{h}, {nq}, {nk}], got {:?}",
-            cot.shape
-        )));
-    }
+    let cot = cotangent(inputs, [h, nq, nk])?;
     let plan = module.grad_plan(q, k).map_err(errored)?;
     let mut stats = vec![0f64; plan.stats_len()];
     for hh in 0..h {
@@ -274,7 +239,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
     if q.is_empty() || k.is_empty() {
         return Err(errored("query and key position lists must be non-empty"));
     }
-    if let Some(p) = q.iter().chain(&k).find(|&&p| p > fast::MAX_POSITION) {
+    if let Some(p) = q.iter().chain(&k).find(|&&p| p > kernels::MAX_POSITION) {
         return Err(errored(format!(
             "position {p} is beyond 2^53 (not exact in binary64)"
         )));
@@ -287,14 +252,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
                 .iter()
                 .map(|s| bias(s.as_ref(), &q, &k))
                 .collect::<Result<Vec<_>, Reply>>()?;
-            let t = match e {
-                Encoding::Fire(_) | Encoding::Baseline(_) => {
-                    let b = &layers[0];
-                    Tensor::new(vec![b.heads, q.len(), k.len()], to_f64(&b.data))
-                }
-                _ => stacked(&layers, q.len(), k.len()),
-            };
-            out.insert("bias".into(), t);
+            out.insert("bias".into(), bias_output(e, &layers, q.len(), k.len()));
         }
         (Kind::Attention, e) => {
             let [source] = &sources(e, cap)?[..] else {
@@ -314,7 +272,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
 impl Implementation for Fast {
     fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
         Ok(f32_capabilities(
-            "fire-accelerated fast kernels (compiled FIRE, fused attention, cpu)",
+            "fire-kernels (compiled FIRE, fused attention, cpu)",
         ))
     }
 

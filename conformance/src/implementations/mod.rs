@@ -3,7 +3,9 @@
 #[cfg(feature = "accelerated")]
 pub mod accelerated;
 pub mod external;
-#[cfg(feature = "accelerated")]
+#[cfg(feature = "fast")]
+mod f32_adapter;
+#[cfg(feature = "fast")]
 pub mod fast;
 pub mod mutant;
 pub mod reference;

@@ -74,7 +74,7 @@ impl Rope {
     /// `ω_m = b^(−2m/d)` for `m = 0..d/2`. spec: [rope.frequencies]
     pub fn frequencies(&self, dim: usize) -> Result<Vec<f64>> {
         self.validate()?;
-        if dim < 2 || dim % 2 != 0 {
+        if dim < 2 || !dim.is_multiple_of(2) {
             return Err(Error::Invalid {
                 what: "RoPE dimension".into(),
                 reason: format!("must be even and >= 2, got {dim}"),

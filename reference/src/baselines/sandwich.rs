@@ -102,7 +102,7 @@ impl AdditiveBias for SandwichCentred {
     /// spec: [sandwich.centred], [num.errors]
     fn validate(&self) -> Result<()> {
         per_head("Sandwich heads", self.heads, None)?;
-        if self.head_dim < 2 || self.head_dim % 2 != 0 {
+        if self.head_dim < 2 || !self.head_dim.is_multiple_of(2) {
             return Err(Error::Invalid {
                 what: "Sandwich head dimension".into(),
                 reason: format!("must be even and >= 2, got {}", self.head_dim),

@@ -39,7 +39,7 @@ impl OfficialBucketing {
     /// [t5.official.boundaries], [num.errors]
     pub fn new(num_buckets: u32, max_distance: u64, bidirectional: bool) -> Result<Self> {
         let what = || "T5 num_buckets".to_owned();
-        if bidirectional && (num_buckets < 4 || num_buckets % 2 != 0) {
+        if bidirectional && (num_buckets < 4 || !num_buckets.is_multiple_of(2)) {
             return Err(Error::Invalid {
                 what: what(),
                 reason: format!(

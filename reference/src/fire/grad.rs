@@ -151,7 +151,7 @@ pub fn jacobian(fire: &Fire, h: usize, i: Position, j: Position) -> Result<FireG
     Ok(pair_gradient(fire, as_real(i), as_real(j), &e))
 }
 
-/// The vector-Jacobian product Σ_{h,q,k} G[h,q,k] · ∂b_h(i_q, j_k)/∂(θ, c, m): what
+/// The vector-Jacobian product `Σ_{h,q,k} G[h,q,k] · ∂b_h(i_q, j_k)/∂(θ, c, m)`: what
 /// `(bias * G).sum().backward()` leaves in `.grad`. spec: [grad.vjp]
 pub fn vjp(
     fire: &Fire,

@@ -1,7 +1,7 @@
 //! Appendix E's defaults and a deterministic, seeded stand-in for PyTorch's initialisation.
 //!
-//! The reference has no RNG dependency: SplitMix64 is enough to draw reproducible weights, and
-//! its output is pinned by a snapshot test.
+//! The reference has no RNG dependency: SplitMix64 (from the shared vocabulary) is enough to
+//! draw reproducible weights, and its output is pinned by a snapshot test.
 
 use nalgebra::{DMatrix, DVector};
 
@@ -43,31 +43,9 @@ impl Default for Shape {
     }
 }
 
-/// SplitMix64: a tiny, well-studied generator; enough for reproducible test parameters.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [lo, hi), with 53 random bits.
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        lo + (hi - lo) * unit
-    }
-}
+/// SplitMix64: a tiny, well-studied generator; enough for reproducible test parameters (shared
+/// with the other implementations, so a seed means the same weights everywhere).
+pub use fire_vocabulary::SplitMix64;
 
 /// A layer drawn like `nn.Linear`'s default: U(−1/√fan_in, 1/√fan_in) for weight and bias.
 pub fn linear(rng: &mut SplitMix64, fan_in: usize, fan_out: usize) -> Linear {

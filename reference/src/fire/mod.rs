@@ -19,28 +19,10 @@ use crate::positions::as_real;
 pub use activation::Activation;
 pub use mlp::{Linear, Mlp};
 
-/// Which ψ the module applies. spec: [fire.psi], [fire.ablation.no-log]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Transform {
-    /// ψ_c(x) = ln(|c|·x + 1): FIRE.
-    #[default]
-    Log,
-    /// ψ(x) = x: the "no log transform" ablation and the Theorem 3.1 constructions.
-    Identity,
-}
-
-/// How the threshold L enters. spec: [fire.threshold], [fire.ablation.no-threshold],
-/// [fire.ablation.fixed-threshold]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Threshold {
-    /// L = |m·L_init| with m trained: FIRE.
-    #[default]
-    Learnable,
-    /// The same value, but m is frozen (its gradient is zero).
-    Fixed,
-    /// No threshold: the normaliser is ψ(i) + ε.
-    Disabled,
-}
+/// Which ψ the module applies and how the threshold L enters: plain words shared with the
+/// other implementations (the maths of each is in [`transform`]). spec: [fire.psi],
+/// [fire.threshold]
+pub use fire_vocabulary::{Threshold, Transform};
 
 /// The parameters of one FIRE module. spec: [fire.params]
 #[derive(Debug, Clone, PartialEq)]

@@ -21,7 +21,7 @@ pub fn sandwich_paper(target: &SandwichPaper, l0: u64) -> Result<Fire> {
     let out_w: Vec<f64> = target
         .r1
         .iter()
-        .flat_map(|&r| std::iter::repeat(r).take(m))
+        .flat_map(|&r| std::iter::repeat_n(r, m))
         .collect();
     let output = layer(target.heads(), m, &out_w, &vec![0.0; target.heads()]);
     fire_with(mlp(vec![hidden, output], Activation::Cos), l0)
@@ -40,7 +40,7 @@ pub fn sandwich_centred(target: &SandwichCentred, l0: u64) -> Result<Fire> {
     let hidden = layer(m, 1, &hidden_w, &vec![0.0; m]);
     let heads = target.heads();
     let out_w: Vec<f64> = (1..=heads)
-        .flat_map(|h| std::iter::repeat(1.0 / target.scale(h)).take(m))
+        .flat_map(|h| std::iter::repeat_n(1.0 / target.scale(h), m))
         .collect();
     let out_b: Vec<f64> = (1..=heads)
         .map(|h| -target.shift() / target.scale(h))

@@ -1,0 +1,290 @@
+//! Fused causal attention with the bias computed per tile: softmax(q·kᵀ/√d + b)·v, tiled with
+//! an online softmax (flash-attention style), so neither the `[H, N, N]` bias nor the
+//! `[H, N, N]` scores ever exist. Peak memory beyond q, k, v and the output is the bias plan
+//! (O(N) for FIRE, O(N·H) for a tabulated baseline) plus O(tile²) scratch per thread.
+//!
+//! Layout: `q: [H, Nq, d]`, `k, v: [H, Nk, d]`, output `[H, Nq, d]`, all row-major f32 (what a
+//! candle `[B, H, N, d]` tensor is per batch row after `.contiguous()`). Query positions are
+//! arbitrary; key positions must be non-decreasing (a KV cache is). The causal mask is by
+//! position: key `j` is visible to query `i` iff `j ≤ i`, and every query must see a key.
+//! Work is split over heads × query tiles with rayon.
+//!
+//! spec: [attn.logits], [attn.causal]
+
+use fire_vocabulary::Position;
+use rayon::prelude::*;
+
+use crate::error::{shape, Error, Result};
+use crate::inner::{self, KEYS, ROWS};
+use crate::tile::{check_positions, BiasPlan, TileBias};
+
+/// Query rows per tile.
+pub const TILE_Q: usize = 64;
+/// Keys per tile.
+pub const TILE_K: usize = 64;
+
+/// The sizes of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// `H`.
+    pub heads: usize,
+    /// `Nq`.
+    pub queries: usize,
+    /// `Nk`.
+    pub keys: usize,
+    /// `d`.
+    pub head_dim: usize,
+}
+
+impl Shape {
+    /// Checks the three buffers against the shape: no size is zero, `q` is `[H, Nq, d]`, `k`
+    /// and `v` are `[H, Nk, d]`.
+    pub fn check_buffers(&self, q: &[f32], k: &[f32], v: &[f32]) -> Result<()> {
+        let Shape {
+            heads,
+            queries: nq,
+            keys: nk,
+            head_dim: d,
+        } = *self;
+        if heads == 0 || nq == 0 || nk == 0 || d == 0 {
+            return Err(Error::Empty {
+                what: format!("attention shape {self:?}"),
+            });
+        }
+        for (what, buf, rows) in [
+            ("q [H, Nq, d]", q, nq),
+            ("k [H, Nk, d]", k, nk),
+            ("v [H, Nk, d]", v, nk),
+        ] {
+            if buf.len() != heads * rows * d {
+                return Err(shape(what, heads * rows * d, buf.len()));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::check_buffers`], then the position lists: one per query and key row, valid
+    /// (positions past 2^53 and unsorted keys are refused), and every query sees a key
+    /// (spec: [attn.causal]).
+    pub fn check(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        queries: &[Position],
+        keys: &[Position],
+    ) -> Result<()> {
+        self.check_buffers(q, k, v)?;
+        let (nq, nk) = (self.queries, self.keys);
+        if queries.len() != nq {
+            return Err(shape("query positions", nq, queries.len()));
+        }
+        if keys.len() != nk {
+            return Err(shape("key positions", nk, keys.len()));
+        }
+        check_positions(queries, keys)?;
+        if let Some(&i) = queries.iter().find(|&&i| i < keys[0]) {
+            return Err(Error::Invalid {
+                what: "causal attention".into(),
+                reason: format!("query position {i} sees no key (every key is after it)"),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Fused causal attention with `encoding`'s bias (`None`: no bias at all, the NoPE fast
+/// path). Builds the encoding's plan for these positions, then runs [`fused_causal`].
+pub fn attend(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    encoding: Option<&dyn TileBias>,
+) -> Result<Vec<f32>> {
+    match encoding {
+        Some(e) => {
+            if e.heads() != shape.heads {
+                return Err(crate::error::shape(
+                    "encoding heads",
+                    shape.heads,
+                    e.heads(),
+                ));
+            }
+            let plan = e.plan(queries, keys)?;
+            fused_causal(q, k, v, shape, queries, keys, Some(plan.as_ref()))
+        }
+        None => fused_causal(q, k, v, shape, queries, keys, None),
+    }
+}
+
+/// One decoding step: a single new query at position `query` against the KV cache
+/// (`k, v: [H, Nk, d]`, positions `keys`). `q` is `[H, d]`; the output is `[H, d]`. The bias
+/// of the row costs O(Nk·H) (FIRE: one normaliser, one threshold search per breakpoint, then
+/// a multiply-add per key and head).
+pub fn decode(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    heads: usize,
+    query: Position,
+    keys: &[Position],
+    encoding: Option<&dyn TileBias>,
+) -> Result<Vec<f32>> {
+    let d = q.len().checked_div(heads).unwrap_or(0);
+    let shape = Shape {
+        heads,
+        queries: 1,
+        keys: keys.len(),
+        head_dim: d,
+    };
+    attend(q, k, v, shape, &[query], keys, encoding)
+}
+
+/// Fused causal attention with a prepared bias plan (share one plan across layers for
+/// FIRE-S). Returns `[H, Nq, d]`.
+pub fn fused_causal(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    bias: Option<&dyn BiasPlan>,
+) -> Result<Vec<f32>> {
+    fused_causal_lse(q, k, v, shape, queries, keys, bias).map(|(out, _)| out)
+}
+
+/// [`fused_causal`] that also returns each row's log-sum-exp of its (scaled, biased) scores,
+/// `[H, Nq]`: what the backward pass ([`crate::backward`]) needs to recompute the softmax
+/// tile by tile without storing it.
+pub fn fused_causal_lse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    bias: Option<&dyn BiasPlan>,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    shape.check(q, k, v, queries, keys)?;
+    let Shape {
+        queries: nq,
+        keys: nk,
+        head_dim: d,
+        ..
+    } = shape;
+    let mut out = vec![0f32; q.len()];
+    let mut lse = vec![0f32; shape.heads * nq];
+    out.par_chunks_mut(nq * d)
+        .zip(lse.par_chunks_mut(nq))
+        .enumerate()
+        .for_each(|(h, (out_h, lse_h))| {
+            let qh = &q[h * nq * d..(h + 1) * nq * d];
+            let kh = &k[h * nk * d..(h + 1) * nk * d];
+            let vh = &v[h * nk * d..(h + 1) * nk * d];
+            out_h
+                .par_chunks_mut(TILE_Q * d)
+                .zip(lse_h.par_chunks_mut(TILE_Q))
+                .enumerate()
+                .for_each(|(t, (out_t, lse_t))| {
+                    let r0 = t * TILE_Q;
+                    let rows = out_t.len() / d;
+                    let task = Task {
+                        head: h,
+                        q: &qh[r0 * d..(r0 + rows) * d],
+                        k: kh,
+                        v: vh,
+                        d,
+                        queries: &queries[r0..r0 + rows],
+                        first_row: r0,
+                        keys,
+                        bias,
+                    };
+                    task.run(out_t, lse_t);
+                });
+        });
+    Ok((out, lse))
+}
+
+/// One head × one query tile.
+struct Task<'a> {
+    head: usize,
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    d: usize,
+    queries: &'a [Position],
+    first_row: usize,
+    keys: &'a [Position],
+    bias: Option<&'a dyn BiasPlan>,
+}
+
+impl Task<'_> {
+    fn run(&self, out: &mut [f32], lse: &mut [f32]) {
+        let d = self.d;
+        let rows = self.queries.len();
+        let scale = 1.0 / (d as f32).sqrt();
+        // Keys visible to each row form a prefix of the (non-decreasing) key list.
+        let visible: Vec<usize> = self
+            .queries
+            .iter()
+            .map(|&i| self.keys.partition_point(|&j| j <= i))
+            .collect();
+        let end = visible.iter().copied().max().unwrap_or(0);
+        let mut qp = Vec::new();
+        inner::pack::<ROWS>(self.q, rows, d, scale, &mut qp);
+        let rows_padded = rows.div_ceil(ROWS) * ROWS;
+        let mut kp = Vec::new();
+        let mut s = Vec::new();
+        let mut max = vec![f32::NEG_INFINITY; rows];
+        let mut sum = vec![0f32; rows];
+        out.fill(0.0);
+        for c0 in (0..end).step_by(TILE_K) {
+            let cols = TILE_K.min(end - c0);
+            let stride = cols.div_ceil(KEYS) * KEYS;
+            inner::pack::<KEYS>(&self.k[c0 * d..(c0 + cols) * d], cols, d, 1.0, &mut kp);
+            s.clear();
+            s.resize(rows_padded * stride, 0.0);
+            if let Some(plan) = self.bias {
+                let r = self.first_row..self.first_row + rows;
+                plan.fill_causal(self.head, r, c0..c0 + cols, &mut s, stride);
+            }
+            inner::scores(&qp, &kp, d, &mut s, self.bias.is_some());
+            for r in 0..rows {
+                let vis = visible[r].saturating_sub(c0).min(cols);
+                let row = &mut s[r * stride..(r + 1) * stride];
+                if vis == 0 {
+                    row.fill(0.0);
+                    continue;
+                }
+                let m = max[r].max(inner::max(&row[..vis]));
+                let alpha = if max[r] == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    inner::exp(max[r] - m)
+                };
+                let total = inner::exp_sum(&mut row[..vis], m);
+                row[vis..].fill(0.0);
+                sum[r] = sum[r] * alpha + total;
+                max[r] = m;
+                if alpha != 1.0 {
+                    out[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= alpha);
+                }
+            }
+            let v = &self.v[c0 * d..(c0 + cols) * d];
+            inner::weighted_values(&s, stride, rows, v, cols, d, out);
+        }
+        for ((row, &l), (lse, &m)) in out
+            .chunks_exact_mut(d)
+            .zip(&sum)
+            .zip(lse.iter_mut().zip(&max))
+        {
+            let inv = 1.0 / l;
+            row.iter_mut().for_each(|x| *x *= inv);
+            *lse = m + l.ln();
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The backward pass of the fused attention with an on-the-fly bias: the training half of
+//! [`crate::attention`], so a training step at long length never holds an `[H, N, N]`
+//! tensor either.
+//!
+//! Flash-attention's recomputation: the forward keeps only the output `o` and each row's
+//! log-sum-exp `ℓ_i` ([`crate::attention::fused_causal_lse`]); the backward walks the same
+//! tiles again, rebuilds the scores `s = q·kᵀ/√d + b` (the bias filled by the same plan, so
+//! bit-identical to the forward's) and `p = exp(s − ℓ_i)`, and forms
+//!
+//! ```text
+//! D_i = Σ_c dO[i, c]·O[i, c],   dP = dO·vᵀ,   dS = p ⊙ (dP − D_i),
+//! dv += pᵀ·dO,   dq += dS·k/√d,   dk += dSᵀ·q/√d,   d(bias) = dS.
+//! ```
+//!
+//! `dS` is exactly the gradient with respect to the bias entry, so an encoding's parameters get
+//! their gradient from the tiles of `dS` as they pass ([`GradPlan::accumulate`]): FIRE sums
+//! them per segment of its compiled f_θ (two numbers per segment and head, then one
+//! backpropagation per segment: [`crate::fire_grad`]), a distance table per distance. Memory
+//! beyond the inputs and gradients: O(tile²) scratch and one statistics vector per task.
+//!
+//! Work is split over batch rows × heads (each task owns its head's `dq`, `dk`, `dv`), with the
+//! query tiles of a head in sequence. Positions: queries and keys as in the forward (keys
+//! non-decreasing); training uses `0..N` for both.
+//!
+//! spec: [attn.logits], [attn.causal], [grad.vjp]
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use fire_vocabulary::Position;
+
+use crate::attention::{Shape, TILE_K, TILE_Q};
+use crate::error::{shape, Result};
+use crate::inner::{self, KEYS, ROWS};
+use crate::tile::BiasPlan;
+
+/// A bias plan whose parameters are trained through the fused kernel.
+pub trait GradPlan: BiasPlan {
+    /// The plan as a forward bias source.
+    fn as_bias(&self) -> &dyn BiasPlan;
+
+    /// The length of the statistics vector [`Self::accumulate`] adds into.
+    fn stats_len(&self) -> usize;
+
+    /// Adds head `head`'s tile of `dS` (`rows × cols`, row-major with row stride `stride`) into
+    /// `stats`. Entries whose key is after the query are zero in causal attention; a plan still
+    /// honours nonzero ones (as a cotangent may set them), so it is a whole vector-Jacobian
+    /// product of the bias.
+    fn accumulate(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        ds: &[f32],
+        stride: usize,
+        stats: &mut [f64],
+    );
+
+    /// The gradient with respect to the source's parameters, in its packed order, from the
+    /// statistics summed over every tile.
+    fn gradient(&self, stats: &[f64]) -> Result<Vec<f64>>;
+}
+
+/// The gradients of one backward call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gradients {
+    /// `[B, H, Nq, d]`.
+    pub dq: Vec<f32>,
+    /// `[B, H, Nk, d]`.
+    pub dk: Vec<f32>,
+    /// `[B, H, Nk, d]`.
+    pub dv: Vec<f32>,
+    /// The bias source's parameter gradient (empty without a bias).
+    pub dparams: Vec<f64>,
+}
+
+/// The backward pass for `batch` rows of [`crate::attention::fused_causal_lse`]: `q`,
+/// `out`, `dout`: `[B, H, Nq, d]`; `k`, `v`: `[B, H, Nk, d]`; `lse`: `[B, H, Nq]`, all as the
+/// forward saw and returned them. The same plan must serve every batch row (the positions are
+/// shared).
+#[allow(clippy::too_many_arguments)]
+pub fn fused_causal_backward(
+    batch: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    dout: &[f32],
+    shape_: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    bias: Option<&dyn GradPlan>,
+) -> Result<Gradients> {
+    let Shape {
+        heads,
+        queries: nq,
+        keys: nk,
+        head_dim: d,
+    } = shape_;
+    let (pq, pk) = (heads * nq * d, heads * nk * d);
+    if batch == 0 {
+        return Err(shape("batch", ">0", 0));
+    }
+    for (what, buf, per) in [
+        ("q", q, pq),
+        ("k", k, pk),
+        ("v", v, pk),
+        ("out", out, pq),
+        ("dout", dout, pq),
+    ] {
+        if buf.len() != batch * per {
+            return Err(shape(what, batch * per, buf.len()));
+        }
+    }
+    if lse.len() != batch * heads * nq {
+        return Err(shape("lse", batch * heads * nq, lse.len()));
+    }
+    // The forward's own checks (positions, causal visibility) on the first row.
+    shape_.check(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
+    let stats_len = bias.map_or(0, GradPlan::stats_len);
+    let tasks: Vec<HeadGradients> = (0..batch * heads)
+        .into_par_iter()
+        .map(|t| {
+            let (b, h) = (t / heads, t % heads);
+            let qs = (b * heads + h) * nq * d;
+            let ks = (b * heads + h) * nk * d;
+            let task = HeadTask {
+                head: h,
+                q: &q[qs..qs + nq * d],
+                k: &k[ks..ks + nk * d],
+                v: &v[ks..ks + nk * d],
+                o: &out[qs..qs + nq * d],
+                dout: &dout[qs..qs + nq * d],
+                lse: &lse[t * nq..(t + 1) * nq],
+                d,
+                queries,
+                keys,
+                bias,
+            };
+            task.run(stats_len)
+        })
+        .collect();
+    let mut grads = Gradients {
+        dq: Vec::with_capacity(batch * pq),
+        dk: Vec::with_capacity(batch * pk),
+        dv: Vec::with_capacity(batch * pk),
+        dparams: Vec::new(),
+    };
+    let mut stats = vec![0f64; stats_len];
+    for (dq, dk, dv, st) in tasks {
+        grads.dq.extend(dq);
+        grads.dk.extend(dk);
+        grads.dv.extend(dv);
+        stats.iter_mut().zip(&st).for_each(|(a, b)| *a += b);
+    }
+    if let Some(plan) = bias {
+        grads.dparams = plan.gradient(&stats)?;
+    }
+    Ok(grads)
+}
+
+/// One task's `(dq, dk, dv, bias statistics)`.
+type HeadGradients = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f64>);
+
+/// One batch row × head.
+struct HeadTask<'a> {
+    head: usize,
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    o: &'a [f32],
+    dout: &'a [f32],
+    lse: &'a [f32],
+    d: usize,
+    queries: &'a [Position],
+    keys: &'a [Position],
+    bias: Option<&'a dyn GradPlan>,
+}
+
+impl HeadTask<'_> {
+    fn run(&self, stats_len: usize) -> HeadGradients {
+        let d = self.d;
+        let (nq, nk) = (self.queries.len(), self.keys.len());
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut dq = vec![0f32; nq * d];
+        let mut dk = vec![0f32; nk * d];
+        let mut dv = vec![0f32; nk * d];
+        let mut stats = vec![0f64; stats_len];
+        // D_i = dO_i · O_i.
+        let big_d: Vec<f32> = self
+            .dout
+            .chunks_exact(d)
+            .zip(self.o.chunks_exact(d))
+            .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
+            .collect();
+        let (mut qp, mut dop, mut kp, mut vp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut s, mut dp, mut t) = (Vec::new(), Vec::new(), Vec::new());
+        for r0 in (0..nq).step_by(TILE_Q) {
+            let rows = TILE_Q.min(nq - r0);
+            let rows_padded = rows.div_ceil(ROWS) * ROWS;
+            let qrows = &self.q[r0 * d..(r0 + rows) * d];
+            let dorows = &self.dout[r0 * d..(r0 + rows) * d];
+            inner::pack::<ROWS>(qrows, rows, d, scale, &mut qp);
+            inner::pack::<ROWS>(dorows, rows, d, 1.0, &mut dop);
+            let visible: Vec<usize> = self.queries[r0..r0 + rows]
+                .iter()
+                .map(|&i| self.keys.partition_point(|&j| j <= i))
+                .collect();
+            let end = visible.iter().copied().max().unwrap_or(0);
+            for c0 in (0..end).step_by(TILE_K) {
+                let cols = TILE_K.min(end - c0);
+                let stride = cols.div_ceil(KEYS) * KEYS;
+                let ktile = &self.k[c0 * d..(c0 + cols) * d];
+                let vtile = &self.v[c0 * d..(c0 + cols) * d];
+                inner::pack::<KEYS>(ktile, cols, d, 1.0, &mut kp);
+                inner::pack::<KEYS>(vtile, cols, d, 1.0, &mut vp);
+                // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ).
+                s.clear();
+                s.resize(rows_padded * stride, 0.0);
+                if let Some(plan) = self.bias {
+                    plan.as_bias().fill_causal(
+                        self.head,
+                        r0..r0 + rows,
+                        c0..c0 + cols,
+                        &mut s,
+                        stride,
+                    );
+                }
+                inner::scores(&qp, &kp, d, &mut s, self.bias.is_some());
+                dp.clear();
+                dp.resize(rows_padded * stride, 0.0);
+                inner::scores(&dop, &vp, d, &mut dp, false);
+                for r in 0..rows {
+                    let vis = visible[r].saturating_sub(c0).min(cols);
+                    let lse = self.lse[r0 + r];
+                    let srow = &mut s[r * stride..(r + 1) * stride];
+                    let dprow = &mut dp[r * stride..(r + 1) * stride];
+                    for (sv, dv) in srow[..vis].iter_mut().zip(&mut dprow[..vis]) {
+                        let p = inner::exp(*sv - lse);
+                        *sv = p;
+                        *dv = p * (*dv - big_d[r0 + r]);
+                    }
+                    srow[vis..].fill(0.0);
+                    dprow[vis..].fill(0.0);
+                }
+                // Now `s` holds p and `dp` holds dS.
+                inner::weighted_values(&dp, stride, rows, ktile, cols, d, &mut dq[r0 * d..]);
+                transpose(&s, stride, rows, cols, &mut t);
+                inner::weighted_values(&t, rows, cols, dorows, rows, d, &mut dv[c0 * d..]);
+                transpose(&dp, stride, rows, cols, &mut t);
+                inner::weighted_values(&t, rows, cols, qrows, rows, d, &mut dk[c0 * d..]);
+                if let Some(plan) = self.bias {
+                    plan.accumulate(
+                        self.head,
+                        r0..r0 + rows,
+                        c0..c0 + cols,
+                        &dp,
+                        stride,
+                        &mut stats,
+                    );
+                }
+            }
+        }
+        dq.iter_mut().chain(dk.iter_mut()).for_each(|x| *x *= scale);
+        (dq, dk, dv, stats)
+    }
+}
+
+/// `t[c, r] = src[r, c]` for `r < rows`, `c < cols` (`src` has row stride `stride`; `t` is
+/// `[cols, rows]`).
+fn transpose(src: &[f32], stride: usize, rows: usize, cols: usize, t: &mut Vec<f32>) {
+    t.clear();
+    t.resize(cols * rows, 0.0);
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = src[r * stride + c];
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! FIRE's parameter gradients from the fused backward pass's `dS` tiles, without ever forming
+//! a per-pair derivative of the MLP on the fast path.
+//!
+//! Inside one segment of the compiled f_θ every ReLU keeps its state, so f_θ is affine in `x`
+//! and so is its gradient with respect to θ: `∂f_h/∂θ(x) = A_h + x·B_h` ([grad.theta] with a
+//! fixed activation pattern). Summing over the pairs of a segment,
+//!
+//! ```text
+//! Σ_p g_p·∂f_h/∂θ(x_p) = A_h·S0 + B_h·S1,   S0 = Σ_p g_p,   S1 = Σ_p g_p·x_p,
+//! ```
+//!
+//! so the backward pass only adds two numbers per pair and head into the segment's `(S0, S1)`,
+//! and θ's gradient is finished by one forced-pattern backpropagation per segment and head at
+//! the end ([`crate::mlp::Mlp::vjp`]). `c` and `m` enter through x itself:
+//! `∂x/∂c = P'(n)/N − P(n)·N'_c/N²`, `∂x/∂m = −P(n)·N'_m/N²` ([grad.c], [grad.m]), with
+//! `∂f_h/∂x` the segment's slope, so per run of one segment the pass needs `Σ g`, `Σ g·ψ(n)`
+//! and `Σ g·∂ψ(n)/∂c`: three multiply-adds per pair and head.
+//!
+//! Off the fast path (non-contiguous keys, distances past the ψ table, keys after the query)
+//! pairs are handled one at a time with the same statistics; a GeLU f_θ (no segments) is
+//! backpropagated per pair.
+//!
+//! Convention: a pair exactly on a breakpoint takes the gradient of the segment on its right
+//! (the segment the forward evaluates it with), where [grad.kinks] would take relu'(0) = 0 for
+//! the unit that switches there. The two differ only on that measure-zero set; the materialised
+//! path and the conformance suite follow [grad.kinks] literally.
+//!
+//! Packed parameter order ([grad.layout]): each layer's weight (`[out, in]` row-major) then
+//! bias, then `c`, then `m` (`L_multiplier`).
+//!
+//! spec: [grad.theta], [grad.c], [grad.m], [grad.vjp], [fire.bias]
+
+use std::ops::Range;
+
+use fire_vocabulary::{Position, Transform};
+
+use crate::backward::GradPlan;
+use crate::compile::{intervals, representative, PiecewiseLinear};
+use crate::error::Result;
+use crate::fire::{FireBias, FireFunction, FirePlan};
+use crate::tile::{visible, BiasPlan, TileBias};
+
+/// `sign(y)` with `sign(0) = 0` ([grad.kinks]).
+fn sign(y: f64) -> f64 {
+    if y > 0.0 {
+        1.0
+    } else if y < 0.0 {
+        -1.0
+    } else {
+        0.0
+    }
+}
+
+impl FireBias {
+    /// The plan of [`crate::tile::TileBias::plan`] extended for the backward pass.
+    pub fn grad_plan<'a>(
+        &'a self,
+        queries: &'a [Position],
+        keys: &'a [Position],
+    ) -> Result<Box<dyn GradPlan + 'a>> {
+        let plan = self.fire_plan(queries, keys)?;
+        let p = *self.params();
+        let log = p.transform == Transform::Log;
+        let (c_abs, c_sign) = (p.c.abs(), sign(p.c));
+        // ∂ψ(y)/∂c and ψ'(y).
+        let dpsi_dc = move |y: f64| {
+            if log {
+                c_sign * y / (c_abs * y + 1.0)
+            } else {
+                0.0
+            }
+        };
+        let dpsi_dy = move |y: f64| if log { c_abs / (c_abs * y + 1.0) } else { 1.0 };
+        let l = (p.l_multiplier * p.l_init).abs();
+        let dl_dm = sign(p.l_multiplier * p.l_init) * p.l_init;
+        let mut rows = Vec::with_capacity(queries.len());
+        for &i in queries {
+            let i = i as f64;
+            let (m, dm_dl) = if !p.threshold.is_enabled() {
+                (i, 0.0)
+            } else if l > i {
+                (l, 1.0)
+            } else if l == i {
+                (i, 0.5)
+            } else {
+                (i, 0.0)
+            };
+            let inv = 1.0 / p.normaliser(i);
+            rows.push(Row {
+                inv,
+                dn_dc: dpsi_dc(m),
+                dn_dm: dpsi_dy(m) * dm_dl * dl_dm,
+            });
+        }
+        let cap = self.capacity();
+        let dpsi_rev = (0..cap).rev().map(|n| dpsi_dc(n as f64) as f32).collect();
+        let theta = self.mlp.param_count();
+        let stats_len = match self.function() {
+            FireFunction::Compiled(pl) => self.heads() * pl.segments() * 2 + 2,
+            FireFunction::Direct(_) => theta + 2,
+        };
+        Ok(Box::new(FireGradPlan {
+            plan,
+            rows,
+            dpsi_rev,
+            dpsi_dc: Box::new(dpsi_dc),
+            theta,
+            stats_len,
+        }))
+    }
+}
+
+/// Per-query constants of the gradient, f64.
+struct Row {
+    /// 1/N.
+    inv: f64,
+    /// ∂N/∂c.
+    dn_dc: f64,
+    /// ∂N/∂m.
+    dn_dm: f64,
+}
+
+struct FireGradPlan<'a> {
+    plan: FirePlan<'a>,
+    rows: Vec<Row>,
+    /// `dpsi_rev[capacity − 1 − n] = ∂ψ(n)/∂c`, f32 (the fast path's table).
+    dpsi_rev: Vec<f32>,
+    dpsi_dc: Box<dyn Fn(f64) -> f64 + Send + Sync>,
+    theta: usize,
+    stats_len: usize,
+}
+
+impl FireGradPlan<'_> {
+    /// Where `(dc, dm)` sit in the statistics.
+    fn scalars(&self) -> usize {
+        self.stats_len - 2
+    }
+
+    /// One pair off the fast path: query row `q` at distance `n` (mirrored for keys after it).
+    #[allow(clippy::too_many_arguments)]
+    fn pair(&self, head: usize, q: usize, n: u64, g: f32, stats: &mut [f64], scratch: &mut [f64]) {
+        let fire = self.plan.fire;
+        let row = &self.rows[q];
+        let psi = fire.psi(n);
+        let x = psi * self.plan.inv[q];
+        let g = f64::from(g);
+        let dx = match fire.function() {
+            FireFunction::Compiled(pl) => {
+                let seg = pl.segment(f64::from(x));
+                let at = (head * pl.segments() + seg) * 2;
+                stats[at] += g;
+                stats[at + 1] += g * f64::from(x);
+                g * pl.slope(head, seg)
+            }
+            FireFunction::Direct(mlp) => {
+                scratch.fill(0.0);
+                scratch[head] = g;
+                mlp.vjp(f64::from(x), scratch, None, &mut stats[..self.theta])
+            }
+        };
+        let (psi, dpsi) = (f64::from(psi), (self.dpsi_dc)(n as f64));
+        let s = self.scalars();
+        stats[s] += dx * (row.inv * dpsi - row.inv * row.inv * psi * row.dn_dc);
+        stats[s + 1] -= dx * row.inv * row.inv * psi * row.dn_dm;
+    }
+
+    /// One causal row on the fast path (compiled f_θ, contiguous keys, distances in the table).
+    #[allow(clippy::too_many_arguments)]
+    fn fast_row(
+        &self,
+        pl: &PiecewiseLinear,
+        head: usize,
+        q: usize,
+        nhi: usize,
+        g: &[f32],
+        stats: &mut [f64],
+    ) {
+        let fire = self.plan.fire;
+        let base = fire.capacity() - 1 - nhi;
+        let vis = g.len();
+        let psi = &fire.psi_rev_slice()[base..base + vis];
+        let dpsi = &self.dpsi_rev[base..base + vis];
+        let row = &self.rows[q];
+        let segs = pl.segments();
+        let (mut dc, mut dm) = (0.0, 0.0);
+        self.plan.for_each_run(q, nhi, vis, |seg, start, end| {
+            let (mut a0, mut a1, mut a2) = (0f32, 0f32, 0f32);
+            for ((&g, &p), &dp) in g[start..end]
+                .iter()
+                .zip(&psi[start..end])
+                .zip(&dpsi[start..end])
+            {
+                a0 += g;
+                a1 += g * p;
+                a2 += g * dp;
+            }
+            let (a0, a1, a2) = (f64::from(a0), f64::from(a1), f64::from(a2));
+            let at = (head * segs + seg) * 2;
+            stats[at] += a0;
+            stats[at + 1] += row.inv * a1;
+            let slope = pl.slope(head, seg);
+            dc += slope * (row.inv * a2 - row.inv * row.inv * row.dn_dc * a1);
+            dm -= slope * row.inv * row.inv * row.dn_dm * a1;
+        });
+        let s = self.scalars();
+        stats[s] += dc;
+        stats[s + 1] += dm;
+    }
+}
+
+impl BiasPlan for FireGradPlan<'_> {
+    fn fill(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        self.plan.fill(head, rows, cols, out, stride);
+    }
+
+    fn fill_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        self.plan.fill_causal(head, rows, cols, out, stride);
+    }
+
+    fn bytes(&self) -> usize {
+        self.plan.bytes() + 4 * self.dpsi_rev.len() + 24 * self.rows.len()
+    }
+}
+
+impl GradPlan for FireGradPlan<'_> {
+    fn as_bias(&self) -> &dyn BiasPlan {
+        self
+    }
+
+    fn stats_len(&self) -> usize {
+        self.stats_len
+    }
+
+    fn accumulate(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        ds: &[f32],
+        stride: usize,
+        stats: &mut [f64],
+    ) {
+        let plan = &self.plan;
+        let fire = plan.fire;
+        let m = fire.capacity() as u64;
+        let mut scratch = vec![0f64; fire.heads()];
+        for (r, q) in rows.enumerate() {
+            let i = plan.queries[q];
+            let vis = visible(plan.keys, &cols, i);
+            // Keys after the query (zero in causal training; a cotangent may set them): one pair
+            // at a time, at the mirrored distance of [conv.future].
+            let future = &plan.keys[cols.start + vis..cols.end];
+            for (&g, &j) in ds[r * stride + vis..].iter().zip(future) {
+                if g != 0.0 {
+                    self.pair(head, q, j - i, g, stats, &mut scratch);
+                }
+            }
+            if vis == 0 {
+                continue;
+            }
+            let g = &ds[r * stride..r * stride + vis];
+            let p0 = plan.keys[cols.start];
+            match fire.function() {
+                FireFunction::Compiled(pl) if plan.contiguous && i - p0 < m => {
+                    self.fast_row(pl, head, q, (i - p0) as usize, g, stats);
+                }
+                _ => {
+                    let keys = &plan.keys[cols.start..cols.start + vis];
+                    for (&g, &j) in g.iter().zip(keys) {
+                        if g != 0.0 {
+                            self.pair(head, q, i - j, g, stats, &mut scratch);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn gradient(&self, stats: &[f64]) -> Result<Vec<f64>> {
+        let fire = self.plan.fire;
+        let mut grad = vec![0f64; self.theta + 2];
+        match fire.function() {
+            FireFunction::Compiled(pl) => {
+                let heads = fire.heads();
+                let segs = pl.segments();
+                let mut g0 = vec![0f64; heads];
+                let mut g1 = vec![0f64; heads];
+                for (seg, (lo, hi)) in intervals(pl.breakpoints()).enumerate() {
+                    for h in 0..heads {
+                        g0[h] = stats[(h * segs + seg) * 2];
+                        g1[h] = stats[(h * segs + seg) * 2 + 1];
+                    }
+                    if g0.iter().chain(&g1).all(|&v| v == 0.0) {
+                        continue;
+                    }
+                    // Σ_p g_p·(A + x_p·B) = A·S0 + B·S1 with the segment's pattern:
+                    // vjp(0, S0) + vjp(1, S1) − vjp(0, S1).
+                    let pattern = fire.mlp.pattern(representative(lo, hi));
+                    let theta = &mut grad[..self.theta];
+                    fire.mlp.vjp(0.0, &g0, Some(&pattern), theta);
+                    fire.mlp.vjp(1.0, &g1, Some(&pattern), theta);
+                    g1.iter_mut().for_each(|v| *v = -*v);
+                    fire.mlp.vjp(0.0, &g1, Some(&pattern), theta);
+                }
+            }
+            FireFunction::Direct(_) => grad[..self.theta].copy_from_slice(&stats[..self.theta]),
+        }
+        let s = self.scalars();
+        grad[self.theta] = stats[s];
+        grad[self.theta + 1] = stats[s + 1];
+        Ok(grad)
+    }
+}

@@ -1,0 +1,212 @@
+use nalgebra::DMatrix;
+
+use fire_vocabulary::Position;
+
+use super::{fire_pair, max_diff, random};
+use crate::attention::{attend, decode, fused_causal, Shape};
+use crate::baselines::{alibi_slopes, DistanceBias, DistanceEncoding};
+use crate::fire::FireBias;
+use crate::materialised;
+use crate::tile::TileBias;
+
+struct Case {
+    shape: Shape,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    queries: Vec<Position>,
+    keys: Vec<Position>,
+}
+
+fn case(heads: usize, queries: Vec<Position>, keys: Vec<Position>, d: usize, seed: u64) -> Case {
+    let shape = Shape {
+        heads,
+        queries: queries.len(),
+        keys: keys.len(),
+        head_dim: d,
+    };
+    Case {
+        q: random(heads * queries.len() * d, seed)
+            .iter()
+            .map(|x| 3.0 * x)
+            .collect(),
+        k: random(heads * keys.len() * d, seed + 1)
+            .iter()
+            .map(|x| 3.0 * x)
+            .collect(),
+        v: random(heads * keys.len() * d, seed + 2),
+        shape,
+        queries,
+        keys,
+    }
+}
+
+fn fast(c: &Case, e: Option<&dyn TileBias>) -> Vec<f32> {
+    attend(&c.q, &c.k, &c.v, c.shape, &c.queries, &c.keys, e).unwrap()
+}
+
+fn slow(c: &Case, e: Option<&dyn TileBias>) -> Vec<f32> {
+    let b = e.map(|e| materialised::bias(e, &c.queries, &c.keys).unwrap());
+    materialised::attention(&c.q, &c.k, &c.v, c.shape, &c.queries, &c.keys, b.as_deref()).unwrap()
+}
+
+/// The reference's causal attention (f64) over a given `[H, Q, K]` bias.
+fn reference(c: &Case, bias: &fire_reference::Bias) -> Vec<f32> {
+    let Shape {
+        heads,
+        queries: nq,
+        keys: nk,
+        head_dim: d,
+    } = c.shape;
+    let m = |x: &[f32], rows: usize, h: usize| {
+        DMatrix::from_fn(rows, d, |r, col| f64::from(x[(h * rows + r) * d + col]))
+    };
+    let inputs: Vec<_> = (0..heads)
+        .map(|h| fire_reference::attention::HeadInputs {
+            q: m(&c.q, nq, h),
+            k: m(&c.k, nk, h),
+            v: m(&c.v, nk, h),
+        })
+        .collect();
+    let out = fire_reference::attention::causal(
+        &inputs,
+        bias,
+        &c.queries,
+        &c.keys,
+        fire_reference::attention::Placement::AfterScaling,
+    )
+    .unwrap();
+    out.iter()
+        .flat_map(|o| (0..o.nrows()).flat_map(move |r| (0..d).map(move |col| o[(r, col)] as f32)))
+        .collect()
+}
+
+#[test]
+fn fused_fire_equals_the_reference_and_the_materialised_path() {
+    for depth in [1, 2] {
+        let (f, mlp, params) = fire_pair(4, 32, depth, 21 + depth as u64, 0.2);
+        let fire = FireBias::new(mlp, params, 400).unwrap();
+        // N not a multiple of the tile; a query chunk against a longer cache.
+        for (queries, keys) in [
+            ((0..150).collect::<Vec<_>>(), (0..150).collect::<Vec<_>>()),
+            ((130..203).collect(), (0..203).collect()),
+        ] {
+            let c = case(4, queries, keys, 24, 40 + depth as u64);
+            let got = fast(&c, Some(&fire));
+            let twin = slow(&c, Some(&fire));
+            let bias = fire_reference::evaluate(&f, &c.queries, &c.keys).unwrap();
+            let want = reference(&c, &bias);
+            assert!(
+                max_diff(&got, &want) < 2e-5,
+                "fused vs reference (depth {depth})"
+            );
+            assert!(max_diff(&twin, &want) < 2e-5, "materialised vs reference");
+        }
+    }
+}
+
+#[test]
+fn fused_nope_equals_no_bias_and_zero_bias() {
+    let c = case(3, (0..97).collect(), (0..97).collect(), 64, 3);
+    let nope = DistanceBias::new(DistanceEncoding::Nope, 3, 128).unwrap();
+    let none = fast(&c, None);
+    let zero = fast(&c, Some(&nope));
+    let want = slow(&c, None);
+    assert!(max_diff(&none, &want) < 2e-6);
+    assert!(max_diff(&zero, &want) < 2e-6);
+    // And the bias matters: Alibi changes the result.
+    let alibi = DistanceBias::new(
+        DistanceEncoding::Alibi {
+            slopes: alibi_slopes(3),
+        },
+        3,
+        128,
+    )
+    .unwrap();
+    let a = fast(&c, Some(&alibi));
+    assert!(max_diff(&a, &want) > 1e-2);
+    assert!(max_diff(&a, &slow(&c, Some(&alibi))) < 2e-6);
+}
+
+#[test]
+fn fused_baselines_equal_the_materialised_path_with_sparse_keys() {
+    let keys: Vec<Position> = (0..300).step_by(3).collect();
+    let queries: Vec<Position> = vec![299, 5, 150, 151, 0, 77, 298];
+    let c = case(2, queries, keys, 16, 9);
+    for enc in [
+        DistanceEncoding::KerpleLog {
+            r1: vec![1.0, 0.5],
+            r2: vec![0.3, 0.9],
+        },
+        DistanceEncoding::T5 {
+            buckets: 32,
+            max_distance: 128,
+            table: random(64, 4).iter().map(|&x| f64::from(x)).collect(),
+        },
+        DistanceEncoding::Sandwich { heads: 2, dim: 16 },
+    ] {
+        let b = DistanceBias::new(enc, 2, 64).unwrap();
+        assert!(max_diff(&fast(&c, Some(&b)), &slow(&c, Some(&b))) < 2e-6);
+    }
+}
+
+#[test]
+fn decoding_one_row_equals_the_last_row_of_the_prefill() {
+    let (_, mlp, params) = fire_pair(4, 32, 1, 5, 0.2);
+    let fire = FireBias::new(mlp, params, 256).unwrap();
+    let n = 131;
+    let c = case(4, (0..n as u64).collect(), (0..n as u64).collect(), 32, 12);
+    let full = fast(&c, Some(&fire));
+    let d = 32;
+    let q_last: Vec<f32> = (0..4)
+        .flat_map(|h| c.q[(h * n + n - 1) * d..(h * n + n) * d].to_vec())
+        .collect();
+    let row = decode(&q_last, &c.k, &c.v, 4, (n - 1) as u64, &c.keys, Some(&fire)).unwrap();
+    let want: Vec<f32> = (0..4)
+        .flat_map(|h| full[(h * n + n - 1) * d..(h * n + n) * d].to_vec())
+        .collect();
+    assert!(max_diff(&row, &want) < 1e-6);
+}
+
+#[test]
+fn a_shared_plan_serves_every_layer() {
+    // FIRE-S: one plan, two "layers" with different q/k/v, each equal to its own fresh plan.
+    let (_, mlp, params) = fire_pair(2, 32, 1, 8, 1.0);
+    let fire = FireBias::new(mlp, params, 128).unwrap();
+    let pos: Vec<Position> = (0..70).collect();
+    let plan = fire.plan(&pos, &pos).unwrap();
+    for seed in [1, 2] {
+        let c = case(2, pos.clone(), pos.clone(), 8, seed);
+        let shared =
+            fused_causal(&c.q, &c.k, &c.v, c.shape, &pos, &pos, Some(plan.as_ref())).unwrap();
+        assert_eq!(shared, fast(&c, Some(&fire)));
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors_not_panics() {
+    let c = case(2, (0..10).collect(), (0..10).collect(), 8, 1);
+    let mut s = c.shape;
+    s.head_dim = 7;
+    assert!(attend(&c.q, &c.k, &c.v, s, &c.queries, &c.keys, None).is_err());
+    assert!(attend(&c.q, &c.k, &c.v, c.shape, &c.queries[..9], &c.keys, None).is_err());
+    let late: Vec<Position> = (5..15).collect();
+    assert!(attend(&c.q, &c.k, &c.v, c.shape, &c.queries, &late, None).is_err());
+    let nope = DistanceBias::new(DistanceEncoding::Nope, 3, 8).unwrap();
+    assert!(attend(&c.q, &c.k, &c.v, c.shape, &c.queries, &c.keys, Some(&nope)).is_err());
+}
+
+#[test]
+fn the_vectorised_exp_is_accurate() {
+    for x in [-60.01f32, -87.0, -1e30, f32::NEG_INFINITY] {
+        assert_eq!(crate::inner::exp(x), 0.0);
+    }
+    for k in 0..=6000 {
+        let x = -(k as f32) / 100.0;
+        let (got, want) = (crate::inner::exp(x), x.exp());
+        assert!(
+            (got - want).abs() <= 4e-7 * want,
+            "exp({x}) = {got}, want {want}"
+        );
+    }
+}

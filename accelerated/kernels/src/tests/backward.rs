@@ -1,0 +1,148 @@
+//! The backward pass's bias gradients against `fire_reference`'s literal vector-Jacobian
+//! product ([grad.vjp]): the compiled path (segment sums, one backpropagation per segment) and
+//! its slow twin (per-pair backpropagation) both give Σ G·∂b/∂(θ, c, m) for a causal
+//! cotangent G, across the threshold (with the ½ tie at i = L), for contiguous and gapped
+//! positions; and a distance table's gradient is G summed per distance.
+
+use nalgebra::DMatrix;
+
+use fire_vocabulary::Position;
+
+use super::{fire_pair, random};
+use crate::attention::Shape;
+use crate::backward::fused_causal_backward;
+use crate::fire::FireBias;
+use crate::table::DistanceTable;
+
+/// A causal cotangent `[H, Q, K]` (zero where `j > i`), row-major f32, and its reference twin.
+fn cotangent(
+    heads: usize,
+    queries: &[Position],
+    keys: &[Position],
+    seed: u64,
+) -> (Vec<f32>, fire_reference::Bias) {
+    let (nq, nk) = (queries.len(), keys.len());
+    let mut g = random(heads * nq * nk, seed);
+    for h in 0..heads {
+        for (q, &i) in queries.iter().enumerate() {
+            for (k, &j) in keys.iter().enumerate() {
+                if j > i {
+                    g[(h * nq + q) * nk + k] = 0.0;
+                }
+            }
+        }
+    }
+    let mats = (0..heads)
+        .map(|h| DMatrix::from_fn(nq, nk, |q, k| f64::from(g[(h * nq + q) * nk + k])))
+        .collect();
+    (g, fire_reference::Bias::from_heads(mats).unwrap())
+}
+
+fn assert_close(label: &str, got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{label}: lengths");
+    let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+    for (n, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * scale.max(w.abs()) + 1e-9,
+            "{label}: entry {n} of {}: {g} vs reference {w} (scale {scale})",
+            got.len()
+        );
+    }
+}
+
+#[test]
+fn fire_bias_gradient_equals_the_reference_vjp() {
+    let gapped: Vec<Position> = (0..70).map(|t| t * 3 / 2).collect();
+    let contiguous: Vec<Position> = (0..70).collect();
+    for depth in [1, 2] {
+        for positions in [&contiguous, &gapped] {
+            // L = 512·m = 20 exactly: rows below, on and above the threshold.
+            let (reference, mlp, params) = fire_pair(3, 8, depth, 11 + depth as u64, 20.0 / 512.0);
+            let (g, g_ref) = cotangent(3, positions, positions, 5);
+            let want = fire_reference::fire::grad::vjp(&reference, positions, positions, &g_ref)
+                .unwrap()
+                .to_flat();
+            for (label, fire) in [
+                ("compiled", FireBias::new(mlp.clone(), params, 128).unwrap()),
+                (
+                    "direct",
+                    FireBias::direct(mlp.clone(), params, 128).unwrap(),
+                ),
+            ] {
+                let plan = fire.grad_plan(positions, positions).unwrap();
+                let mut stats = vec![0f64; plan.stats_len()];
+                let n = positions.len();
+                // Uneven tiles, as the kernel might cut them.
+                for h in 0..3 {
+                    for (rows, cols) in [(0..37, 0..n), (37..n, 0..20), (37..n, 20..n)] {
+                        let tile: Vec<f32> = rows
+                            .clone()
+                            .flat_map(|q| cols.clone().map(move |k| (q, k)))
+                            .map(|(q, k)| g[(h * n + q) * n + k])
+                            .collect();
+                        plan.accumulate(h, rows, cols.clone(), &tile, cols.len(), &mut stats);
+                    }
+                }
+                let got = plan.gradient(&stats).unwrap();
+                let gaps = if positions == &gapped {
+                    "gapped"
+                } else {
+                    "contiguous"
+                };
+                assert_close(&format!("depth {depth}, {gaps}, {label}"), &got, &want);
+            }
+        }
+    }
+}
+
+#[test]
+fn distance_table_gradient_is_the_cotangent_summed_per_distance() {
+    let positions: Vec<Position> = (0..40).collect();
+    let table = DistanceTable::new(2, 40, random(80, 3)).unwrap();
+    let (g, _) = cotangent(2, &positions, &positions, 9);
+    let plan = table.grad_plan(&positions, &positions).unwrap();
+    let mut stats = vec![0f64; plan.stats_len()];
+    for h in 0..2 {
+        plan.accumulate(
+            h,
+            0..40,
+            0..40,
+            &g[h * 1600..(h + 1) * 1600],
+            40,
+            &mut stats,
+        );
+    }
+    let got = plan.gradient(&stats).unwrap();
+    let mut want = vec![0f64; 80];
+    for h in 0..2 {
+        for i in 0..40 {
+            for j in 0..=i {
+                want[h * 40 + i - j] += f64::from(g[(h * 40 + i) * 40 + j]);
+            }
+        }
+    }
+    assert_close("table", &got, &want);
+    // A table too short for the positions is an error, not an out-of-bounds read.
+    let short = DistanceTable::new(2, 10, random(20, 3)).unwrap();
+    assert!(short.grad_plan(&positions, &positions).is_err());
+}
+
+#[test]
+fn backward_rejects_mismatched_buffers() {
+    let shape = Shape {
+        heads: 2,
+        queries: 4,
+        keys: 4,
+        head_dim: 3,
+    };
+    let pos: Vec<Position> = (0..4).collect();
+    let x = random(24, 1);
+    let ok = fused_causal_backward(1, &x, &x, &x, &x, &[0.0; 8], &x, shape, &pos, &pos, None);
+    assert!(ok.is_ok());
+    let short_lse =
+        fused_causal_backward(1, &x, &x, &x, &x, &[0.0; 7], &x, shape, &pos, &pos, None);
+    assert!(short_lse.unwrap_err().to_string().contains("lse"));
+    let wrong_batch =
+        fused_causal_backward(2, &x, &x, &x, &x, &[0.0; 8], &x, shape, &pos, &pos, None);
+    assert!(wrong_batch.is_err());
+}

@@ -1,0 +1,187 @@
+use fire_vocabulary::SplitMix64;
+
+use fire_vocabulary::{Activation, Position};
+
+use super::{fire_pair, max_diff};
+use crate::baselines::{alibi_slopes, t5_bucket, DistanceBias, DistanceEncoding};
+use crate::fire::FireBias;
+use crate::materialised;
+use crate::tile::TileBias;
+
+/// The reference's `[H, Q, K]` bias as f32.
+fn reference_bias(f: &fire_reference::Fire, queries: &[Position], keys: &[Position]) -> Vec<f32> {
+    fire_reference::evaluate(f, queries, keys)
+        .unwrap()
+        .to_row_major()
+        .into_iter()
+        .map(|v| v as f32)
+        .collect()
+}
+
+/// The fast source's bias through tiles of odd sizes (so rows and columns start mid-list).
+fn tiled(bias: &dyn TileBias, queries: &[Position], keys: &[Position]) -> Vec<f32> {
+    let plan = bias.plan(queries, keys).unwrap();
+    let (nq, nk) = (queries.len(), keys.len());
+    let mut out = vec![f32::NAN; bias.heads() * nq * nk];
+    for h in 0..bias.heads() {
+        for r0 in (0..nq).step_by(13) {
+            for c0 in (0..nk).step_by(29) {
+                let (r1, c1) = ((r0 + 13).min(nq), (c0 + 29).min(nk));
+                let mut tile = vec![f32::NAN; (r1 - r0) * 31];
+                plan.fill(h, r0..r1, c0..c1, &mut tile, 31);
+                for r in r0..r1 {
+                    for c in c0..c1 {
+                        out[(h * nq + r) * nk + c] = tile[(r - r0) * 31 + c - c0];
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn position_cases() -> Vec<(Vec<Position>, Vec<Position>)> {
+    let mut rng = SplitMix64::new(5);
+    let mut sparse: Vec<Position> = (0..90).map(|_| rng.next_u64() % 3000).collect();
+    sparse.sort_unstable();
+    let scattered: Vec<Position> = (0..40).map(|_| rng.next_u64() % 3000).collect();
+    vec![
+        // Prefill: the same contiguous list, crossing L.
+        ((0..150).collect(), (0..150).collect()),
+        // A chunk of queries against a longer cache (keys after the query included).
+        ((100..140).collect(), (0..170).collect()),
+        // Long distances, past the ψ table's capacity.
+        ((2900..2930).collect(), (0..3000).step_by(7).collect()),
+        // Non-contiguous keys and unsorted queries.
+        (scattered, sparse),
+    ]
+}
+
+#[test]
+fn compiled_fire_tiles_match_the_reference_and_the_materialised_mlp() {
+    for depth in [1, 2] {
+        for seed in 0..3 {
+            // L = 512·0.1 = 51.2: the cases cross the threshold.
+            let (f, mlp, params) = fire_pair(12, 32, depth, seed, 0.1);
+            let fast = FireBias::new(mlp.clone(), params, 1000).unwrap();
+            for (queries, keys) in position_cases() {
+                let want = reference_bias(&f, &queries, &keys);
+                let got = tiled(&fast, &queries, &keys);
+                let slow = materialised::fire_bias(&mlp, &params, &queries, &keys).unwrap();
+                let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+                assert!(
+                    max_diff(&want, &got) <= 2e-5 * scale,
+                    "depth {depth}: fast vs reference"
+                );
+                assert!(
+                    max_diff(&want, &slow) <= 2e-5 * scale,
+                    "depth {depth}: slow vs reference"
+                );
+                assert!(max_diff(&got, &slow) <= 2e-5 * scale);
+            }
+        }
+    }
+}
+
+#[test]
+fn gelu_fire_falls_back_to_direct_evaluation() {
+    let (mut f, mut mlp, params) = fire_pair(4, 16, 1, 9, 0.1);
+    f.mlp.activation = fire_reference::fire::Activation::Gelu;
+    mlp.activation = Activation::Gelu;
+    let fast = FireBias::new(mlp, params, 64).unwrap();
+    assert!(matches!(
+        fast.function(),
+        crate::fire::FireFunction::Direct(_)
+    ));
+    for (queries, keys) in position_cases().into_iter().take(2) {
+        let want = reference_bias(&f, &queries, &keys);
+        let got = tiled(&fast, &queries, &keys);
+        assert!(max_diff(&want, &got) <= 1e-5);
+    }
+}
+
+#[test]
+fn bad_keys_and_parameters_are_errors() {
+    let (_, mlp, mut params) = fire_pair(4, 8, 1, 1, 1.0);
+    let fast = FireBias::new(mlp.clone(), params, 16).unwrap();
+    assert!(fast.plan(&[3], &[2, 1]).is_err());
+    assert!(fast.plan(&[3], &[]).is_err());
+    params.l_init = -1.0;
+    assert!(FireBias::new(mlp, params, 16).is_err());
+}
+
+fn baseline_cases(heads: usize) -> Vec<DistanceEncoding> {
+    let mut rng = SplitMix64::new(17);
+    let mut draw =
+        |n: usize, lo: f64, hi: f64| -> Vec<f64> { (0..n).map(|_| rng.uniform(lo, hi)).collect() };
+    vec![
+        DistanceEncoding::Nope,
+        DistanceEncoding::Alibi {
+            slopes: alibi_slopes(heads),
+        },
+        DistanceEncoding::KerpleLog {
+            r1: draw(heads, 0.01, 2.0),
+            r2: draw(heads, 0.01, 1.0),
+        },
+        DistanceEncoding::KerplePower {
+            r1: draw(heads, 0.01, 1.0),
+            r2: draw(heads, 0.01, 2.0),
+        },
+        DistanceEncoding::T5 {
+            buckets: 32,
+            max_distance: 128,
+            table: draw(heads * 32, -1.0, 1.0),
+        },
+        DistanceEncoding::Sandwich { heads, dim: 64 },
+    ]
+}
+
+#[test]
+fn baseline_tiles_equal_their_formula() {
+    let heads = 12;
+    for enc in baseline_cases(heads) {
+        let fast = DistanceBias::new(enc.clone(), heads, 500).unwrap();
+        for (queries, keys) in position_cases() {
+            let got = tiled(&fast, &queries, &keys);
+            let (nq, nk) = (queries.len(), keys.len());
+            for h in 0..heads {
+                for (r, &i) in queries.iter().enumerate() {
+                    for (c, &j) in keys.iter().enumerate() {
+                        let n = if j <= i {
+                            i - j
+                        } else if matches!(enc, DistanceEncoding::T5 { .. }) {
+                            0
+                        } else {
+                            j - i
+                        };
+                        let want = enc.value(h, n) as f32;
+                        let g = got[(h * nq + r) * nk + c];
+                        assert!((want - g).abs() <= 1e-5 * (1.0 + want.abs()), "{enc:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn alibi_slopes_and_t5_buckets_follow_the_official_code() {
+    let s = alibi_slopes(12);
+    let want: Vec<f64> = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 0.5, 1.5, 2.5, 3.5]
+        .iter()
+        .map(|e| 2f64.powf(-e))
+        .collect();
+    for (a, b) in s.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-15);
+    }
+    assert_eq!(alibi_slopes(8).len(), 8);
+    assert_eq!(t5_bucket(0, 32, 128), 0);
+    assert_eq!(t5_bucket(15, 32, 128), 15);
+    // 16 + floor(ln(2)/ln(8)·16) = 16 + 5.
+    assert_eq!(t5_bucket(32, 32, 128), 21);
+    assert_eq!(t5_bucket(127, 32, 128), 31);
+    assert_eq!(t5_bucket(100_000, 32, 128), 31);
+    // Where binary32 and binary64 disagree ([t5.bucket.official.float]): t(10) is 1 in f32,
+    // 0.999… in f64.
+    assert_eq!(t5_bucket(10, 10, 160), 6);
+}

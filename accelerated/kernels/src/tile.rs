@@ -1,0 +1,94 @@
+//! The bias-source abstraction of the fused kernel: an additive encoding fills one
+//! `[rows, cols]` tile of one head at a time, so the `[H, N, N]` bias never exists.
+//!
+//! An encoding ([`TileBias`]) first builds a [`BiasPlan`] for one call's position lists: the
+//! per-query and per-distance quantities it needs (FIRE's normaliser and segment thresholds,
+//! a baseline's distance table), O(N·H) at most. The kernel then asks the plan for tiles.
+//! spec: [conv.layout], [attn.logits]
+
+use std::ops::Range;
+
+use fire_vocabulary::{Position, MAX_POSITION};
+
+use crate::error::{Error, Result};
+
+/// An additive relative position encoding that can fill bias tiles.
+pub trait TileBias: Send + Sync + std::fmt::Debug {
+    /// `H`.
+    fn heads(&self) -> usize;
+
+    /// Prepares the per-call state for these positions. Keys must be non-decreasing (a KV
+    /// cache is); queries are arbitrary.
+    fn plan<'a>(
+        &'a self,
+        queries: &'a [Position],
+        keys: &'a [Position],
+    ) -> Result<Box<dyn BiasPlan + 'a>>;
+}
+
+/// One call's bias, ready to fill tiles.
+pub trait BiasPlan: Send + Sync {
+    /// Writes `b_head(queries[r], keys[c])` for `r ∈ rows`, `c ∈ cols` into `out`, row-major
+    /// with row stride `stride ≥ cols.len()`. Every entry is written, including keys after the query
+    /// (each encoding's own rule for them, [conv.future]); the causal kernel masks those.
+    fn fill(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    );
+
+    /// [`Self::fill`] for a causal kernel: entries whose key is after the query may hold
+    /// anything (the kernel masks them). The default fills them anyway; FIRE skips them, since
+    /// off the causal part it has no fast path (x > 1 falls outside its distance thresholds).
+    fn fill_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        self.fill(head, rows, cols, out, stride);
+    }
+
+    /// Bytes this plan holds (its O(N) state), for the memory accounting of benchmarks.
+    fn bytes(&self) -> usize;
+}
+
+/// Checks both position lists ([`check_keys`] for the keys) and that no position exceeds
+/// [`MAX_POSITION`] (spec: [conv.positions]); returns whether the keys are contiguous.
+pub(crate) fn check_positions(queries: &[Position], keys: &[Position]) -> Result<bool> {
+    if let Some(p) = queries.iter().chain(keys).find(|&&p| p > MAX_POSITION) {
+        return Err(Error::Invalid {
+            what: "positions".into(),
+            reason: format!("position {p} is beyond 2^53 (not exact in binary64)"),
+        });
+    }
+    check_keys(keys)
+}
+
+/// Checks a key list is non-empty and non-decreasing; returns whether it is contiguous
+/// (`keys[t] = keys[0] + t`), which enables the table-walking fast paths.
+pub(crate) fn check_keys(keys: &[Position]) -> Result<bool> {
+    if keys.is_empty() {
+        return Err(Error::Empty {
+            what: "key positions".into(),
+        });
+    }
+    if keys.windows(2).any(|w| w[1] < w[0]) {
+        return Err(Error::Invalid {
+            what: "key positions".into(),
+            reason: "must be non-decreasing (as in a KV cache)".into(),
+        });
+    }
+    Ok(keys.windows(2).all(|w| w[1] == w[0] + 1))
+}
+
+/// How many of `keys[cols]` (non-decreasing) are visible to a query at `i` (`j ≤ i`): they
+/// form a prefix of the tile.
+pub(crate) fn visible(keys: &[Position], cols: &Range<usize>, i: Position) -> usize {
+    keys[cols.clone()].partition_point(|&j| j <= i)
+}

@@ -1,0 +1,71 @@
+//! A training run's settings: what a run directory's `config.json` and every checkpoint record
+//! besides the model's shape.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attention::AttentionPath;
+use crate::optim::AdamWConfig;
+
+/// A training run's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Training length (tokens per sequence).
+    pub seq_len: usize,
+    /// Sequences per step.
+    pub batch: usize,
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Linear warmup steps.
+    pub warmup: u64,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Final learning rate as a fraction of the peak.
+    pub min_lr_ratio: f64,
+    /// Global gradient-norm clip (0 disables).
+    pub clip: f64,
+    /// AdamW.
+    pub adamw: AdamWConfig,
+    /// Seed of the initial weights and of the data order.
+    pub seed: u64,
+    /// Fraction of documents held out.
+    pub held_out: f64,
+    /// Corpus directory (`None`: the embedded corpus).
+    pub corpus: Option<PathBuf>,
+    /// A Hugging Face `tokenizer.json` (`None`: bytes). The model's `vocab_size` must cover
+    /// its ids.
+    pub tokenizer: Option<PathBuf>,
+    /// Steps between checkpoints (the last step is always saved).
+    pub checkpoint_every: u64,
+    /// Steps between metrics lines (the last step is always logged).
+    pub log_every: u64,
+    /// The attention implementation of training: `fused` runs the fused op with a backward
+    /// pass ([`crate::attention::fused_train`], no `[B, H, N, N]` tensor: long sequences fit)
+    /// where the encoding is additive and the device is the CPU, the candle backend otherwise;
+    /// `materialised` always takes the candle backend.
+    pub attention: AttentionPath,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            seq_len: 128,
+            batch: 16,
+            steps: 1000,
+            warmup: 50,
+            lr: 3e-3,
+            min_lr_ratio: 0.1,
+            clip: 1.0,
+            adamw: AdamWConfig::default(),
+            seed: 0,
+            held_out: 0.15,
+            corpus: None,
+            tokenizer: None,
+            checkpoint_every: 250,
+            log_every: 10,
+            attention: AttentionPath::default(),
+        }
+    }
+}
