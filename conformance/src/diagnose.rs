@@ -13,12 +13,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use fire_reference::attention::Placement as RefPlacement;
 use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
 use crate::compare::{excess_ratio, Profile};
 use crate::conventions::adjust;
-use crate::implementation::{Capabilities, FutureKeys, Placement};
+use crate::implementation::{Capabilities, FutureKeys};
 use crate::implementations::reference::evaluate_placed;
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
@@ -64,7 +63,7 @@ impl Subset {
     fn mask(self, case: &Case, len: usize) -> Option<Vec<bool>> {
         let (q, k) = (&case.inputs.queries, &case.inputs.keys);
         let (nq, nk) = (q.len(), k.len());
-        if case.kind != Kind::Bias || nq * nk == 0 || len % (nq * nk) != 0 {
+        if case.kind != Kind::Bias || nq * nk == 0 || !len.is_multiple_of(nq * nk) {
             return None;
         }
         let m: Vec<bool> = (0..len)
@@ -122,13 +121,6 @@ pub fn diagnosable(case: &Case) -> bool {
     case.result == Verdict::Valid && CATALOGUE.iter().any(|v| applies(v, case))
 }
 
-fn placement(caps: &Capabilities) -> RefPlacement {
-    match caps.placement {
-        Placement::AfterScaling => RefPlacement::AfterScaling,
-        Placement::BeforeScaling => RefPlacement::BeforeScaling,
-    }
-}
-
 /// What the variant predicts for the case, under the implementation's declared placement.
 pub fn predict(v: &Variant, case: &Case, caps: &Capabilities) -> Option<BTreeMap<String, Tensor>> {
     evaluate_placed(
@@ -136,7 +128,7 @@ pub fn predict(v: &Variant, case: &Case, caps: &Capabilities) -> Option<BTreeMap
         case.kind,
         &case.inputs,
         Some(v),
-        placement(caps),
+        caps.placement,
     )
     .ok()
 }

@@ -46,34 +46,9 @@ impl FutureKeys {
     }
 }
 
-/// Where the bias enters the logits. spec: [attn.placement], [proto.hello]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
-    /// `q·kᵀ/√d + b` (normative).
-    #[default]
-    AfterScaling,
-    /// `(q·kᵀ + b)/√d`.
-    BeforeScaling,
-}
-
-impl Placement {
-    /// Parses a wire name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "after-scaling" => Self::AfterScaling,
-            "before-scaling" => Self::BeforeScaling,
-            _ => return None,
-        })
-    }
-
-    /// The wire name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::AfterScaling => "after-scaling",
-            Self::BeforeScaling => "before-scaling",
-        }
-    }
-}
+/// Where the bias enters the logits: the shared vocabulary's word, whose wire names are the
+/// protocol's. spec: [attn.placement], [proto.hello]
+pub use fire_reference::attention::Placement;
 
 /// What an implementation declares about itself (the handshake). spec: [proto.hello]
 #[derive(Debug, Clone, PartialEq)]
