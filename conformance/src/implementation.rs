@@ -139,7 +139,7 @@ pub enum Reply {
 /// Anything the harness can check. spec: [proto.request]
 pub trait Implementation {
     /// The handshake: called once before any request.
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities>;
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities>;
     /// Answers one request.
     fn run(&mut self, request: &Request) -> Reply;
 }

@@ -11,6 +11,7 @@ pub mod diagnose;
 pub mod error;
 pub mod export;
 pub mod families;
+pub mod generate;
 pub mod implementation;
 pub mod implementations;
 pub mod protocol;

@@ -386,9 +386,7 @@ struct Ran<'a> {
 
 /// Runs every selected case of `suite` against `imp`.
 pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Result<Report> {
-    let caps = imp
-        .capabilities()
-        .map_err(|e| Error::Handshake(format!("{e:#}")))?;
+    let caps = imp.capabilities()?;
     let dtype = match &opts.dtype {
         Some(d) if caps.dtypes.contains(d) => d.clone(),
         Some(d) => {

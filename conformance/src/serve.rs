@@ -8,6 +8,7 @@ use std::io::{BufRead, Write};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::error::{Error, Result};
 use crate::implementation::{Implementation, Reply, Request};
 use crate::protocol;
 use crate::vectors::format::{Encoding, Inputs, Kind};
@@ -68,13 +69,13 @@ pub fn serve(
     input: impl BufRead,
     mut output: impl Write,
     misbehave: Option<Misbehaviour>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let caps = imp.capabilities()?;
     for line in input.lines() {
-        let line = line?;
+        let line = line.map_err(Error::io("standard input"))?;
         let v: serde_json::Value = match serde_json::from_str(&line) {
             Ok(v) => v,
-            Err(e) => anyhow::bail!("the harness sent invalid JSON: {e}"),
+            Err(e) => return Err(Error::Protocol(format!("invalid JSON: {e}"))),
         };
         let reply_line = match v.get("type").and_then(|t| t.as_str()) {
             Some("hello") => json!({
@@ -108,20 +109,16 @@ pub fn serve(
                     },
                 }
             }
-            other => anyhow::bail!("unknown message type {other:?}"),
+            other => return Err(Error::Protocol(format!("unknown message type {other:?}"))),
         };
-        writeln!(output, "{reply_line}")?;
-        output.flush()?;
+        writeln!(output, "{reply_line}")
+            .and_then(|()| output.flush())
+            .map_err(Error::io("standard output"))?;
     }
     Ok(())
 }
 
-fn act(
-    m: Misbehaviour,
-    id: &str,
-    reply: Reply,
-    out: &mut impl Write,
-) -> anyhow::Result<Option<String>> {
+fn act(m: Misbehaviour, id: &str, reply: Reply, out: &mut impl Write) -> Result<Option<String>> {
     let mangle = |f: &dyn Fn(&mut crate::vectors::format::Tensor)| match reply.clone() {
         Reply::Output(mut outs) => {
             outs.values_mut().for_each(f);

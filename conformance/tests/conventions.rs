@@ -24,7 +24,7 @@ struct Convention {
 }
 
 impl Implementation for Convention {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
         let mut c = Reference.capabilities()?;
         (c.future_keys, c.placement) = self.declared;
         Ok(c)

@@ -8,13 +8,14 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use fire_conformance::generate;
 use fire_conformance::implementation::Implementation;
 use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
 use fire_conformance::implementations::{external, reference::Reference};
 use fire_conformance::report;
 use fire_conformance::runner::{self, exit, FailOn, Options};
 use fire_conformance::vectors::load::{Origin, Suite};
-use fire_conformance::vectors::{embedded, generate, load};
+use fire_conformance::vectors::{embedded, load};
 
 #[derive(Parser)]
 #[command(
@@ -404,7 +405,8 @@ fn copy(vectors: Option<PathBuf>, dir: &Path) -> Result<ExitCode> {
             staged.path().to_path_buf()
         }
     };
-    let n = fire_conformance::export::copy(&from, dir)?;
+    let n = fire_conformance::export::copy(&from, dir)
+        .with_context(|| format!("exporting the suite to {}", dir.display()))?;
     println!("exported {n} files to {}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -414,23 +416,21 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate { out, check } => generate_dir(out).and_then(|dir| {
             if check {
-                generate::check(&dir).map(|n| {
-                    println!("{n} files regenerate byte-identically in {}", dir.display());
-                    ExitCode::SUCCESS
-                })
+                let n = generate::check(&dir)?;
+                println!("{n} files regenerate byte-identically in {}", dir.display());
             } else {
-                generate::write(&dir).map(|n| {
-                    println!("wrote {n} files to {}", dir.display());
-                    ExitCode::SUCCESS
-                })
+                let n = generate::write(&dir)?;
+                println!("wrote {n} files to {}", dir.display());
             }
+            Ok(ExitCode::SUCCESS)
         }),
         Command::Run(args) => run(args),
         Command::Check { results, common } => (|| {
             let suite = suite(common.vectors.clone())?;
             let text = fs::read_to_string(&results)
                 .with_context(|| format!("reading {}", results.display()))?;
-            let mut imp = external::Recorded::parse(&text)?;
+            let mut imp = external::Recorded::parse(&text)
+                .with_context(|| format!("{}", results.display()))?;
             let report = runner::run(&suite, &mut imp, &options(&common)?)?;
             finish(&suite, &report, &common)
         })(),

@@ -36,7 +36,7 @@ fn attn(
 }
 
 /// `attention/`.
-pub fn attention() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn attention() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let d = default_fire(4, 32, 1, 31);
     let r = random_fire(4, 8, 1, 801, Activation::Relu);
     let cases = vec![

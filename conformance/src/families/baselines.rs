@@ -66,7 +66,7 @@ fn bias(
 }
 
 /// Every baseline and construction file.
-pub fn all() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn all() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let simplified = T5Simplified {
         cap: 6,
         values: dyadic(3, 7, 1),
@@ -405,7 +405,7 @@ pub fn all() -> anyhow::Result<Vec<(String, VectorFile)>> {
 
 /// `invalid/baselines`: baseline parameters an implementation must reject. spec: [vec.invalid],
 /// [num.errors]
-fn invalid() -> anyhow::Result<(String, VectorFile)> {
+fn invalid() -> crate::error::Result<(String, VectorFile)> {
     let t5 = |n: i64, max: i64, bi: i64, width: usize| {
         enc(
             "t5-official",
@@ -511,7 +511,7 @@ fn construction(
         .profile(profile)
 }
 
-fn theorem() -> anyhow::Result<(String, VectorFile)> {
+fn theorem() -> crate::error::Result<(String, VectorFile)> {
     const P: u64 = 16;
     let p = P as i64;
     let simplified = T5Simplified {

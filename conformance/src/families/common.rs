@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Context};
+use crate::error::Error;
 use fire_reference::attention::Placement;
 use fire_reference::fire::init::{self, Shape, SplitMix64};
 use fire_reference::fire::{Activation, Fire, Threshold, Transform};
@@ -198,7 +198,7 @@ fn max_abs<'a>(ts: impl IntoIterator<Item = &'a Tensor>) -> f64 {
         .fold(0.0, |a, v| a.max(v.abs()))
 }
 
-fn modules(e: &Encoding) -> anyhow::Result<Vec<Fire>> {
+fn modules(e: &Encoding) -> crate::error::Result<Vec<Fire>> {
     Ok(match e {
         Encoding::Fire(p) => vec![params::to_fire(p)?],
         Encoding::FireShared(s) => vec![params::to_fire(&s.module)?],
@@ -215,7 +215,7 @@ fn modules(e: &Encoding) -> anyhow::Result<Vec<Fire>> {
 fn with_scales(
     d: &Draft,
     mut out: BTreeMap<String, Tensor>,
-) -> anyhow::Result<BTreeMap<String, Tensor>> {
+) -> crate::error::Result<BTreeMap<String, Tensor>> {
     let scale = match d.kind {
         Kind::Bias => {
             let ms = modules(&d.encoding)?;
@@ -241,7 +241,7 @@ fn with_scales(
 /// bucket. `None` when every distance is robust; an error when a distance has more than two
 /// candidate buckets (such a case would need more than one alternative: choose other positions).
 /// spec: [t5.bucket.official.float], [vec.case]
-fn acceptable(d: &Draft) -> anyhow::Result<Option<BTreeMap<String, Tensor>>> {
+fn acceptable(d: &Draft) -> crate::error::Result<Option<BTreeMap<String, Tensor>>> {
     let Encoding::Baseline(b) = &d.encoding else {
         return Ok(None);
     };
@@ -276,7 +276,15 @@ fn acceptable(d: &Draft) -> anyhow::Result<Option<BTreeMap<String, Tensor>>> {
                         let other = if *a + offset == normative { *b } else { *a };
                         bucket = other + offset;
                     }
-                    many => bail!("distance {n} has {} candidate buckets {many:?}", many.len()),
+                    many => {
+                        return Err(Error::Draft {
+                            case: d.name.clone(),
+                            reason: format!(
+                                "distance {n} has {} candidate buckets {many:?}",
+                                many.len()
+                            ),
+                        })
+                    }
                 }
             }
             for (h, row) in t5.values.iter().enumerate() {
@@ -308,7 +316,7 @@ pub fn file(
     stem: &str,
     description: &str,
     drafts: Vec<Draft>,
-) -> anyhow::Result<(String, VectorFile)> {
+) -> crate::error::Result<(String, VectorFile)> {
     let mut cases = Vec::new();
     let mut clauses: Vec<String> = Vec::new();
     for d in drafts {
@@ -317,12 +325,22 @@ pub fn file(
         let acceptable = if d.invalid {
             None
         } else {
-            acceptable(&d).with_context(|| format!("{id}: acceptable outputs"))?
+            acceptable(&d).map_err(|e| draft(&id, format!("acceptable outputs: {e}")))?
         };
         let (verdict, expected, under) = match (d.invalid, result) {
             (true, Err(_)) => (Verdict::Invalid, None, None),
-            (true, Ok(_)) => bail!("{id}: drafted as invalid but the reference accepts it"),
-            (false, Err(e)) => bail!("{id}: the reference rejects a valid draft: {e}"),
+            (true, Ok(_)) => {
+                return Err(draft(
+                    &id,
+                    "drafted as invalid but the reference accepts it",
+                ))
+            }
+            (false, Err(e)) => {
+                return Err(draft(
+                    &id,
+                    format!("the reference rejects a valid draft: {e}"),
+                ))
+            }
             (false, Ok(out)) => {
                 let restricted =
                     crate::conventions::causal_cotangent(&d.inputs).filter(|_| d.kind == Kind::Vjp);
@@ -330,7 +348,7 @@ pub fn file(
                     let mut inputs = d.inputs.clone();
                     inputs.cotangent = Some(cot);
                     let causal = evaluate_request(&d.encoding, d.kind, &inputs, None)
-                        .with_context(|| format!("{id}: causal cotangent"))?;
+                        .map_err(|e| draft(&id, format!("causal cotangent: {e}")))?;
                     let mut m = BTreeMap::new();
                     m.insert(
                         crate::conventions::CAUSAL_COTANGENT.to_owned(),
@@ -345,7 +363,7 @@ pub fn file(
                         None,
                         Placement::BeforeScaling,
                     )
-                    .with_context(|| format!("{id}: before-scaling"))?;
+                    .map_err(|e| draft(&id, format!("before-scaling: {e}")))?;
                     let mut m = BTreeMap::new();
                     m.insert(
                         "placement=before-scaling".to_owned(),
@@ -394,4 +412,11 @@ pub fn file(
 /// Shorthand for a FIRE module's parameters.
 pub fn fp(f: &Fire) -> FireParams {
     params::from_fire(f)
+}
+
+fn draft(case: &str, reason: impl Into<String>) -> Error {
+    Error::Draft {
+        case: case.to_owned(),
+        reason: reason.into(),
+    }
 }

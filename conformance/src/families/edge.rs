@@ -16,7 +16,7 @@ const CORE: &[&str] = &[
 ];
 
 /// `edge/`.
-pub fn edge() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let d = default_fire(4, 16, 1, 21);
     let r = random_fire(4, 8, 1, 701, Activation::Relu);
     let mut l8 = random_fire(4, 8, 1, 702, Activation::Relu);

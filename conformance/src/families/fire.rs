@@ -23,7 +23,7 @@ const CORE: &[&str] = &[
 ];
 
 /// `fire/`.
-pub fn fire() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn fire() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let d = default_fire(12, 32, 1, 1);
     let default_init = vec![
         Draft::bias(
@@ -149,7 +149,7 @@ pub fn fire() -> anyhow::Result<Vec<(String, VectorFile)>> {
 /// the ratio, in several places) moves the output by ~10⁻⁶ of its scale, below f32's tolerance;
 /// with ε comparable to ψ(max(i, L)) each moves it by a large fraction, and the log's base
 /// (which the ratio cancels but ε does not) shows too. spec: [fire.normalizer], [num.profiles]
-fn epsilon() -> anyhow::Result<(String, VectorFile)> {
+fn epsilon() -> crate::error::Result<(String, VectorFile)> {
     let mut floor = random_fire(4, 8, 1, 801, Activation::Relu);
     floor.c = 0.05;
     floor.eps = 0.5;
@@ -227,7 +227,7 @@ fn epsilon() -> anyhow::Result<(String, VectorFile)> {
 }
 
 /// `fire-s/`.
-pub fn fire_s() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn fire_s() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let f = random_fire(3, 8, 1, 401, Activation::Relu);
     let shared = Encoding::FireShared(SharedParams {
         module: fp(&f),
@@ -270,7 +270,7 @@ pub fn fire_s() -> anyhow::Result<Vec<(String, VectorFile)>> {
 }
 
 /// `variants/`: the Appendix B ablations (named deviations are diagnosed, not vectorised).
-pub fn ablations() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn ablations() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let base = || random_fire(4, 8, 1, 501, Activation::Relu);
     let mut no_log = base();
     no_log.transform = Transform::Identity;

@@ -32,7 +32,7 @@ fn one_hot(shape: [usize; 3], at: [usize; 3]) -> Tensor {
 }
 
 /// `fire-grad/`.
-pub fn fire_grad() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn fire_grad() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let d = default_fire(4, 8, 1, 11);
     let r = random_fire(3, 6, 1, 601, Activation::Relu);
     let cot = |h: usize, n: usize, seed: u64| random_tensor(vec![h, n, n], seed);

@@ -17,7 +17,7 @@ fn bad(name: &str, desc: &str, f: &Fire, flag: Flag, clause: &'static str) -> Dr
 }
 
 /// `invalid/`.
-pub fn invalid() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn invalid() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let base = || random_fire(2, 4, 1, 901, Activation::Relu);
     let with = |edit: &dyn Fn(&mut Fire)| {
         let mut f = base();

@@ -11,7 +11,7 @@ pub mod invalid;
 use crate::vectors::format::VectorFile;
 
 /// Every file of the suite, as `(relative path, file)`, in a fixed order. spec: [vec.generation]
-pub fn all() -> anyhow::Result<Vec<(String, VectorFile)>> {
+pub fn all() -> crate::error::Result<Vec<(String, VectorFile)>> {
     let mut files = Vec::new();
     files.extend(fire::fire()?);
     files.extend(fire::fire_s()?);

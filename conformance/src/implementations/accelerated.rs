@@ -322,7 +322,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
 }
 
 impl Implementation for Accelerated {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities> {
         Ok(f32_capabilities("fire-accelerated (candle, cpu)"))
     }
 

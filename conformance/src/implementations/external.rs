@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::protocol;
 
@@ -330,9 +331,9 @@ impl External {
 }
 
 impl Implementation for External {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities> {
         self.start()
-            .map_err(|e| anyhow::anyhow!("`{}`: {e}", self.cmd))
+            .map_err(|e| Error::Handshake(format!("`{}`: {e}", self.cmd)))
     }
 
     fn run(&mut self, request: &Request) -> Reply {
@@ -396,7 +397,8 @@ pub struct Recorded {
 
 impl Recorded {
     /// Reads a results file; a malformed line is an error naming its number.
-    pub fn parse(text: &str) -> anyhow::Result<Self> {
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let bad = |line: usize, reason: String| Error::Results { line, reason };
         let mut caps = Capabilities {
             name: "results file".into(),
             families: vec!["*".into()],
@@ -410,13 +412,13 @@ impl Recorded {
                 continue;
             }
             if n == 0 && line.contains("\"hello\"") {
-                caps = protocol::parse_hello(line).map_err(|e| anyhow::anyhow!("line 1: {e}"))?;
+                caps = protocol::parse_hello(line).map_err(|e| bad(1, e.to_string()))?;
                 continue;
             }
             let (id, reply) =
-                protocol::parse_result(line).map_err(|e| anyhow::anyhow!("line {}: {e}", n + 1))?;
+                protocol::parse_result(line).map_err(|e| bad(n + 1, e.to_string()))?;
             if replies.insert(id.clone(), reply).is_some() {
-                anyhow::bail!("line {}: a second result for `{id}`", n + 1);
+                return Err(bad(n + 1, format!("a second result for `{id}`")));
             }
         }
         Ok(Self { caps, replies })
@@ -424,7 +426,7 @@ impl Recorded {
 }
 
 impl Implementation for Recorded {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities> {
         Ok(self.caps.clone())
     }
 

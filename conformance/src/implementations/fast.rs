@@ -270,7 +270,7 @@ fn evaluate(r: &Request) -> Result<BTreeMap<String, Tensor>, Reply> {
 }
 
 impl Implementation for Fast {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities> {
         Ok(f32_capabilities(
             "fire-kernels (compiled FIRE, fused attention, cpu)",
         ))

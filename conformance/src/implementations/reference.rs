@@ -22,7 +22,7 @@ use crate::vectors::params::{self, check_tensor, layer_name};
 pub struct Reference;
 
 impl Implementation for Reference {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities> {
         Ok(Capabilities {
             name: "fire-reference".into(),
             families: vec!["*".into()],

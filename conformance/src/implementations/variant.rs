@@ -12,7 +12,7 @@ use crate::vectors::format::{Encoding, Kind};
 pub struct Mistaken(pub &'static Variant);
 
 impl Implementation for Mistaken {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities> {
         Ok(Capabilities {
             name: format!("variant {}", self.0.name),
             families: vec!["*".into()],

@@ -308,12 +308,46 @@ impl Files for Dir<'_> {
     }
 
     fn list(&self) -> Result<Vec<String>, LoadError> {
-        super::generate::list(self.0).map_err(|e| bad(&self.0.display().to_string(), e.to_string()))
+        yaml_files(self.0)
     }
 
     fn origin(&self) -> Origin {
         Origin::Dir(self.0.to_path_buf())
     }
+}
+
+/// Every `.yaml` file under `dir`, relative and `/`-separated, sorted; none when `dir` does
+/// not exist (a suite not generated yet).
+pub fn yaml_files(dir: &Path) -> Result<Vec<String>, LoadError> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), LoadError> {
+        let io = |source| LoadError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        if !dir.exists() {
+            return Ok(());
+        }
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let p = entry.map_err(io)?.path();
+            if p.is_dir() {
+                walk(root, &p, out)?;
+            } else if p.extension().is_some_and(|e| e == "yaml") {
+                let rel = p
+                    .strip_prefix(root)
+                    .unwrap_or(&p)
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                out.push(rel);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out)?;
+    out.sort();
+    Ok(out)
 }
 
 /// Files held in memory as `(relative path, bytes)`: the embedded suite, or a test's.

@@ -1,10 +1,9 @@
-//! The golden vectors: format, writer, loader, manifest and generator. spec: [vec.file]
+//! The golden vectors: format, writer, loader and manifest (the generator is [`crate::generate`]). spec: [vec.file]
 
 pub mod baselines;
 pub mod embedded;
 pub mod flags;
 pub mod format;
-pub mod generate;
 pub mod load;
 pub mod manifest;
 pub mod params;

@@ -226,7 +226,7 @@ fn attention<F: Real>(
 }
 
 impl Implementation for Mutant {
-    fn capabilities(&mut self) -> anyhow::Result<Capabilities> {
+    fn capabilities(&mut self) -> crate::error::Result<Capabilities> {
         Ok(Capabilities {
             name: match self.mistake {
                 Some(v) => format!("mutant `{}` ({})", v.name, self.arithmetic.dtype()),
