@@ -59,6 +59,10 @@ fn glue(name: &str) -> String {
 fn run(cmd: &str, args: &[&str]) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_fire-conformance"))
         .args(["run", "--json", "--impl", cmd])
+        // These tests are about verdicts, not hangs (tests/hostile.rs): a loaded 2-core
+        // machine running Python under `cargo test`'s parallelism must not turn a slow case
+        // into a timeout.
+        .args(["--timeout", "600", "--startup-timeout", "600"])
         .args(args)
         .current_dir(root())
         .output()
