@@ -104,8 +104,8 @@ struct TrainArgs {
     keep_checkpoints: usize,
     /// Skip up to N consecutive steps whose loss or gradient norm is not finite (no update)
     /// before stopping as diverged; 0 (the default) stops at the first.
-    #[arg(long, value_name = "N")]
-    skip_nonfinite: Option<u64>,
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    skip_nonfinite: u64,
     /// Model config (YAML or JSON); otherwise built from the flags below.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -210,16 +210,7 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     macro_rules! set {
         ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { t.$f = v; } )* };
     }
-    set!(
-        seq_len,
-        batch,
-        steps,
-        warmup,
-        lr,
-        seed,
-        checkpoint_every,
-        skip_nonfinite
-    );
+    set!(seq_len, batch, steps, warmup, lr, seed, checkpoint_every);
     if a.corpus.is_some() {
         t.corpus = a.corpus.clone();
     }
@@ -246,6 +237,7 @@ fn run_train(a: &TrainArgs) -> Result<()> {
         stop_after: a.stop_after,
         progress: !a.quiet,
         keep_checkpoints: a.keep_checkpoints,
+        skip_nonfinite: a.skip_nonfinite,
         storage: None,
         on_note: Some(|note| eprintln!("note: {note}")),
     };

@@ -46,10 +46,6 @@ pub struct TrainConfig {
     /// where the encoding is additive and the device is the CPU, the candle backend otherwise;
     /// `materialised` always takes the candle backend.
     pub attention: AttentionPath,
-    /// Consecutive steps with a non-finite loss or gradient norm to skip (no update, the
-    /// batch consumed) before the run is declared diverged. 0, the default, stops at the
-    /// first: a skipped step hides a problem, so skipping is a choice made explicitly.
-    pub skip_nonfinite: u64,
 }
 
 impl Default for TrainConfig {
@@ -70,7 +66,6 @@ impl Default for TrainConfig {
             checkpoint_every: 250,
             log_every: 10,
             attention: AttentionPath::default(),
-            skip_nonfinite: 0,
         }
     }
 }

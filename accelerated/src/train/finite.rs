@@ -37,7 +37,13 @@ pub fn words(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_finite() {
-        format!("{v:.4}")
+        // A diverging loss reaches 1e15 before it overflows: scientific notation keeps the
+        // message readable; ordinary values keep four decimals.
+        if v != 0.0 && !(1e-3..1e5).contains(&v.abs()) {
+            format!("{v:.4e}")
+        } else {
+            format!("{v:.4}")
+        }
     } else if v > 0.0 {
         "inf".into()
     } else {
@@ -187,5 +193,14 @@ mod tests {
             "AdamW second moment of FIRE L_multiplier of layer 3"
         );
         assert_eq!(describe("something"), "something");
+    }
+
+    #[test]
+    fn values_read_as_words() {
+        use super::words;
+        assert_eq!(words(f64::NAN), "NaN");
+        assert_eq!(words(f64::NEG_INFINITY), "-inf");
+        assert_eq!(words(2.5), "2.5000");
+        assert_eq!(words(1.3663928e15), "1.3664e15");
     }
 }

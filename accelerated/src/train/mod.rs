@@ -55,6 +55,11 @@ pub struct Options {
     /// Checkpoints to keep (the newest; at least 1). Two or more leave an older checkpoint to
     /// fall back to if the newest is damaged.
     pub keep_checkpoints: usize,
+    /// Consecutive steps with a non-finite loss or gradient norm to skip (no update, the
+    /// batch consumed) before the run is declared diverged. 0, the default, stops at the
+    /// first: a skipped step hides a problem, so skipping is chosen explicitly. A policy of
+    /// this process, not of the run: a resumed run may choose differently.
+    pub skip_nonfinite: u64,
     /// Where checkpoints are written (`None`: the local disk, [`checkpoint::Disk`]).
     pub storage: Option<Arc<dyn Storage>>,
     /// Receives notes a user should see (a checkpoint loaded without a manifest, checkpoints
@@ -74,6 +79,7 @@ impl Default for Options {
             stop_after: None,
             progress: false,
             keep_checkpoints: KEEP_CHECKPOINTS,
+            skip_nonfinite: 0,
             storage: None,
             on_note: None,
         }
@@ -107,7 +113,7 @@ pub struct Metrics {
     /// Tokens per second in this process so far.
     pub tokens_per_s: f64,
     /// Set on a step whose values were not finite: `diverged (…)` when the run stopped there,
-    /// `skipped (…)` when the update was skipped ([`TrainConfig::skip_nonfinite`]).
+    /// `skipped (…)` when the update was skipped ([`Options::skip_nonfinite`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
 }
@@ -293,12 +299,12 @@ pub fn train(
                     last_good: last_good(),
                 });
             }
-        } else if skipped_in_a_row < cfg.skip_nonfinite {
+        } else if skipped_in_a_row < opts.skip_nonfinite {
             skipped_in_a_row += 1;
             m.fault = Some(format!("skipped ({values})"));
             note(&format!(
                 "step {done}: {values}; update skipped ({skipped_in_a_row} of at most {} in a row)",
-                cfg.skip_nonfinite
+                opts.skip_nonfinite
             ));
         } else {
             m.fault = Some(format!("diverged ({values})"));

@@ -126,11 +126,12 @@ fn run_of(checkpoint: &Path) -> Option<&Path> {
 pub fn check_train_config(t: &TrainConfig) -> Result<()> {
     if let Some((field, what)) = t.problems().into_iter().next() {
         let flag = match field {
-            "seq_len" | "batch" | "steps" | "warmup" | "lr" | "seed" | "checkpoint_every"
-            | "skip_nonfinite" => format!(
-                "--{} (`{field}` in --train-config)",
-                field.replace('_', "-")
-            ),
+            "seq_len" | "batch" | "steps" | "warmup" | "lr" | "seed" | "checkpoint_every" => {
+                format!(
+                    "--{} (`{field}` in --train-config)",
+                    field.replace('_', "-")
+                )
+            }
             _ => format!("`{field}` in --train-config"),
         };
         bail!("{flag} {what}");
