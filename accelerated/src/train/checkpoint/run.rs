@@ -124,10 +124,10 @@ pub fn select(run: &Path, from: &ResumeFrom) -> Result<PathBuf> {
     let all = list(run)?;
     let names = || {
         if all.is_empty() {
-            "it has none".to_owned()
+            "has no checkpoints".to_owned()
         } else {
             let n: Vec<String> = all.iter().map(|(s, _)| step_name(*s)).collect();
-            format!("it has {}", n.join(", "))
+            format!("has {}", n.join(", "))
         }
     };
     match from {
@@ -135,7 +135,7 @@ pub fn select(run: &Path, from: &ResumeFrom) -> Result<PathBuf> {
             if !run.join("latest").is_file() {
                 return Err(Error::Checkpoint {
                     path: run.display().to_string(),
-                    reason: format!("has no `latest` to resume from; {}", names()),
+                    reason: format!("has no `latest` to resume from; it {}", names()),
                 });
             }
             super::resolve(run)
@@ -145,8 +145,12 @@ pub fn select(run: &Path, from: &ResumeFrom) -> Result<PathBuf> {
             .find(|(s, _)| s == step)
             .map(|(_, d)| d.clone())
             .ok_or_else(|| Error::Checkpoint {
-                path: run.display().to_string(),
-                reason: format!("has no checkpoint {}; {}", step_name(*step), names()),
+                path: run
+                    .join("checkpoints")
+                    .join(step_name(*step))
+                    .display()
+                    .to_string(),
+                reason: format!("does not exist; the run {}", names()),
             }),
         ResumeFrom::Verified => all
             .iter()
@@ -154,11 +158,10 @@ pub fn select(run: &Path, from: &ResumeFrom) -> Result<PathBuf> {
             .find(|(_, d)| verify(d) == Ok(Integrity::Verified))
             .map(|(_, d)| d.clone())
             .ok_or_else(|| Error::Checkpoint {
-                path: run.display().to_string(),
+                path: run.join("checkpoints").display().to_string(),
                 reason: format!(
-                    "has no checkpoint that verifies; {} ({})",
-                    names(),
-                    "`fire-lm verify` says why each fails"
+                    "none verifies; the run {} (`fire-lm verify` says why each fails)",
+                    names()
                 ),
             }),
     }
