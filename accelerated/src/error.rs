@@ -43,14 +43,15 @@ pub enum Error {
     },
     /// Writing a checkpoint failed; what the run had saved before (the previous checkpoint,
     /// `latest`) is untouched and no partial checkpoint is left behind.
-    #[error("saving checkpoint {checkpoint} failed: {}: {source}; {kept}", path.display())]
+    #[error("saving checkpoint {checkpoint} failed: {}: {error}; {kept}", path.display())]
     Save {
         /// The checkpoint being written (`step-NNNNNNN`).
         checkpoint: String,
         /// The file or directory whose write failed.
         path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (not a `source`: the message already says it, and a chained source
+        /// would print it twice).
+        error: std::io::Error,
         /// What is still on disk (the previous checkpoint, or that there is none).
         kept: String,
     },
@@ -66,12 +67,13 @@ pub enum Error {
         last_good: Option<String>,
     },
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error (not a `source`: the message already says it, and a chained source
+        /// would print it twice).
+        error: std::io::Error,
     },
     /// A JSON or YAML document did not parse.
     #[error("{path}: {reason}")]
@@ -164,7 +166,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// An [`Error::Io`] for `path`.
 pub fn io(path: impl AsRef<std::path::Path>) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.as_ref().display().to_string();
-    move |source| Error::Io { path, source }
+    move |error| Error::Io { path, error }
 }
 
 /// An [`Error::Input`] unless `ok`.

@@ -220,3 +220,50 @@ fn checkpoints(d: &Path) -> String {
     names.sort();
     names.join(", ")
 }
+
+/// A real write failure through the command line, root or not: a file-size limit
+/// (`ulimit -f`, with SIGXFSZ ignored so the write returns EFBIG instead of killing the
+/// process) smaller than `model.safetensors`. The resumed run's save at step 4 fails; step 2
+/// and `latest` stay as they were and still verify.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_save_past_a_file_size_limit_fails_cleanly_and_keeps_the_previous_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ok(&train(d, &["--steps", "6", "--stop-after", "2"]));
+    let mut script = format!(
+        "trap '' XFSZ; ulimit -f 100; exec '{}' train --run run --resume",
+        env!("CARGO_BIN_EXE_fire-lm")
+    );
+    for a in TINY {
+        script.push(' ');
+        script.push_str(a);
+    }
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(d)
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused(&out),
+        "Error: saving checkpoint step-0000004 failed: \
+         run/checkpoints/.tmp-step-0000004/model.safetensors: File too large (os error 27); the \
+         previous checkpoint run/checkpoints/step-0000002 and `latest` are unchanged\n"
+    );
+    let left: Vec<String> = std::fs::read_dir(d.join("run/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["step-0000002"]);
+    assert_eq!(
+        std::fs::read_to_string(d.join("run/latest")).unwrap(),
+        "step-0000002"
+    );
+    assert_eq!(
+        ok(&fire_lm(d, &["verify", "run"])),
+        "step-0000002 (latest): ok (every file matches manifest.json)\n\
+         run: its one checkpoint verifies\n"
+    );
+}

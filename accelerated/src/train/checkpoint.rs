@@ -149,10 +149,10 @@ pub fn save_with(
         ),
         Err(_) => "no earlier checkpoint exists".into(),
     };
-    let fail = |path: &Path, source: std::io::Error| Error::Save {
+    let fail = |path: &Path, error: std::io::Error| Error::Save {
         checkpoint: name.clone(),
         path: path.to_path_buf(),
-        source,
+        error,
         kept: kept.clone(),
     };
 

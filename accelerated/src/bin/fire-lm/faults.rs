@@ -63,11 +63,10 @@ pub fn run_verify(a: &VerifyArgs) -> Result<()> {
         }
     }
     if failed.is_empty() {
-        println!(
-            "{}: all {} checkpoints verify",
-            run.display(),
-            verdicts.len()
-        );
+        match verdicts.len() {
+            1 => println!("{}: its one checkpoint verifies", run.display()),
+            n => println!("{}: all {n} checkpoints verify", run.display()),
+        }
         return Ok(());
     }
     bail!(
