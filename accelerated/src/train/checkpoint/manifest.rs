@@ -129,3 +129,47 @@ fn short(hex: &str) -> String {
     let cut: String = hex.chars().take(12).collect();
     format!("{cut}…")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Manifest, FORMAT};
+
+    #[test]
+    fn a_recorded_file_checks_and_a_changed_one_says_how() {
+        let mut m = Manifest::default();
+        m.record("model.safetensors", b"weights");
+        let e = m
+            .entry("model.safetensors")
+            .unwrap_or_else(|| unreachable!());
+        assert_eq!(e.check(b"weights"), Ok(()));
+        assert_eq!(
+            e.check(b"weigh"),
+            Err("is 5 bytes but its manifest records 7 (truncated since it was written)".into())
+        );
+        let err = e.check(b"weightss").unwrap_err();
+        assert!(err.contains("(grown since it was written)"), "{err}");
+        let err = e.check(b"Weights").unwrap_err();
+        assert!(
+            err.starts_with("does not match its manifest: SHA-256 "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_manifest_cannot_name_files_outside_its_checkpoint_or_an_unknown_format() {
+        let text = format!(
+            r#"{{"format": "{FORMAT}", "files": [{{"name": "../latest", "bytes": 1, "sha256": "00"}}]}}"#
+        );
+        assert_eq!(
+            Manifest::parse(text.as_bytes()),
+            Err("lists `../latest`, not a file of the checkpoint".into())
+        );
+        let text = r#"{"format": "fire-lm checkpoint 9", "files": []}"#;
+        assert_eq!(
+            Manifest::parse(text.as_bytes()),
+            Err(format!(
+                "has format `fire-lm checkpoint 9`; this fire-lm reads `{FORMAT}`"
+            ))
+        );
+    }
+}

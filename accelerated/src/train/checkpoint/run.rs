@@ -204,3 +204,22 @@ pub fn rewind(run: &Path, chosen: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     }
     Ok(moves)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ResumeFrom;
+
+    #[test]
+    fn resume_from_reads_what_a_user_types() {
+        let parse = |s: &str| s.parse::<ResumeFrom>();
+        assert_eq!(parse("step-0000040"), Ok(ResumeFrom::Step(40)));
+        assert_eq!(parse("step-40"), Ok(ResumeFrom::Step(40)));
+        assert_eq!(parse("40"), Ok(ResumeFrom::Step(40)));
+        assert_eq!(parse("verified"), Ok(ResumeFrom::Verified));
+        assert_eq!(parse("latest"), Ok(ResumeFrom::Latest));
+        assert_eq!(
+            parse("step-"),
+            Err("`step-` is not a checkpoint: expected step-N, N, `latest` or `verified`".into())
+        );
+    }
+}
