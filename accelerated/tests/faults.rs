@@ -499,3 +499,36 @@ fn a_non_finite_fire_weight_is_named_by_layer_not_by_the_kernels_word() {
         )
     );
 }
+
+#[test]
+fn an_update_that_makes_a_weight_non_finite_stops_before_the_next_step_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // 1e39 is a finite f64 but infinite as the f32 the update multiplies by: the loss and the
+    // gradient norm of step 1 are finite, the weights after its update are not.
+    let cfg = TrainConfig {
+        lr: 1e39,
+        warmup: 0,
+        ..train_cfg(4)
+    };
+    let err = train::train(&model(), &cfg, &opts(&run), &Device::Cpu).unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("diverged at step 1 (loss "), "{text}");
+    assert!(
+        text.contains("; after the update `embed.weight` (token embedding weight) holds "),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("; no checkpoint saved yet; try a lower learning rate"),
+        "{text}"
+    );
+    let m = metrics(&run);
+    assert_eq!(m.len(), 1);
+    assert!(m[0].loss.is_finite() && m[0].grad_norm.is_finite());
+    assert!(m[0]
+        .fault
+        .as_deref()
+        .unwrap()
+        .starts_with("diverged (loss "));
+    assert!(!run.join("latest").exists() && names(&run).is_empty());
+}
