@@ -200,7 +200,15 @@ impl Corpus {
     /// stable when documents are added. At least one document lands on each side.
     pub fn split(&self, held_out: f64) -> Result<Split> {
         if self.documents.len() < 2 {
-            return Err(Error::Data("the split needs at least two documents".into()));
+            let only = self
+                .documents
+                .first()
+                .map_or_else(String::new, |d| format!(" (`{}`)", d.name));
+            return Err(Error::Data(format!(
+                "the corpus holds {} document{only}; it needs at least two, one for training and \
+                 one held out for evaluation (each file of a corpus directory is a document)",
+                self.documents.len()
+            )));
         }
         let cut = (held_out.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
         let (mut eval, mut train): (Vec<Document>, Vec<Document>) = self

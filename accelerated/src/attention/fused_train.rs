@@ -41,8 +41,15 @@ struct FusedAttention {
 }
 
 /// `softmax(q·kᵀ/√d + b + causal)·v` for `q, k, v: [B, H, N, d]` (f32, CPU) at positions
-/// `0..N`, differentiable with respect to `q`, `k`, `v` and the bias parameters.
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: &LayerBias) -> Result<Tensor> {
+/// `0..N`, differentiable with respect to `q`, `k`, `v` and the bias parameters. `layer` only
+/// names the layer in errors.
+pub fn attend(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    bias: &LayerBias,
+    layer: usize,
+) -> Result<Tensor> {
     let (b, h, n, d) = q.dims4()?;
     for (name, t) in [("k", k), ("v", v)] {
         if t.dims() != [b, h, n, d] {
@@ -64,7 +71,10 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: &LayerBias) -> Result<Te
     let kv = Tensor::cat(&[k, v], 3)?.contiguous()?;
     let (kind, params) = match bias {
         LayerBias::None => (Kind::None, Tensor::zeros(1, DType::F32, q.device())?),
-        LayerBias::Fire { layout, params } => (Kind::Fire(layout.clone()), params.clone()),
+        LayerBias::Fire { layout, params } => {
+            check_fire_finite(layout, params, layer)?;
+            (Kind::Fire(layout.clone()), params.clone())
+        }
         LayerBias::Table { table } => {
             let (th, tn) = table.dims2()?;
             if th != h || tn < n {
@@ -81,6 +91,29 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, bias: &LayerBias) -> Result<Te
     };
     Ok(q.contiguous()?
         .apply_op3_arc(&kv, &params.contiguous()?, Arc::new(Box::new(op)))?)
+}
+
+/// Refuses FIRE parameters holding a NaN or an infinity before the op sees them, naming the
+/// parameter as the model does: inside the op the kernels only know "MLP parameter", and the
+/// message would reach the user wrapped in candle's.
+fn check_fire_finite(layout: &PackedFire, params: &Tensor, layer: usize) -> Result<()> {
+    let Some(bad) = crate::train::finite::first_nonfinite([("FIRE parameters", params)])? else {
+        return Ok(());
+    };
+    let theta = layout.packed_len().saturating_sub(2);
+    let value = crate::train::finite::words(bad.value);
+    let what = match bad.index.checked_sub(theta) {
+        None => format!(
+            "MLP weights of layer {layer} are not finite ({value} at element {} of f_θ's \
+             weights and biases)",
+            bad.index
+        ),
+        Some(0) => format!("c of layer {layer} is not finite ({value})"),
+        Some(_) => format!("L_multiplier of layer {layer} is not finite ({value})"),
+    };
+    Err(Error::Input(format!(
+        "FIRE {what}: the weights diverged or were damaged"
+    )))
 }
 
 /// A contiguous f32 slice of a CPU storage.

@@ -299,7 +299,7 @@ impl Call<'_> {
                 queries,
                 keys,
             } => fused_eval::attend(q, k, v, queries, keys, plans.layer(l)),
-            Call::FusedTrain { biases } => fused_train::attend(q, k, v, &biases[l]),
+            Call::FusedTrain { biases } => fused_train::attend(q, k, v, &biases[l], l),
             Call::Cuda { tables, q0 } => {
                 #[cfg(feature = "cuda")]
                 {

@@ -15,8 +15,12 @@ use fire_accelerated::generate::{generate_with, SampleConfig};
 use fire_accelerated::kernels::bench as kernel_bench;
 use fire_accelerated::plot::{self, Chart, Series};
 use fire_accelerated::tokenizer::Tokenizer;
-use fire_accelerated::train::checkpoint::{self, load_model};
+use fire_accelerated::train::checkpoint::{self, load_model, ResumeFrom};
 use fire_accelerated::train::{self, Options, TrainConfig};
+
+/// `fire-lm verify` and the wording of checkpoint and divergence errors.
+#[path = "fire-lm/faults.rs"]
+mod faults;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -39,6 +43,8 @@ enum Command {
     Bias(BiasArgs),
     /// Sample text from a checkpoint.
     Generate(GenerateArgs),
+    /// Check every checkpoint of a run against its manifest (sizes, SHA-256, finite weights).
+    Verify(faults::VerifyArgs),
     /// Side-by-side speed: the fused kernels' table and end-to-end eval tokens/s, as ratios.
     Bench(BenchArgs),
     /// Train and evaluate a tiny FIRE model on the embedded corpus (a couple of minutes on CPU).
@@ -87,6 +93,19 @@ struct TrainArgs {
     /// Continue the run in --run from its latest checkpoint.
     #[arg(long)]
     resume: bool,
+    /// Continue from this checkpoint of --run instead of `latest` (implies --resume):
+    /// `step-N` or `verified` (the newest whose files match their manifest). Newer checkpoints
+    /// are moved to checkpoints/superseded/, not deleted.
+    #[arg(long, value_name = "step-N|verified")]
+    resume_from: Option<ResumeFrom>,
+    /// Checkpoints to keep, the newest K (at least 1); older ones are what a damaged newest
+    /// checkpoint falls back to.
+    #[arg(long, value_name = "K", default_value_t = train::KEEP_CHECKPOINTS)]
+    keep_checkpoints: usize,
+    /// Skip up to N consecutive steps whose loss or gradient norm is not finite (no update)
+    /// before stopping as diverged; 0 (the default) stops at the first.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    skip_nonfinite: u64,
     /// Model config (YAML or JSON); otherwise built from the flags below.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -207,13 +226,22 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
 fn run_train(a: &TrainArgs) -> Result<()> {
     let dev = device(&a.device)?;
     let (m, t) = (model_config(a)?, train_config(a)?);
+    faults::check_train_config(&t)?;
+    if a.keep_checkpoints == 0 {
+        bail!("--keep-checkpoints must be at least 1 (the newest checkpoint is always kept)");
+    }
     let opts = Options {
         run: a.run.clone(),
         resume: a.resume,
+        resume_from: a.resume_from.clone(),
         stop_after: a.stop_after,
         progress: !a.quiet,
+        keep_checkpoints: a.keep_checkpoints,
+        skip_nonfinite: a.skip_nonfinite,
+        storage: None,
+        on_note: Some(|note| eprintln!("note: {note}")),
     };
-    let out = train::train(&m, &t, &opts, &dev)?;
+    let out = train::train(&m, &t, &opts, &dev).map_err(faults::explain)?;
     let last = out.losses.last().map_or(f32::NAN, |l| l.1);
     println!(
         "trained {} steps to loss {last:.4} at {:.0} tokens/s; checkpoint {}",
@@ -596,6 +624,7 @@ fn main() -> Result<()> {
         Command::Eval(a) => run_eval(&a).map(|_| ()),
         Command::Bias(a) => run_bias(&a),
         Command::Generate(a) => run_generate(&a),
+        Command::Verify(a) => faults::run_verify(&a),
         Command::Demo(a) => run_demo(&a),
         Command::Bench(a) => run_bench(&a),
     }

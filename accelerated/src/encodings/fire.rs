@@ -224,9 +224,13 @@ impl AdditiveModule for Fire {
         let layers = self
             .layers
             .iter()
-            .map(|(w, b)| {
+            .enumerate()
+            .map(|(n, (w, b))| {
                 let (outputs, inputs) = w.dims2()?;
-                Ok(Linear::new(values(w)?, values(b)?, inputs, outputs)?)
+                let i = sequential_index(n);
+                let w = named_finite(&format!("mlp.{i}.weight"), values(w)?)?;
+                let b = named_finite(&format!("mlp.{i}.bias"), values(b)?)?;
+                Ok(Linear::new(w, b, inputs, outputs)?)
             })
             .collect::<Result<Vec<_>>>()?;
         let mlp = Mlp::new(layers, self.activation, self.final_activation)?;
@@ -268,6 +272,20 @@ impl AdditiveModule for Fire {
         out.push(("init_L".into(), self.init_l.clone()));
         out.push(("L_multiplier".into(), self.l_multiplier.clone()));
         out
+    }
+}
+
+/// `v` unless it holds a non-finite value: then the kernels' parameter error under the
+/// state-dict name `name`, so the message names the weight rather than the kernels' own word
+/// for f_θ's parameters.
+fn named_finite(name: &str, v: Vec<f64>) -> Result<Vec<f64>> {
+    match v.iter().position(|x| !x.is_finite()) {
+        None => Ok(v),
+        Some(i) => Err(fire_kernels::Error::Parameter {
+            name: name.into(),
+            reason: format!("must be finite, got {} at element {i}", v[i]),
+        }
+        .into()),
     }
 }
 

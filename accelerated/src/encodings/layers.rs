@@ -93,10 +93,15 @@ impl<M: AdditiveModule> PositionEncoding for Additive<M> {
 
     fn tile_bias(&self, layers: usize, capacity: usize) -> Result<Option<KernelBias>> {
         self.check(layers)?;
+        let shared = matches!(self.layers, Layers::Shared(_));
         let sources = self
             .distinct()
             .iter()
-            .map(|m| m.source(capacity))
+            .enumerate()
+            .map(|(l, m)| {
+                m.source(capacity)
+                    .map_err(|e| e.in_module(self.name, (!shared).then_some(l)))
+            })
             .collect::<Result<Vec<_>>>()?;
         let map = match &self.layers {
             Layers::Shared(_) => vec![Some(0); layers],

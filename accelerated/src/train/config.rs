@@ -69,3 +69,69 @@ impl Default for TrainConfig {
         }
     }
 }
+
+impl TrainConfig {
+    /// Every setting out of range, as `(field, what is wrong)`; empty when the config is
+    /// usable. The field names are this struct's (a YAML/JSON training config's keys); the
+    /// command line maps them to its flags.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let mut positive = |field: &'static str, v: u64| {
+            if v == 0 {
+                out.push((field, "must be at least 1, got 0".to_owned()));
+            }
+        };
+        positive("seq_len", self.seq_len as u64);
+        positive("batch", self.batch as u64);
+        positive("steps", self.steps);
+        positive("checkpoint_every", self.checkpoint_every);
+        positive("log_every", self.log_every);
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            out.push(("lr", format!("must be a positive number, got {}", self.lr)));
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_ratio) {
+            out.push((
+                "min_lr_ratio",
+                format!("must be between 0 and 1, got {}", self.min_lr_ratio),
+            ));
+        }
+        if !(self.clip.is_finite() && self.clip >= 0.0) {
+            out.push((
+                "clip",
+                format!("must be 0 (off) or a positive number, got {}", self.clip),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.held_out) {
+            out.push((
+                "held_out",
+                format!("must be between 0 and 1, got {}", self.held_out),
+            ));
+        }
+        let a = &self.adamw;
+        for (field, v) in [("adamw.beta1", a.beta1), ("adamw.beta2", a.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                out.push((field, format!("must be in [0, 1), got {v}")));
+            }
+        }
+        if !(a.eps.is_finite() && a.eps > 0.0) {
+            out.push(("adamw.eps", format!("must be positive, got {}", a.eps)));
+        }
+        if !(a.weight_decay.is_finite() && a.weight_decay >= 0.0) {
+            out.push((
+                "adamw.weight_decay",
+                format!("must be 0 or positive, got {}", a.weight_decay),
+            ));
+        }
+        out
+    }
+
+    /// Fails naming the first setting out of range ([`Self::problems`]).
+    pub fn validate(&self) -> crate::error::Result<()> {
+        match self.problems().into_iter().next() {
+            None => Ok(()),
+            Some((field, what)) => Err(crate::error::Error::Config(format!(
+                "training setting `{field}` {what}"
+            ))),
+        }
+    }
+}

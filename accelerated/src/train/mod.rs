@@ -1,16 +1,23 @@
 //! Training: AdamW, warmup + cosine decay, global-norm clipping, seeded batches, JSON-lines
-//! metrics, atomic checkpoints ([`checkpoint`]) and exact resume.
+//! metrics, verified atomic checkpoints ([`checkpoint`]) and exact resume.
 //!
 //! Everything a step depends on — parameters, AdamW moments and step, the data RNG — is in the
 //! checkpoint, so a resumed run repeats the uninterrupted run's losses bit for bit (on the same
 //! device and thread count).
+//!
+//! Every step checks its loss and gradient norm before the update and the parameters after it
+//! ([`finite`]): a run that diverges stops there with [`Error::Diverged`] — its metrics line
+//! written, no update applied from a non-finite gradient, nothing non-finite saved — instead
+//! of failing one step later inside a kernel that sees a NaN weight.
 
 pub mod checkpoint;
 mod config;
+pub mod finite;
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use candle_core::{Device, Tensor};
@@ -28,36 +35,100 @@ use crate::nn::cross_entropy;
 use crate::optim::{clipped_gradients, learning_rate, AdamW};
 use crate::params::ParamStore;
 use crate::tokenizer::Tokenizer;
-use checkpoint::State;
+use checkpoint::{Integrity, ResumeFrom, State, Storage};
+use finite::{first_nonfinite, words};
 
 /// How to run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// The run directory (config, metrics, checkpoints).
     pub run: PathBuf,
-    /// Continue from the run's latest checkpoint.
+    /// Continue from the run's latest checkpoint (or from [`Self::resume_from`]).
     pub resume: bool,
+    /// Continue from this checkpoint instead of `latest` (implies [`Self::resume`]); newer
+    /// checkpoints are moved to `checkpoints/superseded/`, never deleted.
+    pub resume_from: Option<ResumeFrom>,
     /// Stop after this many steps in total (as if killed), for testing resume.
     pub stop_after: Option<u64>,
     /// Show a progress bar.
     pub progress: bool,
+    /// Checkpoints to keep (the newest; at least 1). Two or more leave an older checkpoint to
+    /// fall back to if the newest is damaged.
+    pub keep_checkpoints: usize,
+    /// Consecutive steps with a non-finite loss or gradient norm to skip (no update, the
+    /// batch consumed) before the run is declared diverged. 0, the default, stops at the
+    /// first: a skipped step hides a problem, so skipping is chosen explicitly. A policy of
+    /// this process, not of the run: a resumed run may choose differently.
+    pub skip_nonfinite: u64,
+    /// Where checkpoints are written (`None`: the local disk, [`checkpoint::Disk`]).
+    pub storage: Option<Arc<dyn Storage>>,
+    /// Receives notes a user should see (a checkpoint loaded without a manifest, checkpoints
+    /// set aside by `resume_from`, a skipped step); `None` drops them.
+    pub on_note: Option<fn(&str)>,
+}
+
+/// The checkpoints a run keeps by default: the newest and two to fall back to.
+pub const KEEP_CHECKPOINTS: usize = 3;
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            run: PathBuf::new(),
+            resume: false,
+            resume_from: None,
+            stop_after: None,
+            progress: false,
+            keep_checkpoints: KEEP_CHECKPOINTS,
+            skip_nonfinite: 0,
+            storage: None,
+            on_note: None,
+        }
+    }
+}
+
+impl Options {
+    fn note(&self, text: &str) {
+        if let Some(f) = self.on_note {
+            f(text);
+        }
+    }
 }
 
 /// One metrics line.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     /// Steps completed.
     pub step: u64,
-    /// Training loss of this step's batch (nats/token) before the update.
+    /// Training loss of this step's batch (nats/token) before the update (`null` in the
+    /// file when not finite).
+    #[serde(deserialize_with = "number_or_null_f32")]
     pub loss: f32,
     /// Learning rate used.
     pub lr: f64,
-    /// Gradient norm before clipping.
+    /// Gradient norm before clipping (`null` in the file when not finite or not computed).
+    #[serde(deserialize_with = "number_or_null_f64")]
     pub grad_norm: f64,
     /// Seconds since this process started training.
     pub elapsed_s: f64,
     /// Tokens per second in this process so far.
     pub tokens_per_s: f64,
+    /// Set on a step whose values were not finite: `diverged (…)` when the run stopped there,
+    /// `skipped (…)` when the update was skipped ([`Options::skip_nonfinite`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
+}
+
+/// JSON has no NaN: serde_json writes a non-finite float as `null`, read back here as NaN.
+fn number_or_null_f64<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+fn number_or_null_f32<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<f32, D::Error> {
+    Ok(Option::<f32>::deserialize(d)?.unwrap_or(f32::NAN))
 }
 
 /// What a run did.
@@ -95,8 +166,8 @@ pub fn train(
     device: &Device,
 ) -> Result<Outcome> {
     let run = &opts.run;
-    let resumed = if opts.resume {
-        Some(checkpoint::load(run, device)?)
+    let resumed = if opts.resume || opts.resume_from.is_some() {
+        Some(resume(opts, device)?)
     } else {
         if run.join("latest").exists() {
             return Err(Error::Config(format!(
@@ -111,11 +182,7 @@ pub fn train(
         None => (model_cfg.clone(), cfg.clone()),
     };
     model_cfg.validate()?;
-    if cfg.steps == 0 || cfg.seq_len == 0 || cfg.batch == 0 {
-        return Err(Error::Config(
-            "steps, seq_len and batch must be positive".into(),
-        ));
-    }
+    cfg.validate()?;
     std::fs::create_dir_all(run).map_err(io(run))?;
     if resumed.is_none() {
         let json = serde_json::json!({ "model": model_cfg, "train": cfg });
@@ -162,44 +229,94 @@ pub fn train(
         .append(true)
         .open(&metrics_path)
         .map_err(io(&metrics_path))?;
+    let mut log = |m: &Metrics| -> Result<()> {
+        let line = serde_json::to_string(m).map_err(|e| Error::Config(e.to_string()))?;
+        writeln!(metrics, "{line}").map_err(io(&metrics_path))
+    };
 
     let backend = model.backend(cfg.attention, Purpose::Train)?;
     let end = opts.stop_after.map_or(cfg.steps, |s| s.min(cfg.steps));
     let bar = progress_bar(opts.progress, start, cfg.steps);
+    let note = |text: &str| match &bar {
+        Some(b) => b.suspend(|| opts.note(text)),
+        None => opts.note(text),
+    };
+    let storage: &dyn Storage = opts.storage.as_deref().unwrap_or(&checkpoint::Disk);
     let t0 = Instant::now();
     let tokens_per_step = (cfg.batch * cfg.seq_len) as f64;
     let mut losses = Vec::new();
     let mut last_ckpt = resumed.as_ref().map(|c| c.dir.clone());
+    let mut skipped_in_a_row = 0u64;
     for step in start..end {
+        let done = step + 1;
         let (x, y) = batcher.next(&mut rng, device)?;
         let logits = model.forward(&x, &backend, None)?;
         let v = model_cfg.vocab_size;
         let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
         let loss_value: f32 = loss.to_scalar()?;
-        if !loss_value.is_finite() {
-            return Err(Error::Data(format!(
-                "loss became {loss_value} at step {step}"
-            )));
-        }
-        let grads = loss.backward()?;
-        let (grads, norm) = clipped_gradients(&params, &grads, cfg.clip)?;
         let lr = learning_rate(step, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr_ratio);
-        opt.update(&params, &grads, lr)?;
-        let done = step + 1;
-        losses.push((done, loss_value));
+        // A non-finite loss still gets its gradient norm where one can be computed, for the
+        // message; a failure to compute it is then part of the divergence, not a new error.
+        let gradients = loss
+            .backward()
+            .map_err(Error::from)
+            .and_then(|g| clipped_gradients(&params, &g, cfg.clip));
+        let (grads, norm) = match gradients {
+            Ok(g) => g,
+            Err(_) if !loss_value.is_finite() => (Default::default(), f64::NAN),
+            Err(e) => return Err(e),
+        };
         let elapsed = t0.elapsed().as_secs_f64();
         let tps = (done - start) as f64 * tokens_per_step / elapsed.max(1e-9);
-        if done.is_multiple_of(cfg.log_every.max(1)) || done == end {
-            let m = Metrics {
+        let mut m = Metrics {
+            step: done,
+            loss: loss_value,
+            lr,
+            grad_norm: norm,
+            elapsed_s: elapsed,
+            tokens_per_s: tps,
+            fault: None,
+        };
+        losses.push((done, loss_value));
+        let last_good = || last_ckpt.as_deref().and_then(dir_name);
+        let values = format!(
+            "loss {} / grad-norm {}",
+            words(f64::from(loss_value)),
+            words(norm)
+        );
+        if loss_value.is_finite() && norm.is_finite() {
+            skipped_in_a_row = 0;
+            opt.update(&params, &grads, lr)?;
+            // Before the next forward pass and before any save: a weight the update made
+            // non-finite stops the run here, by name.
+            let current = params.iter().map(|(n, p)| (n.as_str(), p.as_tensor()));
+            if let Some(bad) = first_nonfinite(current)? {
+                m.fault = Some(format!("diverged ({values} / {bad})"));
+                log(&m)?;
+                return Err(Error::Diverged {
+                    step: done,
+                    what: format!("{values}; after the update {bad}"),
+                    last_good: last_good(),
+                });
+            }
+        } else if skipped_in_a_row < opts.skip_nonfinite {
+            skipped_in_a_row += 1;
+            m.fault = Some(format!("skipped ({values})"));
+            note(&format!(
+                "step {done}: {values}; update skipped ({skipped_in_a_row} of at most {} in a row)",
+                opts.skip_nonfinite
+            ));
+        } else {
+            m.fault = Some(format!("diverged ({values})"));
+            log(&m)?;
+            return Err(Error::Diverged {
                 step: done,
-                loss: loss_value,
-                lr,
-                grad_norm: norm,
-                elapsed_s: elapsed,
-                tokens_per_s: tps,
-            };
-            let line = serde_json::to_string(&m).map_err(|e| Error::Config(e.to_string()))?;
-            writeln!(metrics, "{line}").map_err(io(&metrics_path))?;
+                what: values,
+                last_good: last_good(),
+            });
+        }
+        if done.is_multiple_of(cfg.log_every.max(1)) || done == end || m.fault.is_some() {
+            log(&m)?;
         }
         if let Some(b) = &bar {
             b.set_position(done);
@@ -213,12 +330,25 @@ pub fn train(
                 train: cfg.clone(),
             };
             let dict: HashMap<String, Tensor> = store.state_dict().into_iter().collect();
-            last_ckpt = Some(checkpoint::save(
+            let moments = opt.state_tensors();
+            // The parameters were checked after this step's update; the moments are checked
+            // here, so no checkpoint ever holds a non-finite number.
+            let mut names: Vec<&String> = moments.keys().collect();
+            names.sort();
+            if let Some(bad) = first_nonfinite(names.iter().map(|n| (n.as_str(), &moments[*n])))? {
+                return Err(Error::Diverged {
+                    step: done,
+                    what: format!("{values}; {bad}"),
+                    last_good: last_good(),
+                });
+            }
+            last_ckpt = Some(checkpoint::save_with(
                 run,
                 &state,
                 &dict,
-                &opt.state_tensors(),
-                2,
+                &moments,
+                opts.keep_checkpoints,
+                storage,
             )?);
         }
     }
@@ -232,6 +362,35 @@ pub fn train(
         losses,
         checkpoint,
     })
+}
+
+/// A directory's last component (`step-0000040`).
+fn dir_name(dir: &Path) -> Option<String> {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+/// Loads the checkpoint a resume continues from, verified, and makes it the run's newest.
+fn resume(opts: &Options, device: &Device) -> Result<checkpoint::Loaded> {
+    let run = &opts.run;
+    let from = opts.resume_from.clone().unwrap_or_default();
+    let dir = checkpoint::select(run, &from)?;
+    let loaded = checkpoint::load(&dir, device)?;
+    if loaded.integrity == Integrity::Unverified {
+        opts.note(&format!(
+            "{} has no manifest (written before checkpoints recorded SHA-256 digests): resuming \
+             without an integrity check; the checkpoints this run writes carry one",
+            loaded.dir.display()
+        ));
+    }
+    for (from, to) in checkpoint::rewind(run, &loaded.dir)? {
+        opts.note(&format!(
+            "continuing from {}: moved the newer {} aside to {}",
+            loaded.dir.display(),
+            from.display(),
+            to.display()
+        ));
+    }
+    Ok(loaded)
 }
 
 /// Drops metrics lines past `step` (left by a run killed after its last checkpoint), so the

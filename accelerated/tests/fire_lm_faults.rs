@@ -1,0 +1,269 @@
+//! The `fire-lm` command line under the faults of `faults.rs`: what a user sees on standard
+//! error, word for word (the table in accelerated/README.md quotes these), and that each
+//! refusal exits non-zero while the explicit way out (`--resume-from`) works.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const TINY: &[&str] = &[
+    "--d-model",
+    "32",
+    "--layers",
+    "2",
+    "--heads",
+    "2",
+    "--d-ff",
+    "64",
+    "--seq-len",
+    "32",
+    "--batch",
+    "4",
+    "--warmup",
+    "1",
+    "--checkpoint-every",
+    "2",
+    "--quiet",
+];
+
+/// Runs `fire-lm args…` in `dir` (so paths in messages are the short relative ones a user
+/// typed), without backtraces.
+fn fire_lm(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fire-lm"))
+        .args(args)
+        .current_dir(dir)
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+fn train(dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["train", "--run", "run"];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(extra);
+    fire_lm(dir, &args)
+}
+
+/// Standard error of a run that must have failed.
+fn refused(out: &Output) -> String {
+    assert!(!out.status.success(), "succeeded: {out:?}");
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn flip_two_bytes(file: &Path) {
+    let mut b = std::fs::read(file).unwrap();
+    let n = b.len();
+    b[n - 100] ^= 0x10;
+    b[n - 7] ^= 0x01;
+    std::fs::write(file, b).unwrap();
+}
+
+#[test]
+fn a_damaged_checkpoint_is_named_by_verify_eval_and_resume_and_resume_from_gets_past_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ok(&train(d, &["--steps", "6", "--stop-after", "4"]));
+    let stdout = ok(&fire_lm(d, &["verify", "run"]));
+    assert_eq!(
+        stdout,
+        "step-0000002: ok (every file matches manifest.json)\n\
+         step-0000004 (latest): ok (every file matches manifest.json)\n\
+         run: all 2 checkpoints verify\n"
+    );
+
+    flip_two_bytes(&d.join("run/checkpoints/step-0000004/model.safetensors"));
+    let out = fire_lm(d, &["verify", "run"]);
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "step-0000002: ok (every file matches manifest.json)"
+    );
+    assert!(
+        lines[1].starts_with(
+            "step-0000004 (latest): FAILED: model.safetensors does not match its manifest: \
+             SHA-256 "
+        ),
+        "{stdout}"
+    );
+    assert_eq!(
+        refused(&out),
+        "Error: run: 1 of 2 checkpoints fail verification (step-0000004); the newest checkpoint \
+         that verifies is run/checkpoints/step-0000002; continue from it with `fire-lm train \
+         --run run --resume-from step-0000002`\n"
+    );
+
+    let err = refused(&fire_lm(d, &["eval", "run", "--lengths", "32"]));
+    assert!(
+        err.starts_with(
+            "Error: run\n\nCaused by:\n    checkpoint run/checkpoints/step-0000004: \
+             model.safetensors does not match its manifest: SHA-256 "
+        ),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("the newest checkpoint that verifies is run/checkpoints/step-0000002\n"),
+        "{err}"
+    );
+
+    let err = refused(&train(d, &["--resume"]));
+    assert!(
+        err.starts_with(
+            "Error: checkpoint run/checkpoints/step-0000004: model.safetensors does not match \
+             its manifest: SHA-256 "
+        ),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(
+            "; the newest checkpoint that verifies is run/checkpoints/step-0000002; continue \
+             from it with `--run run --resume-from step-0000002`\n"
+        ),
+        "{err}"
+    );
+
+    let out = train(d, &["--resume-from", "step-2"]);
+    let stdout = ok(&out);
+    assert!(stdout.starts_with("trained 4 steps to loss "), "{stdout}");
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "note: continuing from run/checkpoints/step-0000002: moved the newer \
+         run/checkpoints/step-0000004 aside to run/checkpoints/superseded/step-0000004\n"
+    );
+    ok(&fire_lm(d, &["verify", "run"]));
+}
+
+#[test]
+fn a_truncated_checkpoint_names_the_file_and_the_previous_good_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ok(&train(d, &["--steps", "4"]));
+    let file = d.join("run/checkpoints/step-0000004/model.safetensors");
+    let size = std::fs::metadata(&file).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(5000)
+        .unwrap();
+    assert_eq!(
+        refused(&fire_lm(d, &["eval", "run", "--lengths", "32"])),
+        format!(
+            "Error: run\n\nCaused by:\n    checkpoint run/checkpoints/step-0000004: \
+             model.safetensors is 5000 bytes but its manifest records {size} (truncated since \
+             it was written); the newest checkpoint that verifies is \
+             run/checkpoints/step-0000002\n"
+        )
+    );
+}
+
+#[test]
+fn divergence_and_bad_settings_are_said_in_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let err = refused(&train(d, &["--steps", "40", "--lr", "1000"]));
+    assert!(err.starts_with("Error: diverged at step "), "{err}");
+    let latest = std::fs::read_to_string(d.join("run/latest")).unwrap();
+    assert!(
+        err.ends_with(&format!(
+            "; last good checkpoint {latest}; try a lower learning rate\n"
+        )),
+        "{err}"
+    );
+
+    let err = refused(&fire_lm(
+        d,
+        &["train", "--run", "other", "--lr=-1", "--quiet"],
+    ));
+    assert_eq!(
+        err,
+        "Error: --lr (`lr` in --train-config) must be a positive number, got -1\n"
+    );
+    let err = refused(&fire_lm(
+        d,
+        &["train", "--run", "other", "--keep-checkpoints", "0"],
+    ));
+    assert_eq!(
+        err,
+        "Error: --keep-checkpoints must be at least 1 (the newest checkpoint is always kept)\n"
+    );
+    let err = refused(&train(d, &["--resume-from", "step-3"]));
+    assert_eq!(
+        err,
+        format!(
+            "Error: checkpoint run/checkpoints/step-0000003: does not exist; the run has {}\n",
+            checkpoints(d)
+        )
+    );
+    let err = refused(&fire_lm(d, &["verify", "missing"]));
+    assert_eq!(err, "Error: missing: no such run directory\n");
+}
+
+/// The run's checkpoints as `select` lists them.
+fn checkpoints(d: &Path) -> String {
+    let mut names: Vec<String> = std::fs::read_dir(d.join("run/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    names.sort();
+    names.join(", ")
+}
+
+/// A real write failure through the command line, root or not: a file-size limit
+/// (`ulimit -f`, with SIGXFSZ ignored so the write returns EFBIG instead of killing the
+/// process) smaller than `model.safetensors`. The resumed run's save at step 4 fails; step 2
+/// and `latest` stay as they were and still verify.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_save_past_a_file_size_limit_fails_cleanly_and_keeps_the_previous_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ok(&train(d, &["--steps", "6", "--stop-after", "2"]));
+    let mut script = format!(
+        "trap '' XFSZ; ulimit -f 100; exec '{}' train --run run --resume",
+        env!("CARGO_BIN_EXE_fire-lm")
+    );
+    for a in TINY {
+        script.push(' ');
+        script.push_str(a);
+    }
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(d)
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused(&out),
+        "Error: saving checkpoint step-0000004 failed: \
+         run/checkpoints/.tmp-step-0000004/model.safetensors: File too large (os error 27); the \
+         previous checkpoint run/checkpoints/step-0000002 and `latest` are unchanged\n"
+    );
+    let left: Vec<String> = std::fs::read_dir(d.join("run/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["step-0000002"]);
+    assert_eq!(
+        std::fs::read_to_string(d.join("run/latest")).unwrap(),
+        "step-0000002"
+    );
+    assert_eq!(
+        ok(&fire_lm(d, &["verify", "run"])),
+        "step-0000002 (latest): ok (every file matches manifest.json)\n\
+         run: its one checkpoint verifies\n"
+    );
+}
