@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use fire_conformance::vectors::load::{self, InMemory, LoadError, Origin};
 use fire_conformance::vectors::embedded;
+use fire_conformance::vectors::load::{self, InMemory, LoadError, Origin};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fire-conformance");
