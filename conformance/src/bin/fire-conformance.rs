@@ -77,32 +77,32 @@ enum Command {
     /// List the suite's cases (id, family, kind, valid or invalid, flags, clauses): what a
     /// test runner needs to make one test item per case before running them.
     List {
-        /// The suite (default: `FIRE_VECTORS`, else the embedded suite).
-        #[arg(long)]
-        vectors: Option<PathBuf>,
-        /// List only cases whose id matches one of these globs.
-        #[arg(long = "run", value_name = "GLOB")]
-        run: Vec<String>,
-        /// Leave out cases whose id matches one of these globs.
-        #[arg(long = "skip", value_name = "GLOB")]
-        skip: Vec<String>,
+        #[command(flatten)]
+        select: Select,
         /// Print JSON (`{"suite": {...}, "cases": [...]}`) instead of one id per line.
         #[arg(long)]
         json: bool,
     },
 }
 
+/// Which suite, and which of its cases: shared by `run`, `check` and `list`.
 #[derive(Args)]
-struct Common {
-    /// A suite folder to run instead of the suite embedded in this binary (also `FIRE_VECTORS`).
+struct Select {
+    /// A suite folder to use instead of the suite embedded in this binary (also `FIRE_VECTORS`).
     #[arg(long)]
     vectors: Option<PathBuf>,
-    /// Run only cases whose id matches one of these globs.
+    /// Only cases whose id matches one of these globs.
     #[arg(long = "run", value_name = "GLOB")]
     run: Vec<String>,
-    /// Skip cases whose id matches one of these globs.
+    /// Leave out cases whose id matches one of these globs.
     #[arg(long = "skip", value_name = "GLOB")]
     skip: Vec<String>,
+}
+
+#[derive(Args)]
+struct Common {
+    #[command(flatten)]
+    select: Select,
     /// A file of case-id globs expected to fail (one per line, # comments).
     #[arg(long)]
     xfails: Option<PathBuf>,
@@ -241,8 +241,8 @@ fn options(c: &Common) -> Result<Options> {
         None => vec![],
     };
     Ok(Options {
-        run: c.run.clone(),
-        skip: c.skip.clone(),
+        run: c.select.run.clone(),
+        skip: c.select.skip.clone(),
         xfails,
         dtype: c.dtype.clone(),
         diagnose: !c.no_diagnose,
@@ -282,7 +282,7 @@ fn finish(suite: &Suite, r: &runner::Report, c: &Common) -> Result<ExitCode> {
 }
 
 fn run(args: RunArgs) -> Result<ExitCode> {
-    let suite = suite(args.common.vectors.clone())?;
+    let suite = suite(args.common.select.vectors.clone())?;
     if let Some(setup) = &args.setup {
         let status = std::process::Command::new("sh")
             .arg("-c")
@@ -332,8 +332,10 @@ fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 /// `list`: the selected cases, as ids or JSON.
-fn list(vectors: Option<PathBuf>, run: &[String], skip: &[String], json: bool) -> Result<ExitCode> {
+fn list(select: Select, json: bool) -> Result<ExitCode> {
+    let Select { vectors, run, skip } = select;
     let suite = suite(vectors)?;
+    let (run, skip) = (&run[..], &skip[..]);
     let (runs, skips) = (runner::globs(run)?, runner::globs(skip)?);
     let selected: Vec<_> = suite
         .cases()
@@ -426,7 +428,7 @@ fn main() -> ExitCode {
         }),
         Command::Run(args) => run(args),
         Command::Check { results, common } => (|| {
-            let suite = suite(common.vectors.clone())?;
+            let suite = suite(common.select.vectors.clone())?;
             let text = fs::read_to_string(&results)
                 .with_context(|| format!("reading {}", results.display()))?;
             let mut imp = external::Recorded::parse(&text)
@@ -460,12 +462,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         })(),
         Command::Copy { dir, vectors } => copy(vectors, &dir),
-        Command::List {
-            vectors,
-            run,
-            skip,
-            json,
-        } => list(vectors, &run, &skip, json),
+        Command::List { select, json } => list(select, json),
     };
     match result {
         Ok(code) => code,
