@@ -52,7 +52,7 @@ pub fn decays(name: &str, rank: usize) -> bool {
 ///
 /// On the CPU the moments live in two flat f32 buffers (one slice per parameter, in name
 /// order) and each step is one fused in-place pass per parameter over `θ, g, m, v`
-/// ([`AdamStep`]), with no tensor allocated; elsewhere the moments are candle tensors updated
+/// (`AdamStep`), with no tensor allocated; elsewhere the moments are candle tensors updated
 /// by composed ops ([`AdamW::update_composed`], the slow twin). Both give the same numbers up to
 /// float rounding, and both save and load the moments as the same named tensors.
 #[derive(Debug, Clone)]

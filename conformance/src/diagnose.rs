@@ -64,7 +64,7 @@ impl Subset {
     fn mask(self, case: &Case, len: usize) -> Option<Vec<bool>> {
         let (q, k) = (&case.inputs.queries, &case.inputs.keys);
         let (nq, nk) = (q.len(), k.len());
-        if case.kind != Kind::Bias || nq * nk == 0 || len % (nq * nk) != 0 {
+        if case.kind != Kind::Bias || nq * nk == 0 || !len.is_multiple_of(nq * nk) {
             return None;
         }
         let m: Vec<bool> = (0..len)

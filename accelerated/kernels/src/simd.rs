@@ -1,11 +1,11 @@
 //! Runtime dispatch of the hot loops to the widest instruction set the CPU has, in safe Rust.
 //!
-//! The inner loops ([`crate::inner`]) are plain Rust over fixed-size register blocks. Built for
+//! The inner loops (`inner`) are plain Rust over fixed-size register blocks. Built for
 //! the baseline target (x86-64: SSE2), the compiler vectorises them 4 wide without fused
-//! multiply-add. [`dispatch`] runs a kernel inside a function compiled for AVX2 + FMA (or
+//! multiply-add. `dispatch` runs a kernel inside a function compiled for AVX2 + FMA (or
 //! AVX-512 where the `pulp` crate was built with it) when the CPU has it, through `pulp`'s safe
 //! `Arch::dispatch`: the kernel's body is inlined there, so the same source becomes 8- or
-//! 16-wide code with FMA. The kernel is generic over [`Madd`], so the multiply-adds are fused
+//! 16-wide code with FMA. The kernel is generic over `Madd`, so the multiply-adds are fused
 //! (`f32::mul_add`, one rounding) exactly where the hardware fuses them, and stay a multiply and
 //! an add on CPUs without FMA (where `mul_add` would be a slow library call).
 //!
@@ -84,7 +84,7 @@ pub(crate) fn dispatch<K: Kernel>(k: K) -> K::Output {
 /// Set by [`force_plain_path`].
 static FORCED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// With `true`, [`dispatch`] keeps the baseline path from now on, as does `FIRE_KERNELS_PLAIN=1`
+/// With `true`, the dispatch keeps the baseline path from now on, as does `FIRE_KERNELS_PLAIN=1`
 /// in the environment: to measure what the dispatch buys in one run (the benchmarks time both
 /// paths interleaved), and to exercise the plain path on machines that have the wide one.
 pub fn force_plain_path(on: bool) {
@@ -97,7 +97,7 @@ fn force_plain() -> bool {
         || *ENV.get_or_init(|| std::env::var_os("FIRE_KERNELS_PLAIN").is_some_and(|v| v == "1"))
 }
 
-/// Which path [`dispatch`] takes on this machine: `"fma"` or `"plain"`.
+/// Which path the dispatch takes on this machine: `"fma"` or `"plain"`.
 pub fn path() -> &'static str {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
