@@ -6,7 +6,8 @@
 //!
 //! Layers, bottom up (each module uses only those above it):
 //! - [`error`], [`config`] (the model's serde configuration), [`params`] (named parameters),
-//!   [`nn`] (differentiable building blocks), [`optim`];
+//!   [`ops`] (fused CPU ops with backward passes), [`nn`] (differentiable building blocks),
+//!   [`optim`];
 //! - [`encodings`]: one module per positional encoding, the additive ones sharing one
 //!   implementation of every backend's form of the bias ([`encodings::additive`]);
 //! - [`attention`]: the attention layer and its four backends (candle, fused evaluation, fused
@@ -30,6 +31,7 @@ pub mod eval;
 pub mod generate;
 pub mod model;
 pub mod nn;
+pub mod ops;
 pub mod optim;
 pub mod params;
 pub mod plot;

@@ -26,7 +26,7 @@ impl Block {
     /// The rest of the block once attention gave `h`: `x + h`, then `+ mlp(ln2(·))`.
     fn after_attention(&self, x: &Tensor, h: &Tensor) -> Result<Tensor> {
         let x = (x + h)?;
-        let m = self.fc1.forward(&self.ln2.forward(&x)?)?.gelu_erf()?;
+        let m = self.fc1.forward_gelu(&self.ln2.forward(&x)?)?;
         Ok((&x + self.fc2.forward(&m)?)?)
     }
 }

@@ -1,12 +1,16 @@
 //! Differentiable building blocks.
 //!
 //! candle-nn's fused `softmax_last_dim`, `layer_norm` and `rms_norm` are custom ops with no
-//! backward pass: a model trained through them silently stops learning the layers below. Every
-//! op here is a composition of primitive tensor ops, all of which candle differentiates.
+//! backward pass: a model trained through them silently stops learning the layers below. On
+//! f32 CPU tensors the layer norm, the MLP's bias + GeLU and the cross-entropy run as this
+//! crate's own fused ops *with* backward passes ([`crate::ops`]); everywhere else (CUDA, other
+//! dtypes) as compositions of primitive tensor ops, all of which candle differentiates. The
+//! compositions stay public (`*_composed`) as the fused ops' slow twins.
 
 use candle_core::{Tensor, D};
 
 use crate::error::Result;
+use crate::ops;
 use crate::params::{Init, Path};
 
 /// `y = x·Wᵀ + b`, PyTorch's `nn.Linear` layout (`weight: [out, in]`) and initialisation
@@ -52,11 +56,40 @@ impl Linear {
 
     /// Applies the layer to the last dimension of `x`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.broadcast_matmul(&self.weight.t()?)?;
+        let y = self.matmul(x)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
+    }
+
+    /// `gelu(x·Wᵀ + b)` (the erf form): the MLP's first layer, its bias and activation fused
+    /// into one op on the CPU.
+    pub fn forward_gelu(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.matmul(x)?;
+        Ok(match &self.bias {
+            Some(b) if ops::fusable(&y) => ops::bias_gelu(&y, b)?,
+            Some(b) => y.broadcast_add(b)?.gelu_erf()?,
+            None => y.gelu_erf()?,
+        })
+    }
+
+    /// `x·Wᵀ` over the last dimension. Leading dimensions fold into the rows of one matrix
+    /// product (one large GEMM forward and backward, where a batched product would give the
+    /// weight's gradient as a `[B, in, out]` tensor to sum).
+    fn matmul(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims();
+        let Some((&inner, lead)) = dims.split_last() else {
+            return Ok(x.broadcast_matmul(&self.weight.t()?)?);
+        };
+        if lead.len() < 2 || !ops::enabled() {
+            return Ok(x.broadcast_matmul(&self.weight.t()?)?);
+        }
+        let rows: usize = lead.iter().product();
+        let y = x.reshape((rows, inner))?.matmul(&self.weight.t()?)?;
+        let mut out = lead.to_vec();
+        out.push(y.dim(1)?);
+        Ok(y.reshape(out)?)
     }
 }
 
@@ -81,8 +114,16 @@ impl LayerNorm {
         })
     }
 
-    /// `(x − mean) / √(var + ε) · γ + β`.
+    /// `(x − mean) / √(var + ε) · γ + β` (the fused op on the CPU).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if ops::fusable(x) {
+            return Ok(ops::layer_norm(x, &self.weight, &self.bias, self.eps)?);
+        }
+        self.forward_composed(x)
+    }
+
+    /// [`Self::forward`] as a composition of candle primitives (the slow twin).
+    pub fn forward_composed(&self, x: &Tensor) -> Result<Tensor> {
         let mean = x.mean_keepdim(D::Minus1)?;
         let centred = x.broadcast_sub(&mean)?;
         let var = centred.sqr()?.mean_keepdim(D::Minus1)?;
@@ -111,8 +152,17 @@ pub fn log_softmax_last(x: &Tensor) -> Result<Tensor> {
     Ok(shifted.broadcast_sub(&lse)?)
 }
 
-/// Mean negative log-likelihood of `targets` (`[N]`, u32) under `logits` (`[N, V]`).
+/// Mean negative log-likelihood of `targets` (`[N]`, u32) under `logits` (`[N, V]`) (the
+/// fused op on the CPU).
 pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    if ops::fusable(logits) && targets.dtype() == candle_core::DType::U32 {
+        return Ok(ops::cross_entropy(logits, targets)?);
+    }
+    cross_entropy_composed(logits, targets)
+}
+
+/// [`cross_entropy`] as a composition of candle primitives (the slow twin).
+pub fn cross_entropy_composed(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let logp = log_softmax_last(logits)?;
     let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
     Ok(picked.neg()?.mean_all()?)

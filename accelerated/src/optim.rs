@@ -4,9 +4,14 @@
 //! candle-nn's `AdamW` keeps its moments private, so a resumed run could not continue
 //! bit-for-bit; this one stores `m`, `v` and the step as named tensors.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 
-use candle_core::{backprop::GradStore, Tensor, Var};
+use candle_core::{
+    backprop::GradStore, CpuStorage, DType, Device, InplaceOp2, Layout, Shape, Tensor, Var,
+};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -44,26 +49,78 @@ pub fn decays(name: &str, rank: usize) -> bool {
 }
 
 /// AdamW with named first and second moments.
+///
+/// On the CPU the moments live in two flat f32 buffers (one slice per parameter, in name
+/// order) and each step is one fused in-place pass per parameter over `θ, g, m, v`
+/// (`AdamStep`), with no tensor allocated; elsewhere the moments are candle tensors updated
+/// by composed ops ([`AdamW::update_composed`], the slow twin). Both give the same numbers up to
+/// float rounding, and both save and load the moments as the same named tensors.
 #[derive(Debug, Clone)]
 pub struct AdamW {
     /// Hyper-parameters.
     pub cfg: AdamWConfig,
     /// Steps taken.
     pub step: u64,
-    m: BTreeMap<String, Tensor>,
-    v: BTreeMap<String, Tensor>,
+    moments: Moments,
+}
+
+/// Where the moments live.
+#[derive(Debug, Clone)]
+enum Moments {
+    /// CPU: flat buffers and each parameter's slice of them and shape.
+    Flat {
+        m: Vec<f32>,
+        v: Vec<f32>,
+        at: BTreeMap<String, (Range<usize>, Shape)>,
+    },
+    /// Any device: one tensor per parameter.
+    Tensors {
+        m: BTreeMap<String, Tensor>,
+        v: BTreeMap<String, Tensor>,
+    },
 }
 
 impl AdamW {
-    /// Zero moments for every parameter.
+    /// Zero moments for every parameter: flat buffers when every parameter is an f32 CPU
+    /// tensor, tensors otherwise.
     pub fn new(cfg: AdamWConfig, params: &BTreeMap<String, Var>) -> Result<Self> {
+        let flat = params.values().all(|p| crate::ops::fusable(p.as_tensor()));
+        if flat {
+            let mut at = BTreeMap::new();
+            let mut n = 0;
+            for (name, p) in params {
+                let len = p.as_tensor().elem_count();
+                at.insert(name.clone(), (n..n + len, p.as_tensor().shape().clone()));
+                n += len;
+            }
+            let moments = Moments::Flat {
+                m: vec![0.0; n],
+                v: vec![0.0; n],
+                at,
+            };
+            return Ok(Self {
+                cfg,
+                step: 0,
+                moments,
+            });
+        }
+        Self::new_composed(cfg, params)
+    }
+
+    /// Zero moments as tensors on the parameters' device, updated by composed ops (the slow
+    /// twin of the fused update; what non-CPU devices use).
+    pub fn new_composed(cfg: AdamWConfig, params: &BTreeMap<String, Var>) -> Result<Self> {
         let mut m = BTreeMap::new();
         let mut v = BTreeMap::new();
         for (name, p) in params {
             m.insert(name.clone(), p.as_tensor().zeros_like()?);
             v.insert(name.clone(), p.as_tensor().zeros_like()?);
         }
-        Ok(Self { cfg, step: 0, m, v })
+        Ok(Self {
+            cfg,
+            step: 0,
+            moments: Moments::Tensors { m, v },
+        })
     }
 
     /// One update with learning rate `lr`; `grads` are by parameter name (a missing gradient
@@ -74,6 +131,54 @@ impl AdamW {
         grads: &BTreeMap<String, Tensor>,
         lr: f64,
     ) -> Result<()> {
+        if matches!(self.moments, Moments::Tensors { .. }) {
+            return self.update_composed(params, grads, lr);
+        }
+        self.step += 1;
+        let t = self.step as i32;
+        let cfg = self.cfg;
+        let Moments::Flat { m, v, at } = &mut self.moments else {
+            return Err(Error::Config("optimizer state is not flat".into()));
+        };
+        for (name, p) in params {
+            let Some(g) = grads.get(name) else { continue };
+            let Some((range, _)) = at.get(name) else {
+                return Err(Error::Config(format!("optimizer has no state for {name}")));
+            };
+            let theta = p.as_tensor();
+            let decay = if decays(name, theta.rank()) {
+                cfg.weight_decay
+            } else {
+                0.0
+            };
+            let op = AdamStep {
+                m: RefCell::new(&mut m[range.clone()]),
+                v: RefCell::new(&mut v[range.clone()]),
+                b1: [cfg.beta1 as f32, (1.0 - cfg.beta1) as f32],
+                b2: [cfg.beta2 as f32, (1.0 - cfg.beta2) as f32],
+                c1: (1.0 / (1.0 - cfg.beta1.powi(t))) as f32,
+                c2: (1.0 / (1.0 - cfg.beta2.powi(t))) as f32,
+                eps: cfg.eps as f32,
+                lr: lr as f32,
+                keep: (1.0 - lr * decay) as f32,
+            };
+            theta.inplace_op2(&g.contiguous()?, &op)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::update`] as composed tensor ops on tensor moments.
+    pub fn update_composed(
+        &mut self,
+        params: &BTreeMap<String, Var>,
+        grads: &BTreeMap<String, Tensor>,
+        lr: f64,
+    ) -> Result<()> {
+        let Moments::Tensors { m: ms, v: vs } = &mut self.moments else {
+            return Err(Error::Config(
+                "the composed update needs tensor moments (AdamW::new_composed)".into(),
+            ));
+        };
         self.step += 1;
         let t = self.step as i32;
         let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
@@ -81,7 +186,7 @@ impl AdamW {
         let c2 = 1.0 - b2.powi(t);
         for (name, p) in params {
             let Some(g) = grads.get(name) else { continue };
-            let (Some(m), Some(v)) = (self.m.get_mut(name), self.v.get_mut(name)) else {
+            let (Some(m), Some(v)) = (ms.get_mut(name), vs.get_mut(name)) else {
                 return Err(Error::Config(format!("optimizer has no state for {name}")));
             };
             *m = ((&*m * b1)? + (g * (1.0 - b1))?)?;
@@ -103,30 +208,132 @@ impl AdamW {
     /// The moments as named tensors (`m.<param>`, `v.<param>`).
     pub fn state_tensors(&self) -> HashMap<String, Tensor> {
         let mut out = HashMap::new();
-        for (k, t) in &self.m {
-            out.insert(format!("m.{k}"), t.clone());
-        }
-        for (k, t) in &self.v {
-            out.insert(format!("v.{k}"), t.clone());
+        match &self.moments {
+            Moments::Flat { m, v, at } => {
+                for (k, (range, shape)) in at {
+                    for (prefix, buf) in [("m", m), ("v", v)] {
+                        if let Ok(t) = Tensor::from_slice(&buf[range.clone()], shape, &Device::Cpu)
+                        {
+                            out.insert(format!("{prefix}.{k}"), t);
+                        }
+                    }
+                }
+            }
+            Moments::Tensors { m, v } => {
+                for (k, t) in m {
+                    out.insert(format!("m.{k}"), t.clone());
+                }
+                for (k, t) in v {
+                    out.insert(format!("v.{k}"), t.clone());
+                }
+            }
         }
         out
     }
 
     /// Restores the moments saved by [`AdamW::state_tensors`] and the step count.
     pub fn load_state(&mut self, tensors: &HashMap<String, Tensor>, step: u64) -> Result<()> {
-        for (prefix, map) in [("m", &mut self.m), ("v", &mut self.v)] {
-            for (k, t) in map.iter_mut() {
-                let saved =
-                    tensors
-                        .get(&format!("{prefix}.{k}"))
-                        .ok_or_else(|| Error::Checkpoint {
-                            path: format!("{prefix}.{k}"),
-                            reason: "optimizer state missing".into(),
-                        })?;
-                *t = saved.to_device(t.device())?;
+        let saved = |prefix: &str, k: &str| {
+            tensors
+                .get(&format!("{prefix}.{k}"))
+                .ok_or_else(|| Error::Checkpoint {
+                    path: format!("{prefix}.{k}"),
+                    reason: "optimizer state missing".into(),
+                })
+        };
+        match &mut self.moments {
+            Moments::Flat { m, v, at } => {
+                for (k, (range, shape)) in at.iter() {
+                    for (prefix, buf) in [("m", &mut *m), ("v", &mut *v)] {
+                        let t = saved(prefix, k)?;
+                        if t.shape() != shape {
+                            return Err(Error::Checkpoint {
+                                path: format!("{prefix}.{k}"),
+                                reason: format!("shape {:?}, expected {shape:?}", t.dims()),
+                            });
+                        }
+                        let values: Vec<f32> = t
+                            .to_dtype(DType::F32)?
+                            .to_device(&Device::Cpu)?
+                            .flatten_all()?
+                            .to_vec1()?;
+                        buf[range.clone()].copy_from_slice(&values);
+                    }
+                }
+            }
+            Moments::Tensors { m, v } => {
+                for (prefix, map) in [("m", m), ("v", v)] {
+                    for (k, t) in map.iter_mut() {
+                        *t = saved(prefix, k)?.to_device(t.device())?;
+                    }
+                }
             }
         }
         self.step = step;
+        Ok(())
+    }
+}
+
+/// One parameter's fused AdamW step, in place: `m ← β₁m + (1 − β₁)g`,
+/// `v ← β₂v + (1 − β₂)g²`, `θ ← θ·(1 − lr·λ) − lr·(m·c₁)/(√(v·c₂) + ε)` with the bias
+/// corrections `c₁ = 1/(1 − β₁ᵗ)`, `c₂ = 1/(1 − β₂ᵗ)`; the same operations in the same order
+/// as [`AdamW::update_composed`].
+struct AdamStep<'a> {
+    m: RefCell<&'a mut [f32]>,
+    v: RefCell<&'a mut [f32]>,
+    /// `[β₁, 1 − β₁]` (each rounded once from f64, as candle's affine ops do).
+    b1: [f32; 2],
+    /// `[β₂, 1 − β₂]`.
+    b2: [f32; 2],
+    c1: f32,
+    c2: f32,
+    eps: f32,
+    lr: f32,
+    keep: f32,
+}
+
+impl InplaceOp2 for AdamStep<'_> {
+    fn name(&self) -> &'static str {
+        "fused-adamw"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<()> {
+        let g = crate::ops::slice(s2, l2, "adamw: gradient")?;
+        let theta = match (s1, l1.contiguous_offsets()) {
+            (CpuStorage::F32(d), Some((a, b))) => &mut d[a..b],
+            _ => candle_core::bail!("adamw: the parameter must be a contiguous f32 tensor"),
+        };
+        let mut m = self.m.borrow_mut();
+        let mut v = self.v.borrow_mut();
+        if g.len() != theta.len() || m.len() != theta.len() || v.len() != theta.len() {
+            candle_core::bail!(
+                "adamw: {} values, gradient {}, moments {}",
+                theta.len(),
+                g.len(),
+                m.len()
+            );
+        }
+        const CHUNK: usize = 16_384;
+        let (b1, b2, c1, c2) = (self.b1, self.b2, self.c1, self.c2);
+        let (eps, lr, keep) = (self.eps, self.lr, self.keep);
+        theta
+            .par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
+            .for_each(|((theta, g), (m, v))| {
+                for ((p, &g), (m, v)) in theta.iter_mut().zip(g).zip(m.iter_mut().zip(v)) {
+                    *m = *m * b1[0] + g * b1[1];
+                    *v = *v * b2[0] + g * g * b2[1];
+                    let step = (*m * c1) / ((*v * c2).sqrt() + eps);
+                    *p = *p * keep - step * lr;
+                }
+            });
         Ok(())
     }
 }
@@ -155,7 +362,11 @@ pub fn clipped_gradients(
     let mut total = 0f64;
     for (name, p) in params {
         if let Some(g) = grads.get(p.as_tensor()) {
-            let sq: f32 = g.sqr()?.sum_all()?.to_scalar()?;
+            let sq: f32 = if crate::ops::fusable(g) {
+                crate::ops::with_f32(g, "gradient", |x| Ok(x.iter().map(|v| v * v).sum()))?
+            } else {
+                g.sqr()?.sum_all()?.to_scalar()?
+            };
             total += f64::from(sq);
             out.insert(name.clone(), g.clone());
         }

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use crate::error::{shape, Error, Result};
 use crate::inner::{self, KEYS, ROWS};
+use crate::simd::{self, Kernel, Madd};
 use crate::tile::{check_positions, BiasPlan, TileBias};
 
 /// Query rows per tile.
@@ -222,8 +223,32 @@ struct Task<'a> {
     bias: Option<&'a dyn BiasPlan>,
 }
 
+/// [`Task::run_with`] as a [`Kernel`] for the SIMD dispatch.
+struct TaskRun<'a, 'b> {
+    task: &'a Task<'b>,
+    out: &'a mut [f32],
+    lse: &'a mut [f32],
+}
+
+impl Kernel for TaskRun<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<M: Madd>(self) {
+        self.task.run_with::<M>(self.out, self.lse);
+    }
+}
+
 impl Task<'_> {
     fn run(&self, out: &mut [f32], lse: &mut [f32]) {
+        simd::dispatch(TaskRun {
+            task: self,
+            out,
+            lse,
+        });
+    }
+
+    #[inline(always)]
+    fn run_with<M: Madd>(&self, out: &mut [f32], lse: &mut [f32]) {
         let d = self.d;
         let rows = self.queries.len();
         let scale = 1.0 / (d as f32).sqrt();
@@ -252,7 +277,7 @@ impl Task<'_> {
                 let r = self.first_row..self.first_row + rows;
                 plan.fill_causal(self.head, r, c0..c0 + cols, &mut s, stride);
             }
-            inner::scores(&qp, &kp, d, &mut s, self.bias.is_some());
+            inner::scores::<M>(&qp, &kp, d, &mut s, self.bias.is_some());
             for r in 0..rows {
                 let vis = visible[r].saturating_sub(c0).min(cols);
                 let row = &mut s[r * stride..(r + 1) * stride];
@@ -264,9 +289,9 @@ impl Task<'_> {
                 let alpha = if max[r] == f32::NEG_INFINITY {
                     0.0
                 } else {
-                    inner::exp(max[r] - m)
+                    inner::exp::<M>(max[r] - m)
                 };
-                let total = inner::exp_sum(&mut row[..vis], m);
+                let total = inner::exp_sum::<M>(&mut row[..vis], m);
                 row[vis..].fill(0.0);
                 sum[r] = sum[r] * alpha + total;
                 max[r] = m;
@@ -275,7 +300,7 @@ impl Task<'_> {
                 }
             }
             let v = &self.v[c0 * d..(c0 + cols) * d];
-            inner::weighted_values(&s, stride, rows, v, cols, d, out);
+            inner::weighted_values::<M>(&s, stride, rows, v, cols, d, out);
         }
         for ((row, &l), (lse, &m)) in out
             .chunks_exact_mut(d)

@@ -33,6 +33,7 @@ use fire_vocabulary::Position;
 use crate::attention::{Shape, TILE_K, TILE_Q};
 use crate::error::{shape, Result};
 use crate::inner::{self, KEYS, ROWS};
+use crate::simd::{self, Kernel, Madd};
 use crate::tile::BiasPlan;
 
 /// A bias plan whose parameters are trained through the fused kernel.
@@ -179,8 +180,30 @@ struct HeadTask<'a> {
     bias: Option<&'a dyn GradPlan>,
 }
 
+/// [`HeadTask::run_with`] as a [`Kernel`] for the SIMD dispatch.
+struct HeadRun<'a, 'b> {
+    task: &'a HeadTask<'b>,
+    stats_len: usize,
+}
+
+impl Kernel for HeadRun<'_, '_> {
+    type Output = HeadGradients;
+    #[inline(always)]
+    fn run<M: Madd>(self) -> HeadGradients {
+        self.task.run_with::<M>(self.stats_len)
+    }
+}
+
 impl HeadTask<'_> {
     fn run(&self, stats_len: usize) -> HeadGradients {
+        simd::dispatch(HeadRun {
+            task: self,
+            stats_len,
+        })
+    }
+
+    #[inline(always)]
+    fn run_with<M: Madd>(&self, stats_len: usize) -> HeadGradients {
         let d = self.d;
         let (nq, nk) = (self.queries.len(), self.keys.len());
         let scale = 1.0 / (d as f32).sqrt();
@@ -228,17 +251,17 @@ impl HeadTask<'_> {
                         stride,
                     );
                 }
-                inner::scores(&qp, &kp, d, &mut s, self.bias.is_some());
+                inner::scores::<M>(&qp, &kp, d, &mut s, self.bias.is_some());
                 dp.clear();
                 dp.resize(rows_padded * stride, 0.0);
-                inner::scores(&dop, &vp, d, &mut dp, false);
+                inner::scores::<M>(&dop, &vp, d, &mut dp, false);
                 for r in 0..rows {
                     let vis = visible[r].saturating_sub(c0).min(cols);
                     let lse = self.lse[r0 + r];
                     let srow = &mut s[r * stride..(r + 1) * stride];
                     let dprow = &mut dp[r * stride..(r + 1) * stride];
                     for (sv, dv) in srow[..vis].iter_mut().zip(&mut dprow[..vis]) {
-                        let p = inner::exp(*sv - lse);
+                        let p = inner::exp::<M>(*sv - lse);
                         *sv = p;
                         *dv = p * (*dv - big_d[r0 + r]);
                     }
@@ -246,11 +269,11 @@ impl HeadTask<'_> {
                     dprow[vis..].fill(0.0);
                 }
                 // Now `s` holds p and `dp` holds dS.
-                inner::weighted_values(&dp, stride, rows, ktile, cols, d, &mut dq[r0 * d..]);
+                inner::weighted_values::<M>(&dp, stride, rows, ktile, cols, d, &mut dq[r0 * d..]);
                 transpose(&s, stride, rows, cols, &mut t);
-                inner::weighted_values(&t, rows, cols, dorows, rows, d, &mut dv[c0 * d..]);
+                inner::weighted_values::<M>(&t, rows, cols, dorows, rows, d, &mut dv[c0 * d..]);
                 transpose(&dp, stride, rows, cols, &mut t);
-                inner::weighted_values(&t, rows, cols, qrows, rows, d, &mut dk[c0 * d..]);
+                inner::weighted_values::<M>(&t, rows, cols, qrows, rows, d, &mut dk[c0 * d..]);
                 if let Some(plan) = self.bias {
                     plan.accumulate(
                         self.head,

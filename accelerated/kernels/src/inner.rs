@@ -1,12 +1,20 @@
 //! The inner loops of the fused attention: a vectorisable exp and register-blocked tile
 //! products, in safe Rust written so the compiler keeps the accumulators in SIMD registers.
+//!
+//! Every function is `#[inline(always)]` and generic over [`Madd`], so that inside
+//! [`crate::simd::dispatch`] it compiles to the CPU's widest vectors with fused multiply-adds.
+//! The register blocks are sized for AVX2 (16 registers of 8 lanes): the score product keeps a
+//! `ROWS × KEYS` = 4 × 16 block (8 registers) and the value product a 4 × 16 block, so each
+//! step issues 8 independent FMAs for 6 loads — enough to cover FMA latency.
+
+use crate::simd::Madd;
 
 /// Rows per register block of the score product.
 pub(crate) const ROWS: usize = 4;
 /// Keys per register block of the score product (keys are padded to a multiple).
-pub(crate) const KEYS: usize = 8;
+pub(crate) const KEYS: usize = 16;
 /// Head dims per register block of the value product.
-const DIMS: usize = 8;
+const DIMS: usize = 16;
 
 /// `e^x` for `x ≤ 0` (softmax weights after the max is subtracted), Cephes-style: round
 /// `x·log2 e` to `n`, reduce by `n·ln 2` in two parts, a degree-6 polynomial on the rest, and
@@ -15,17 +23,23 @@ const DIMS: usize = 8;
 /// weights would otherwise make denormal products in the value accumulation (10× slower on
 /// x86; Kerple-power's large negative biases hit this). Branch-free so loops vectorise.
 #[inline(always)]
-pub(crate) fn exp(x: f32) -> f32 {
+pub(crate) fn exp<M: Madd>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const ROUND: f32 = 12_582_912.0; // 1.5·2^23: adding it rounds to an integer
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let y = p * r * r + r + 1.0;
+    let n = M::madd(x, LOG2E, ROUND) - ROUND;
+    let r = M::madd(n, 2.121_944_4e-4, M::madd(n, -0.693_359_4, x));
+    let mut p = 1.987_569_1e-4;
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
+        p = M::madd(p, r, c);
+    }
+    let y = M::madd(p, r * r, r) + 1.0;
     let bits = ((n as i32 + 127) as u32) << 23;
     let e = y * f32::from_bits(bits);
     if x < -60.0 {
@@ -37,6 +51,7 @@ pub(crate) fn exp(x: f32) -> f32 {
 
 /// Packs `n` rows of `src` (`[n, d]` row-major), times `scale`, into blocks of `B` rows:
 /// block `b` is `[d, B]` (dimension-major), the last one zero-padded.
+#[inline(always)]
 pub(crate) fn pack<const B: usize>(
     src: &[f32],
     n: usize,
@@ -57,7 +72,8 @@ pub(crate) fn pack<const B: usize>(
 /// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` over the packed tiles; `s` is `[row blocks·ROWS,
 /// key blocks·KEYS]` row-major. With `accumulate` the scores start from what `s` holds (the
 /// bias); without, from zero.
-pub(crate) fn scores(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], accumulate: bool) {
+#[inline(always)]
+pub(crate) fn scores<M: Madd>(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], accumulate: bool) {
     let kblocks = kp.len() / (d * KEYS);
     let stride = kblocks * KEYS;
     for (rb, qb) in qp.chunks_exact(d * ROWS).enumerate() {
@@ -72,7 +88,7 @@ pub(crate) fn scores(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], accumulate
             for (qc, kc) in qb.chunks_exact(ROWS).zip(kblk.chunks_exact(KEYS)) {
                 for (a, &qv) in acc.iter_mut().zip(qc) {
                     for (x, &kv) in a.iter_mut().zip(kc) {
-                        *x += qv * kv;
+                        *x = M::madd(qv, kv, *x);
                     }
                 }
             }
@@ -86,7 +102,8 @@ pub(crate) fn scores(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], accumulate
 
 /// `acc[r, :] += Σ_t p[r, t]·v[t, :]` for `rows` rows; `p` has row stride `stride`, `v` is
 /// `[keys, d]` row-major, `acc` is `[rows, d]`.
-pub(crate) fn weighted_values(
+#[inline(always)]
+pub(crate) fn weighted_values<M: Madd>(
     p: &[f32],
     stride: usize,
     rows: usize,
@@ -100,12 +117,25 @@ pub(crate) fn weighted_values(
         let nr = ROWS.min(rows - r0);
         for c0 in (0..full).step_by(DIMS) {
             let mut a = [[0f32; DIMS]; ROWS];
-            for t in 0..keys {
-                let vt = &v[t * d + c0..t * d + c0 + DIMS];
-                for (r, ar) in a.iter_mut().enumerate().take(nr) {
-                    let w = p[(r0 + r) * stride + t];
-                    for (x, &vv) in ar.iter_mut().zip(vt) {
-                        *x += w * vv;
+            if nr == ROWS {
+                // The common case, with the row count known to the compiler.
+                for t in 0..keys {
+                    let vt = &v[t * d + c0..t * d + c0 + DIMS];
+                    for (r, ar) in a.iter_mut().enumerate() {
+                        let w = p[(r0 + r) * stride + t];
+                        for (x, &vv) in ar.iter_mut().zip(vt) {
+                            *x = M::madd(w, vv, *x);
+                        }
+                    }
+                }
+            } else {
+                for t in 0..keys {
+                    let vt = &v[t * d + c0..t * d + c0 + DIMS];
+                    for (r, ar) in a.iter_mut().enumerate().take(nr) {
+                        let w = p[(r0 + r) * stride + t];
+                        for (x, &vv) in ar.iter_mut().zip(vt) {
+                            *x = M::madd(w, vv, *x);
+                        }
                     }
                 }
             }
@@ -121,7 +151,7 @@ pub(crate) fn weighted_values(
                 for t in 0..keys {
                     let w = p[r * stride + t];
                     for c in full..d {
-                        acc[r * d + c] += w * v[t * d + c];
+                        acc[r * d + c] = M::madd(w, v[t * d + c], acc[r * d + c]);
                     }
                 }
             }
@@ -130,6 +160,7 @@ pub(crate) fn weighted_values(
 }
 
 /// The largest of a non-empty slice (eight running maxima so it vectorises).
+#[inline(always)]
 pub(crate) fn max(x: &[f32]) -> f32 {
     let mut m = [f32::NEG_INFINITY; 8];
     let mut chunks = x.chunks_exact(8);
@@ -146,18 +177,19 @@ pub(crate) fn max(x: &[f32]) -> f32 {
 }
 
 /// Replaces every `x` by `e^{x − shift}` and returns their sum (eight partial sums).
-pub(crate) fn exp_sum(x: &mut [f32], shift: f32) -> f32 {
+#[inline(always)]
+pub(crate) fn exp_sum<M: Madd>(x: &mut [f32], shift: f32) -> f32 {
     let mut s = [0f32; 8];
     let mut chunks = x.chunks_exact_mut(8);
     for c in &mut chunks {
         for (a, v) in s.iter_mut().zip(c.iter_mut()) {
-            *v = exp(*v - shift);
+            *v = exp::<M>(*v - shift);
             *a += *v;
         }
     }
     let mut tail = 0.0;
     for v in chunks.into_remainder() {
-        *v = exp(*v - shift);
+        *v = exp::<M>(*v - shift);
         tail += *v;
     }
     s.iter().sum::<f32>() + tail

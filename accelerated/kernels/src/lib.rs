@@ -16,6 +16,7 @@
 //! - [`fire`]: FIRE (and FIRE-S: one plan shared by every layer) as a tile source;
 //!   [`baselines`]: NoPE, Alibi, Kerple, T5, Sandwich, tabulated per distance; [`table`]: any
 //!   distance-only bias given as a table, for training.
+//! - [`simd`]: safe runtime dispatch of the hot loops (AVX2 + FMA, AVX-512, NEON).
 //! - [`attention`]: the fused causal kernel and the decoding step; [`backward`]: its backward
 //!   pass, with the bias parameters' gradients ([`fire_grad`] for FIRE, [`table`] otherwise).
 //! - [`device`]: the bias as flat tables for a device kernel, that kernel's algorithm in Rust,
@@ -35,6 +36,7 @@ pub mod fire_grad;
 mod inner;
 pub mod materialised;
 pub mod mlp;
+pub mod simd;
 pub mod table;
 pub mod tile;
 

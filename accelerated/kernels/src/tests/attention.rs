@@ -196,17 +196,70 @@ fn bad_shapes_are_errors_not_panics() {
     assert!(attend(&c.q, &c.k, &c.v, c.shape, &c.queries, &c.keys, Some(&nope)).is_err());
 }
 
-#[test]
-fn the_vectorised_exp_is_accurate() {
+fn exp_is_accurate<M: crate::simd::Madd>() {
     for x in [-60.01f32, -87.0, -1e30, f32::NEG_INFINITY] {
-        assert_eq!(crate::inner::exp(x), 0.0);
+        assert_eq!(crate::inner::exp::<M>(x), 0.0);
     }
     for k in 0..=6000 {
         let x = -(k as f32) / 100.0;
-        let (got, want) = (crate::inner::exp(x), x.exp());
+        let (got, want) = (crate::inner::exp::<M>(x), x.exp());
         assert!(
             (got - want).abs() <= 4e-7 * want,
             "exp({x}) = {got}, want {want}"
         );
     }
+}
+
+#[test]
+fn the_vectorised_exp_is_accurate_with_and_without_fma() {
+    exp_is_accurate::<crate::simd::Separate>();
+    exp_is_accurate::<crate::simd::Fused>();
+}
+
+/// The register-blocked products ([`crate::inner`]) under both multiply-adds against plain
+/// loops, on sizes that leave partial row, key and dimension blocks.
+fn products_match_plain_loops<M: crate::simd::Madd>() {
+    use crate::inner::{pack, scores, weighted_values, KEYS, ROWS};
+    let mut rng = fire_vocabulary::SplitMix64::new(11);
+    for (rows, keys, d) in [(4, 16, 16), (7, 21, 19), (1, 3, 5), (13, 40, 64)] {
+        let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
+        let (q, k, v) = (fill(rows * d), fill(keys * d), fill(keys * d));
+        let (mut qp, mut kp) = (Vec::new(), Vec::new());
+        pack::<ROWS>(&q, rows, d, 1.0, &mut qp);
+        pack::<KEYS>(&k, keys, d, 1.0, &mut kp);
+        let stride = keys.div_ceil(KEYS) * KEYS;
+        let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
+        scores::<M>(&qp, &kp, d, &mut s, true);
+        for r in 0..rows {
+            for t in 0..keys {
+                let want: f32 = 0.5 + (0..d).map(|c| q[r * d + c] * k[t * d + c]).sum::<f32>();
+                let got = s[r * stride + t];
+                assert!(
+                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "s[{r},{t}]"
+                );
+            }
+        }
+        let mut acc = vec![0.25f32; rows * d];
+        weighted_values::<M>(&s, stride, rows, &v, keys, d, &mut acc);
+        for r in 0..rows {
+            for c in 0..d {
+                let want: f32 = 0.25
+                    + (0..keys)
+                        .map(|t| s[r * stride + t] * v[t * d + c])
+                        .sum::<f32>();
+                let got = acc[r * d + c];
+                assert!(
+                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "acc[{r},{c}]"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_blocked_products_match_plain_loops_with_and_without_fma() {
+    products_match_plain_loops::<crate::simd::Separate>();
+    products_match_plain_loops::<crate::simd::Fused>();
 }

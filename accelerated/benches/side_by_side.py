@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Ours next to PyTorch in one run, interleaved, with the ratios: the training step and the
+fused attention forward and backward.
+
+    cargo build --release -p fire-accelerated --bin fire-lm
+    cargo build --release -p fire-kernels --example attention_timing
+    python3 accelerated/benches/side_by_side.py --target target/release
+
+Training (`--encodings`): each round runs `fire-lm train` and `torch_train.py` (the same model,
+recipe and batch shape in plain PyTorch) one after the other, each in its own process, so
+machine load drifts over both alike; seconds per step are the median over the steps after
+`--skip` (ours from metrics.jsonl, one line per step), the peak RSS is each process's own
+(`os.wait4`). Attention (`--lengths`): per repeat, our `attention_timing` example (fused kernel
+forward from q, k, v; backward from the forward's output and log-sum-exp) and, in this
+process, torch's `scaled_dot_product_attention` without a bias (causal) forward and backward.
+Both sides use `--threads` threads (RAYON_NUM_THREADS for ours, torch.set_num_threads).
+A measurement, not a test; torch is not a dependency of the repository.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run(cmd, env):
+    """Runs cmd; returns (stdout, peak RSS in MB of that process alone)."""
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        err = p.stderr.read().decode(errors="replace")
+        p.stderr.close()
+        if status != 0:
+            sys.exit(f"{' '.join(map(str, cmd))} failed:\n{err}")
+        out.seek(0)
+        return out.read().decode(), usage.ru_maxrss / 1024.0
+
+
+def ours_train(a, enc, env):
+    with tempfile.TemporaryDirectory() as d:
+        cfg = Path(d) / "train.json"
+        cfg.write_text(json.dumps({"log_every": 1, "checkpoint_every": 1_000_000}))
+        cmd = [
+            str(Path(a.target) / "fire-lm"), "train", "--run", str(Path(d) / "run"),
+            "--train-config", str(cfg), "--encoding", enc, "--quiet",
+            "--d-model", str(a.d_model), "--layers", str(a.layers), "--heads", str(a.heads),
+            "--d-ff", str(a.d_ff), "--seq-len", str(a.seq_len), "--batch", str(a.batch),
+            "--steps", str(a.steps),
+        ]
+        if a.corpus:
+            cmd += ["--corpus", a.corpus]
+        _, rss = run(cmd, env)
+        lines = [json.loads(x) for x in (Path(d) / "run" / "metrics.jsonl").read_text().split()]
+    elapsed = [m["elapsed_s"] for m in lines]
+    per_step = [b - c for b, c in zip(elapsed[1:], elapsed[:-1])][a.skip:]
+    return statistics.median(per_step), lines[0]["loss"], lines[-1]["loss"], rss
+
+
+def torch_train(a, enc, env):
+    cmd = [
+        sys.executable, str(HERE / "torch_train.py"), "--encoding", enc,
+        "--d-model", str(a.d_model), "--layers", str(a.layers), "--heads", str(a.heads),
+        "--d-ff", str(a.d_ff), "--seq-len", str(a.seq_len), "--batch", str(a.batch),
+        "--steps", str(a.steps), "--skip", str(a.skip), "--threads", str(a.threads),
+    ]
+    out, rss = run(cmd, env)
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["s_per_step"], r["first_loss"], r["last_loss"], rss
+
+
+def training(a, env):
+    tokens = a.batch * a.seq_len
+    print(f"\n### Training step: {a.layers} layers, d {a.d_model}, {a.heads} heads, FFN {a.d_ff}, "
+          f"batch {a.batch} × {a.seq_len}; median s/step over steps {a.skip + 1}..{a.steps}, "
+          f"{a.rounds} rounds interleaved, {a.threads} threads each\n")
+    print("| encoding | torch s/step (tok/s) | ours s/step (tok/s) | ours ÷ torch time "
+          "| peak RSS torch / ours (MB) | losses torch / ours (first → last) |")
+    print("|---|---|---|---|---|---|")
+    for enc in a.encodings.split(","):
+        ours, theirs = [], []
+        for _ in range(a.rounds):
+            ours.append(ours_train(a, enc, env))
+            theirs.append(torch_train(a, enc, env))
+        o = statistics.median(r[0] for r in ours)
+        t = statistics.median(r[0] for r in theirs)
+        print(f"| {enc} | {t:.4f} ({tokens / t:,.0f}) | {o:.4f} ({tokens / o:,.0f}) | "
+              f"**{o / t:.2f}** | {max(r[3] for r in theirs):.0f} / {max(r[3] for r in ours):.0f} "
+              f"| {theirs[0][1]:.2f} → {theirs[0][2]:.2f} / {ours[0][1]:.2f} → {ours[0][2]:.2f} |",
+              flush=True)
+
+
+def torch_attention(n, heads, d, threads):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, n, d, generator=g, requires_grad=True) for _ in range(3))
+    t0 = time.perf_counter()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t1 = time.perf_counter()
+    out.backward(torch.randn_like(out))
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1
+
+
+def attention(a, env):
+    example = Path(a.target) / "examples" / "attention_timing"
+    print(f"\n### Causal attention, {a.heads_k} heads × {a.head_dim}, f32; median of {a.repeats} "
+          f"interleaved repeats, {a.threads} threads each\n")
+    print("| N | pass | torch SDPA, no bias (s) | ours NoPE (s) | ours FIRE (s) | ours FIRE-S (s) "
+          "| NoPE ÷ torch | FIRE ÷ torch | FIRE ÷ NoPE |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in map(int, a.lengths.split(",")):
+        mine = {}
+        torch_t = {"forward": [], "backward": []}
+        simd = "?"
+        for _ in range(a.repeats):
+            out, _ = run([str(example), str(n), str(a.heads_k), str(a.head_dim),
+                          "nope,fire,fire-s"], env)
+            for line in out.splitlines():
+                r = json.loads(line)
+                mine.setdefault((r["variant"], r["pass"]), []).append(r["seconds"])
+                simd = r["simd"]
+            f, b = torch_attention(n, a.heads_k, a.head_dim, a.threads)
+            torch_t["forward"].append(f)
+            torch_t["backward"].append(b)
+        for pas in ("forward", "backward"):
+            t = statistics.median(torch_t[pas])
+            no, fi, fs = (statistics.median(mine[(v, pas)]) for v in ("nope", "fire", "fire-s"))
+            print(f"| {n} | {pas} | {t:.3f} | {no:.3f} | {fi:.3f} | {fs:.3f} | **{no / t:.2f}** "
+                  f"| **{fi / t:.2f}** | {fi / no:.2f} |", flush=True)
+    print(f"\n(our SIMD path: {simd})")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--target", default="target/release", help="cargo's release directory")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--encodings", default="fire,fire-s,nope,kerple-log",
+                   help="training encodings ('' skips the training table)")
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=512)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--skip", type=int, default=10, help="warm-up steps not timed")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--corpus", default=None, help="fire-lm's --corpus (default: embedded)")
+    p.add_argument("--lengths", default="2048", help="attention lengths ('' skips the table)")
+    p.add_argument("--heads-k", type=int, default=12, help="attention heads")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+    env = dict(os.environ, RAYON_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    if a.encodings:
+        training(a, env)
+    if a.lengths:
+        attention(a, env)
+    print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

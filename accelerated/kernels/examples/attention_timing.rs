@@ -1,0 +1,59 @@
+//! Times the fused causal attention forward and backward for the side-by-side comparison with
+//! PyTorch (`accelerated/benches/side_by_side.py` runs it between its own PyTorch timings):
+//!
+//! ```sh
+//! cargo run --release -p fire-kernels --example attention_timing -- 2048 12 64 nope,fire,fire-s
+//! ```
+//!
+//! Arguments: N, heads, head dim, variants (`nope`, `fire`, `fire-s`). Prints one JSON line per
+//! variant and pass: `{"variant", "pass", "n", "seconds", "simd"}`. The forward of `fire` builds
+//! FIRE's plan inside the call (one module per layer); `fire-s` uses a plan built once (shared by
+//! the layers). The backward times [`fire_kernels::fused_causal_backward`] alone, from the
+//! forward's output and log-sum-exp, with a random output gradient.
+
+use std::time::Instant;
+
+use fire_kernels::bench::Setup;
+use fire_kernels::{fused_causal_backward, fused_causal_lse, simd, BiasPlan, GradPlan};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.into());
+    let n: usize = get(0, "2048").parse()?;
+    let heads: usize = get(1, "12").parse()?;
+    let d: usize = get(2, "64").parse()?;
+    let variants = get(3, "nope,fire,fire-s");
+    let s = Setup::new(heads, n, d, 0)?;
+    let p = &s.positions;
+    let grad = s.fire.grad_plan(p, p)?;
+    let dout: Vec<f32> = s.q.iter().rev().copied().collect();
+    for variant in variants.split(',') {
+        let t = Instant::now();
+        let (out, lse) = match variant {
+            "nope" => fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, None)?,
+            "fire" => {
+                let plan = s.fire_plan()?;
+                fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, Some(plan.as_ref()))?
+            }
+            "fire-s" => {
+                let plan: &dyn BiasPlan = grad.as_bias();
+                fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, Some(plan))?
+            }
+            other => return Err(format!("unknown variant {other}").into()),
+        };
+        report(variant, "forward", n, t.elapsed().as_secs_f64());
+        let plan: Option<&dyn GradPlan> = (variant != "nope").then_some(grad.as_ref());
+        let t = Instant::now();
+        let g = fused_causal_backward(1, &s.q, &s.k, &s.v, &out, &lse, &dout, s.shape, p, p, plan)?;
+        report(variant, "backward", n, t.elapsed().as_secs_f64());
+        std::hint::black_box(g);
+    }
+    Ok(())
+}
+
+fn report(variant: &str, pass: &str, n: usize, seconds: f64) {
+    println!(
+        "{{\"variant\": \"{variant}\", \"pass\": \"{pass}\", \"n\": {n}, \"seconds\": {seconds}, \"simd\": \"{}\"}}",
+        simd::path()
+    );
+}

@@ -1,0 +1,124 @@
+//! Mean softmax cross-entropy as one op: `loss = mean_r (lse(x_r) − x_r[t_r])`.
+//!
+//! Backward: `dx_r = g/N · (softmax(x_r) − onehot(t_r))`, one pass per row that recomputes
+//! the row's log-sum-exp. The composed form ([`crate::nn::cross_entropy_composed`]) builds the
+//! `[N, V]` log-probabilities and, backward, half a dozen more `[N, V]` tensors.
+
+use std::sync::Arc;
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use rayon::prelude::*;
+
+use super::{map_rows, rows_per_task, slice, with_f32};
+
+#[derive(Debug)]
+struct CrossEntropy;
+
+/// Mean negative log-likelihood of `targets` (`[N]`, u32) under `logits` (`[N, V]`, f32 on the
+/// CPU), a scalar differentiable with respect to the logits.
+pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    logits
+        .contiguous()?
+        .apply_op2_arc(&targets.contiguous()?, Arc::new(Box::new(CrossEntropy)))
+}
+
+/// The row's `(max, ln Σ exp(x − max))`.
+#[inline]
+fn lse(x: &[f32]) -> (f32, f32) {
+    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let s: f32 = x.iter().map(|&v| (v - m).exp()).sum();
+    (m, s.ln())
+}
+
+fn targets_of<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [u32]> {
+    let data = match s {
+        CpuStorage::U32(v) => v.as_slice(),
+        _ => candle_core::bail!("cross entropy: targets must be u32"),
+    };
+    match l.contiguous_offsets() {
+        Some((a, b)) => Ok(&data[a..b]),
+        None => candle_core::bail!("cross entropy: targets must be contiguous"),
+    }
+}
+
+fn check(x: usize, v: usize, t: &[u32]) -> candle_core::Result<()> {
+    if v == 0 || t.is_empty() || x != t.len() * v {
+        candle_core::bail!("cross entropy: {x} logits for {} targets", t.len());
+    }
+    if let Some(bad) = t.iter().find(|&&t| t as usize >= v) {
+        candle_core::bail!("cross entropy: target {bad} outside the vocabulary of {v}");
+    }
+    Ok(())
+}
+
+impl CustomOp2 for CrossEntropy {
+    fn name(&self) -> &'static str {
+        "fused-cross-entropy"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = slice(s1, l1, "cross entropy: logits")?;
+        let t = targets_of(s2, l2)?;
+        let (_, v) = l1.shape().dims2()?;
+        check(x.len(), v, t)?;
+        let chunk = rows_per_task(v);
+        let total: f64 = x
+            .par_chunks(chunk * v)
+            .zip(t.par_chunks(chunk))
+            .map(|(x, t)| {
+                x.chunks_exact(v)
+                    .zip(t)
+                    .map(|(row, &t)| {
+                        let (m, l) = lse(row);
+                        f64::from(m + l - row[t as usize])
+                    })
+                    .sum::<f64>()
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .sum();
+        let loss = (total / t.len() as f64) as f32;
+        Ok((CpuStorage::F32(vec![loss]), Shape::from(())))
+    }
+
+    fn bwd(
+        &self,
+        logits: &Tensor,
+        targets: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let g: f32 = grad.to_dtype(candle_core::DType::F32)?.to_scalar()?;
+        let t: Vec<u32> = targets.flatten_all()?.to_vec1()?;
+        let (_, v) = logits.dims2()?;
+        let scale = g / t.len() as f32;
+        let dx = with_f32(logits, "cross entropy: logits", |x| {
+            check(x.len(), v, &t)?;
+            let mut dx = vec![0f32; x.len()];
+            map_rows(x, v, &mut dx, |x, dx| {
+                for (x, dx) in x.chunks_exact(v).zip(dx.chunks_exact_mut(v)) {
+                    let (m, l) = lse(x);
+                    let shift = m + l;
+                    for (d, &x) in dx.iter_mut().zip(x) {
+                        *d = scale * (x - shift).exp();
+                    }
+                }
+            });
+            // The one-hot part.
+            for (r, &t) in t.iter().enumerate() {
+                dx[r * v + t as usize] -= scale;
+            }
+            Ok(dx)
+        })?;
+        Ok((
+            Some(Tensor::from_vec(dx, logits.shape(), logits.device())?),
+            None,
+        ))
+    }
+}
