@@ -192,6 +192,7 @@ fn ops_once(a: &Args, side: &mut Side) -> Res<()> {
             k.as_tensor(),
             v.as_tensor(),
             &LayerBias::None,
+            0,
         )?)
     })?;
     let x = random(&[b, t, d], &mut rng)?;
