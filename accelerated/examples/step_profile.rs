@@ -193,6 +193,7 @@ fn ops_once(a: &Args, side: &mut Side) -> Res<()> {
             v.as_tensor(),
             &LayerBias::None,
             0,
+            0,
         )?)
     })?;
     let x = random(&[b, t, d], &mut rng)?;

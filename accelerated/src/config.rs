@@ -12,6 +12,23 @@ use crate::error::{io, Error, Result};
 /// [fire.activation]
 pub use fire_vocabulary::{Activation, Threshold, Transform};
 
+/// How f_θ starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FireInit {
+    /// `nn.Linear`'s defaults (Appendix E).
+    #[default]
+    AppendixE,
+    /// The bias of a freshly initialised Kerple-log layer (r1 ~ U(0, 2), r2 ~ U(0, 1) per
+    /// head, Kerple's own initialisation) through Theorem 3.1's construction
+    /// ([thm31.kerple-log]): identity ψ, threshold `P = l_init` (a power of two), σ = symlog,
+    /// hidden neuron `h < H` with weight `r2_h·P` feeding output `h` with weight `−r1_h`, so
+    /// the bias equals that Kerple-log's for every `0 ≤ j ≤ i ≤ P`. The remaining hidden
+    /// neurons (up to `width`) get weight `r·P`, r ~ U(0, 1), and output weight 0: more
+    /// log-shaped features that leave the bias unchanged until training uses them.
+    KerpleLog,
+}
+
 /// FIRE's hyper-parameters; defaults are Appendix E's. spec: [fire.defaults]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -36,6 +53,8 @@ pub struct FireConfig {
     pub activation: Activation,
     /// An activation on the output (an ablation; FIRE has none).
     pub final_activation: Option<Activation>,
+    /// How f_θ starts.
+    pub init: FireInit,
 }
 
 impl Default for FireConfig {
@@ -51,6 +70,7 @@ impl Default for FireConfig {
             threshold: Threshold::Learnable,
             activation: Activation::Relu,
             final_activation: None,
+            init: FireInit::AppendixE,
         }
     }
 }
@@ -225,6 +245,24 @@ impl EncodingConfig {
     }
 }
 
+/// How the Transformer's own weights start (the encodings have their own schemes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum InitScheme {
+    /// PyTorch's `nn.Linear` default for every projection (weights and biases
+    /// U(−1/√fan_in, 1/√fan_in)), the embedding N(0, `init_std`²): what a PyTorch model of this
+    /// architecture starts from. At d_model 128 its projections start 2.5× (q, k, v, fc1) to 7×
+    /// (`o_proj`) larger than `gpt2`'s; in the 800-step recipe ablation
+    /// (accelerated/results/figure1/, FIRE, one seed) that ended 0.09 nats/byte lower at the
+    /// training length and 0.07 at 4×, but 0.04 higher at 16×.
+    #[default]
+    FanIn,
+    /// GPT-2's: every projection N(0, `init_std`²), the residual outputs (attention `o_proj`,
+    /// `mlp.fc2`) `init_std/√(2·layers)`, zero biases. The scheme of large models; slower to
+    /// start at this scale.
+    Gpt2,
+}
+
 /// A decoder-only Transformer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -245,9 +283,16 @@ pub struct ModelConfig {
     /// LayerNorm ε.
     #[serde(default = "default_ln_eps")]
     pub layer_norm_eps: f64,
-    /// Standard deviation of the embedding and projection initialisation.
+    /// Standard deviation of the embedding's initialisation (and of the projections' under
+    /// [`InitScheme::Gpt2`], of T5's table).
     #[serde(default = "default_init_std")]
     pub init_std: f64,
+    /// How the projections start. [`ModelConfig::tiny`] and `fire-lm train` choose
+    /// [`InitScheme::FanIn`]; a document without the field predates it and means
+    /// [`InitScheme::Gpt2`], the only scheme there was, so an old config with its seed still
+    /// gives the weights it gave.
+    #[serde(default = "legacy_init")]
+    pub init: InitScheme,
     /// The positional encoding.
     pub encoding: EncodingConfig,
 }
@@ -260,6 +305,9 @@ fn default_ln_eps() -> f64 {
 }
 fn default_init_std() -> f64 {
     0.02
+}
+fn legacy_init() -> InitScheme {
+    InitScheme::Gpt2
 }
 
 impl ModelConfig {
@@ -274,6 +322,7 @@ impl ModelConfig {
             tie_embeddings: true,
             layer_norm_eps: 1e-5,
             init_std: 0.02,
+            init: InitScheme::default(),
             encoding,
         }
     }
@@ -313,6 +362,24 @@ impl ModelConfig {
             }
             if !(f.l_init > 0.0 && f.eps >= 0.0 && f.c.is_finite() && f.l_multiplier.is_finite()) {
                 return bad("FIRE needs l_init > 0, eps >= 0, finite c and L_multiplier".into());
+            }
+            if f.init == FireInit::KerpleLog {
+                let p = f.l_init;
+                let power_of_two = p >= 1.0 && p.fract() == 0.0 && (p as u64).is_power_of_two();
+                if f.depth != 1
+                    || f.width < self.n_heads
+                    || f.transform != Transform::Identity
+                    || f.activation != Activation::Symlog
+                    || !power_of_two
+                {
+                    return bad(format!(
+                        "FIRE init kerple-log is Theorem 3.1's construction: it needs depth 1, \
+                         width >= n_heads ({}), transform identity, activation symlog and a \
+                         power-of-two l_init; got depth {}, width {}, transform {:?}, \
+                         activation {:?}, l_init {}",
+                        self.n_heads, f.depth, f.width, f.transform, f.activation, f.l_init
+                    ));
+                }
             }
         }
         if let EncodingConfig::T5 {

@@ -11,7 +11,7 @@ use crate::attention::{AttentionPath, Purpose};
 use crate::data::{eval_spans, eval_windows, Document};
 use crate::error::{ensure, Result};
 use crate::model::Model;
-use crate::nn::nll_sum;
+use crate::nn::{nll_rows, nll_sum};
 
 /// Evaluation settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +28,11 @@ pub struct EvalConfig {
     /// device can run it; otherwise the chunked candle backend).
     #[serde(default)]
     pub attention: AttentionPath,
+    /// The same-text view: at lengths above this position, also report the loss of the
+    /// positions before it and from it on, separately (the same windows, so text difficulty
+    /// cannot masquerade as extrapolation). Usually the training length.
+    #[serde(default)]
+    pub split_at: Option<usize>,
 }
 
 /// The result at one length.
@@ -43,6 +48,13 @@ pub struct LengthResult {
     pub log_ppl: f64,
     /// exp(log_ppl).
     pub ppl: f64,
+    /// With [`EvalConfig::split_at`] `= P < length`: the log-perplexity of the positions
+    /// `0..P` of these windows (contexts no longer than P).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_ppl_before: Option<f64>,
+    /// … and of the positions `P..length` (contexts longer than P).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_ppl_after: Option<f64>,
 }
 
 /// One checkpoint's evaluation.
@@ -77,7 +89,9 @@ pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Ve
     let mut out = Vec::with_capacity(cfg.lengths.len());
     for &len in &cfg.lengths {
         let windows = eval_windows(&spans, len);
+        let split = cfg.split_at.filter(|&p| p > 0 && p < len);
         let mut total = 0f64;
+        let mut before = 0f64;
         let mut tokens = 0usize;
         for group in windows.chunks(cfg.batch.max(1)) {
             let b = group.len();
@@ -90,16 +104,29 @@ pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Ve
             let x = Tensor::from_vec(x, (b, len), model.device())?;
             let y = Tensor::from_vec(y, b * len, model.device())?;
             let logits = model.forward(&x, &backend, None)?;
-            total += nll_sum(&logits.reshape((b * len, ()))?, &y)?;
+            let logits = logits.reshape((b * len, ()))?;
+            match split {
+                None => total += nll_sum(&logits, &y)?,
+                Some(p) => {
+                    let nll = nll_rows(&logits, &y)?;
+                    for row in nll.chunks(len) {
+                        before += row[..p].iter().sum::<f64>();
+                        total += row.iter().sum::<f64>();
+                    }
+                }
+            }
             tokens += b * len;
         }
         let log_ppl = total / tokens as f64;
+        let rows = windows.len() as f64;
         out.push(LengthResult {
             length: len,
             windows: windows.len(),
             tokens,
             log_ppl,
             ppl: log_ppl.exp(),
+            log_ppl_before: split.map(|p| before / (rows * p as f64)),
+            log_ppl_after: split.map(|p| (total - before) / (rows * (len - p) as f64)),
         });
     }
     Ok(out)
@@ -127,6 +154,23 @@ pub fn table(reports: &[Report]) -> String {
             }
         }
         s.push('\n');
+    }
+    let split: Vec<(&Report, &LengthResult)> = reports
+        .iter()
+        .flat_map(|r| r.results.iter().map(move |x| (r, x)))
+        .filter(|(_, x)| x.log_ppl_before.is_some())
+        .collect();
+    if !split.is_empty() {
+        s.push_str("same text (positions before / from the split):\n");
+        for (r, x) in split {
+            s.push_str(&format!(
+                "  {:>14} {:>6}: {:.4} / {:.4}\n",
+                truncate(&r.label, 14),
+                x.length,
+                x.log_ppl_before.unwrap_or(f64::NAN),
+                x.log_ppl_after.unwrap_or(f64::NAN)
+            ));
+        }
     }
     s
 }

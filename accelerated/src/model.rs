@@ -6,7 +6,7 @@
 use candle_core::{Device, Tensor};
 
 use crate::attention::{Attention, AttentionPath, Backend, LayerCache, Positions, Purpose};
-use crate::config::ModelConfig;
+use crate::config::{InitScheme, ModelConfig};
 use crate::encodings::{self, PositionEncoding};
 use crate::error::{ensure, Error, Result};
 use crate::nn::{LayerNorm, Linear};
@@ -28,6 +28,29 @@ impl Block {
         let x = (x + h)?;
         let m = self.fc1.forward_gelu(&self.ln2.forward(&x)?)?;
         Ok((&x + self.fc2.forward(&m)?)?)
+    }
+}
+
+/// A projection of the Transformer initialised by `cfg.init`; `residual` marks the layers
+/// that write into the residual stream (GPT-2 scales them by 1/√(2·layers)).
+pub(crate) fn projection(
+    path: &mut crate::params::Path<'_>,
+    fan_in: usize,
+    fan_out: usize,
+    bias: bool,
+    residual: bool,
+    cfg: &ModelConfig,
+) -> Result<Linear> {
+    match cfg.init {
+        InitScheme::FanIn => Linear::new(path, fan_in, fan_out, bias),
+        InitScheme::Gpt2 => {
+            let scale = if residual {
+                (2.0 * cfg.n_layers as f64).sqrt()
+            } else {
+                1.0
+            };
+            Linear::normal(path, fan_in, fan_out, bias, cfg.init_std / scale)
+        }
     }
 }
 
@@ -79,11 +102,10 @@ impl Model {
         for l in 0..cfg.n_layers {
             let mut p = root.pp(format!("layers.{l}"));
             let ln1 = LayerNorm::new(&mut p.pp("ln1"), d, cfg.layer_norm_eps)?;
-            let attn = Attention::new(&mut p.pp("attn"), d, cfg.n_heads, std, cfg.n_layers)?;
+            let attn = Attention::new(&mut p.pp("attn"), d, cfg.n_heads, cfg)?;
             let ln2 = LayerNorm::new(&mut p.pp("ln2"), d, cfg.layer_norm_eps)?;
-            let out_std = std / (2.0 * cfg.n_layers as f64).sqrt();
-            let fc1 = Linear::normal(&mut p.pp("mlp.fc1"), d, cfg.d_ff, true, std)?;
-            let fc2 = Linear::normal(&mut p.pp("mlp.fc2"), cfg.d_ff, d, true, out_std)?;
+            let fc1 = projection(&mut p.pp("mlp.fc1"), d, cfg.d_ff, true, false, cfg)?;
+            let fc2 = projection(&mut p.pp("mlp.fc2"), cfg.d_ff, d, true, true, cfg)?;
             blocks.push(Block {
                 ln1,
                 attn,
@@ -195,6 +217,27 @@ impl Model {
         }
     }
 
+    /// Logits `[B, T, V]` for `tokens` standing alone at positions `first..first + T` (queries
+    /// and keys alike, no cache) through a training backend: training with randomised
+    /// position offsets ([`crate::train::TrainConfig::position_offset`]). `first = 0` is
+    /// [`Self::forward`] without a cache.
+    pub fn forward_at(&self, tokens: &Tensor, backend: &Backend, first: u64) -> Result<Tensor> {
+        if first == 0 {
+            return self.forward(tokens, backend, None);
+        }
+        let (_, t) = tokens.dims2()?;
+        ensure(t > 0, || "empty token sequence".into())?;
+        match backend {
+            Backend::FusedTrain | Backend::Candle { .. } => {
+                self.call_at(tokens, backend, &Positions::shifted(first, t), None)
+            }
+            // The inference kernels read keys from position 0 (a cache).
+            _ => Err(Error::Input(
+                "position offsets need a training backend (fused training or candle)".into(),
+            )),
+        }
+    }
+
     /// [`Self::forward`] on the candle backend in query chunks of at most `chunk` tokens.
     fn chunked(
         &self,
@@ -221,13 +264,24 @@ impl Model {
         &self,
         tokens: &Tensor,
         backend: &Backend,
-        mut cache: Option<&mut Cache>,
+        cache: Option<&mut Cache>,
     ) -> Result<Tensor> {
         let (_, t) = tokens.dims2()?;
         let positions = Positions::causal(cache.as_deref().map_or(0, Cache::len), t);
+        self.call_at(tokens, backend, &positions, cache)
+    }
+
+    /// One attention call of every layer over `tokens` at `positions`.
+    fn call_at(
+        &self,
+        tokens: &Tensor,
+        backend: &Backend,
+        positions: &Positions,
+        mut cache: Option<&mut Cache>,
+    ) -> Result<Tensor> {
         let encoding = self.encoding.as_ref();
         let layers = self.blocks.len();
-        let call = backend.prepare(encoding, layers, &positions, &self.device)?;
+        let call = backend.prepare(encoding, layers, positions, &self.device)?;
         let mut x = self.embed(tokens)?;
         for (l, block) in self.blocks.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);

@@ -175,3 +175,11 @@ pub fn nll_sum(logits: &Tensor, targets: &Tensor) -> Result<f64> {
     let v: Vec<f32> = picked.flatten_all()?.to_vec1()?;
     Ok(-v.iter().map(|&x| f64::from(x)).sum::<f64>())
 }
+
+/// The negative log-likelihood of every target (`[N]`, u32) under `logits` (`[N, V]`), as f64.
+pub fn nll_rows(logits: &Tensor, targets: &Tensor) -> Result<Vec<f64>> {
+    let logp = log_softmax_last(logits)?;
+    let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
+    let v: Vec<f32> = picked.flatten_all()?.to_vec1()?;
+    Ok(v.iter().map(|&x| -f64::from(x)).collect())
+}

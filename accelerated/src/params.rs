@@ -167,6 +167,13 @@ impl Path<'_> {
         Ok(t)
     }
 
+    /// `n` draws from U(lo, hi) off the store's generator, for initialisations that derive
+    /// several parameters from shared random numbers (a FIRE started as a Kerple-log).
+    /// When the store loads a state dict the draws are made but unused.
+    pub fn uniform(&mut self, n: usize, lo: f64, hi: f64) -> Vec<f64> {
+        (0..n).map(|_| self.store.rng.uniform(lo, hi)).collect()
+    }
+
     /// The device.
     pub fn device(&self) -> Device {
         self.store.device.clone()

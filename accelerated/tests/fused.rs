@@ -145,6 +145,7 @@ fn fused_evaluation_equals_materialised_evaluation() {
             chunk: 32,
             batch: 2,
             attention,
+            split_at: None,
         };
         let f = eval::evaluate(&m, &split.eval, &cfg(AttentionPath::Fused)).unwrap();
         let s = eval::evaluate(&m, &split.eval, &cfg(AttentionPath::Materialised)).unwrap();

@@ -111,6 +111,7 @@ fn tiny_fire_model_trains_evaluates_plots_and_resumes_exactly() {
         chunk: 32,
         batch: 2,
         attention: Default::default(),
+        split_at: None,
     };
     let results = eval::evaluate(&model, &split.eval, &cfg).unwrap();
     assert_eq!(results.len(), 4);

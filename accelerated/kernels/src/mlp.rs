@@ -24,6 +24,7 @@ impl Sigma for Activation {
             Activation::Relu => z.max(0.0),
             Activation::Identity => z,
             Activation::Gelu => 0.5 * z * (1.0 + erf(z / std::f64::consts::SQRT_2)),
+            Activation::Symlog => z.signum() * z.abs().ln_1p(),
         }
     }
 
@@ -42,6 +43,7 @@ impl Sigma for Activation {
                 let pdf = (-0.5 * z * z).exp() / (2.0 * std::f64::consts::PI).sqrt();
                 cdf + z * pdf
             }
+            Activation::Symlog => 1.0 / (1.0 + z.abs()),
         }
     }
 }

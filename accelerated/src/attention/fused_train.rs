@@ -1,7 +1,8 @@
 //! The fused training backend (CPU, f32): attention with an on-the-fly bias as a candle custom
 //! op with a backward pass, so training at long length never builds an `[B, H, N, N]` tensor.
 //!
-//! `softmax(q·kᵀ/√d + b + causal)·v` over positions `0..N`, with the bias filled per tile
+//! `softmax(q·kᵀ/√d + b + causal)·v` over positions `s..s + N` (`s = 0` except when training
+//! with randomised position offsets), with the bias filled per tile
 //! ([`fire_kernels::fused_causal_lse`]) and the gradients recomputed per tile
 //! ([`fire_kernels::backward`]). What autograd sees is one op of three inputs:
 //!
@@ -38,16 +39,21 @@ enum Kind {
 struct FusedAttention {
     kind: Kind,
     lse: Mutex<Option<Vec<f32>>>,
+    /// The first position: the op covers positions `start..start + N`.
+    start: u64,
 }
 
 /// `softmax(q·kᵀ/√d + b + causal)·v` for `q, k, v: [B, H, N, d]` (f32, CPU) at positions
-/// `0..N`, differentiable with respect to `q`, `k`, `v` and the bias parameters. `layer` only
-/// names the layer in errors.
+/// `start..start + N` (queries and keys alike; `start > 0` is training with randomised position
+/// offsets: the causal pattern is the same, FIRE's normaliser sees the shifted query positions,
+/// distance-only biases do not change), differentiable with respect to `q`, `k`, `v` and the
+/// bias parameters. `layer` only names the layer in errors.
 pub fn attend(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     bias: &LayerBias,
+    start: u64,
     layer: usize,
 ) -> Result<Tensor> {
     let (b, h, n, d) = q.dims4()?;
@@ -88,6 +94,7 @@ pub fn attend(
     let op = FusedAttention {
         kind,
         lse: Mutex::new(None),
+        start,
     };
     Ok(q.contiguous()?
         .apply_op3_arc(&kv, &params.contiguous()?, Arc::new(Box::new(op)))?)
@@ -182,7 +189,7 @@ impl FusedAttention {
     ) -> kernels::Result<(Vec<f32>, Vec<f32>)> {
         let (b, h, n, d) = dims;
         let (k, v) = split_kv(kv, d);
-        let positions: Vec<u64> = (0..n as u64).collect();
+        let positions: Vec<u64> = (self.start..self.start + n as u64).collect();
         let source = self.source(params, n)?;
         let plan: Option<Box<dyn kernels::GradPlan + '_>> = match &source {
             Source::None => None,
@@ -271,7 +278,7 @@ impl CustomOp3 for FusedAttention {
             None => self.forward(&qv, &kvv, &pv, (b, h, n, d)).map_err(msg)?.1,
         };
         let (k, v) = split_kv(&kvv, d);
-        let positions: Vec<u64> = (0..n as u64).collect();
+        let positions: Vec<u64> = (self.start..self.start + n as u64).collect();
         let source = self.source(&pv, n).map_err(msg)?;
         let plan: Option<Box<dyn kernels::GradPlan + '_>> = match &source {
             Source::None => None,

@@ -180,7 +180,10 @@ impl Backend {
                             encoding.name()
                         ))
                     })?;
-                Call::FusedTrain { biases }
+                Call::FusedTrain {
+                    biases,
+                    start: queries.first().copied().unwrap_or(0),
+                }
             }
             Backend::Cuda(k) => {
                 check_layers(k, layers)?;
@@ -242,6 +245,19 @@ pub struct Positions {
 }
 
 impl Positions {
+    /// `len` positions standing alone from `first` on, queries and keys both
+    /// `first..first + len`: a training sequence placed at a randomised offset (only FIRE's
+    /// normaliser notices; distance-only biases are those of `0..len`). No cache: `start` is 0
+    /// only when `first` is.
+    pub fn shifted(first: Position, len: usize) -> Self {
+        let positions: Vec<Position> = (first..first + len as Position).collect();
+        Self {
+            start: first as usize,
+            queries: positions.clone(),
+            keys: positions,
+        }
+    }
+
     /// `len` queries continuing `start` cached positions.
     pub fn causal(start: usize, len: usize) -> Self {
         let end = (start + len) as Position;
@@ -278,6 +294,8 @@ pub enum Call<'a> {
     FusedTrain {
         /// Per layer.
         biases: Vec<LayerBias>,
+        /// The first position: queries and keys are both `start..start + T` (no cache).
+        start: Position,
     },
     /// Every layer's device tables; queries at `q0..`.
     Cuda {
@@ -299,7 +317,9 @@ impl Call<'_> {
                 queries,
                 keys,
             } => fused_eval::attend(q, k, v, queries, keys, plans.layer(l)),
-            Call::FusedTrain { biases } => fused_train::attend(q, k, v, &biases[l], l),
+            Call::FusedTrain { biases, start } => {
+                fused_train::attend(q, k, v, &biases[l], *start, l)
+            }
             Call::Cuda { tables, q0 } => {
                 #[cfg(feature = "cuda")]
                 {
@@ -370,21 +390,22 @@ pub struct Attention {
 }
 
 impl Attention {
-    /// Projections `q_proj`, `k_proj`, `v_proj`, `o_proj` under `path`.
+    /// Projections `q_proj`, `k_proj`, `v_proj`, `o_proj` under `path`, initialised by
+    /// `cfg.init` (`o_proj` writes into the residual stream).
     pub fn new(
         path: &mut Path<'_>,
         d_model: usize,
         heads: usize,
-        std: f64,
-        layers: usize,
+        cfg: &crate::config::ModelConfig,
     ) -> Result<Self> {
-        // GPT-2 scales the residual projections by 1/√(2·layers).
-        let out_std = std / (2.0 * layers as f64).sqrt();
+        let proj = |path: &mut Path<'_>, name: &str, residual: bool| {
+            crate::model::projection(&mut path.pp(name), d_model, d_model, false, residual, cfg)
+        };
         Ok(Self {
-            q: Linear::normal(&mut path.pp("q_proj"), d_model, d_model, false, std)?,
-            k: Linear::normal(&mut path.pp("k_proj"), d_model, d_model, false, std)?,
-            v: Linear::normal(&mut path.pp("v_proj"), d_model, d_model, false, std)?,
-            o: Linear::normal(&mut path.pp("o_proj"), d_model, d_model, false, out_std)?,
+            q: proj(path, "q_proj", false)?,
+            k: proj(path, "k_proj", false)?,
+            v: proj(path, "v_proj", false)?,
+            o: proj(path, "o_proj", true)?,
             heads,
             head_dim: d_model / heads,
         })

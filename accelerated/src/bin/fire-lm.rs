@@ -7,7 +7,7 @@ use candle_core::Device;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use fire_accelerated::attention::AttentionPath;
-use fire_accelerated::config::{Encoding, EncodingConfig, FireConfig, ModelConfig};
+use fire_accelerated::config::{Encoding, EncodingConfig, FireConfig, InitScheme, ModelConfig};
 use fire_accelerated::data::Corpus;
 use fire_accelerated::encodings::Grid;
 use fire_accelerated::eval::{self, EvalConfig, Report};
@@ -124,6 +124,10 @@ struct TrainArgs {
     /// FIRE's MLP depth (1: Appendix E; 2: the paper's experiments).
     #[arg(long)]
     fire_depth: Option<usize>,
+    /// How the projections start: fan-in (PyTorch's nn.Linear default) or gpt2 (N(0, 0.02²),
+    /// residual outputs scaled by 1/√(2·layers)).
+    #[arg(long, value_enum, default_value_t = InitScheme::FanIn)]
+    init: InitScheme,
     #[arg(long, default_value_t = 64)]
     d_model: usize,
     #[arg(long, default_value_t = 2)]
@@ -155,6 +159,10 @@ struct TrainArgs {
     /// Stop after this many steps in total, as if killed (for testing --resume).
     #[arg(long)]
     stop_after: Option<u64>,
+    /// Record the run for an independent replay (accelerated/benches/torch_twin.py): the
+    /// initial weights as DIR/init.safetensors and every step's batch as DIR/batches.u32.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -183,6 +191,7 @@ fn model_config(a: &TrainArgs) -> Result<ModelConfig> {
         None => ModelConfig::tiny(encoding.clone()).vocab_size,
     };
     let cfg = ModelConfig {
+        init: a.init,
         d_model: a.d_model,
         n_layers: a.layers,
         n_heads: a.heads,
@@ -235,6 +244,7 @@ fn run_train(a: &TrainArgs) -> Result<()> {
         resume: a.resume,
         resume_from: a.resume_from.clone(),
         stop_after: a.stop_after,
+        record: a.record.clone(),
         progress: !a.quiet,
         keep_checkpoints: a.keep_checkpoints,
         skip_nonfinite: a.skip_nonfinite,
@@ -272,6 +282,10 @@ struct EvalArgs {
     /// the device can run it; RoPE falls back) or `materialised` (the chunked candle path).
     #[arg(long, value_enum, default_value_t = AttentionPath::Fused)]
     attention: AttentionPath,
+    /// The same-text view: at lengths above P, also report the loss of positions < P and
+    /// >= P of the same windows (P is usually the training length).
+    #[arg(long, value_name = "P")]
+    split_at: Option<usize>,
     /// Where to write eval.json and log-ppl.{svg,png} (default: the first run).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -305,6 +319,7 @@ fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
             chunk: a.chunk.unwrap_or(t.seq_len),
             batch: a.batch,
             attention: a.attention,
+            split_at: a.split_at,
         };
         let results = eval::evaluate(&model, &split.eval, &cfg)?;
         reports.push(Report {
@@ -514,6 +529,7 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
         chunk: None,
         batch: 4,
         attention: AttentionPath::Fused,
+        split_at: None,
         out: Some(a.out.clone()),
         device: a.device.clone(),
     })?;

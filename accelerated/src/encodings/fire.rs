@@ -9,10 +9,10 @@
 use candle_core::{Device, Tensor};
 use fire_kernels::{DeviceTables, FireBias, FireParams, Linear, Mlp, PackedFire};
 
-use crate::config::{Activation, FireConfig, Threshold, Transform};
+use crate::config::{Activation, FireConfig, FireInit, Threshold, Transform};
 use crate::encodings::additive::{AdditiveModule, LayerBias};
 use crate::encodings::grid::{scalar, values, Grid};
-use crate::error::Result;
+use crate::error::{ensure, Result};
 use crate::params::{Init, ParamStore, Path};
 
 /// One FIRE module: f_θ and the position transformation.
@@ -57,8 +57,24 @@ impl Fire {
         }
         .validate()?;
         let mut layers = Vec::with_capacity(cfg.depth + 1);
+        if cfg.init == FireInit::KerpleLog {
+            // Kerple's own initialisation, drawn in its order (r1 then r2), then the spare
+            // neurons' rates.
+            let r1 = path.uniform(heads, 0.0, 2.0);
+            let r2 = path.uniform(heads, 0.0, 1.0);
+            let spare = path.uniform(cfg.width.saturating_sub(heads), 0.0, 1.0);
+            let [(w1, b1), (w2, b2)] = kerple_log_construction(&r1, &r2, &spare, cfg.l_init)?;
+            for (n, (w, b)) in [(w1, b1), (w2, b2)].into_iter().enumerate() {
+                let (out, inp) = (b.len(), w.len() / b.len());
+                let mut p = path.pp(format!("mlp.{}", sequential_index(n)));
+                let w = p.param("weight", &[out, inp], Init::Values(w))?;
+                let b = p.param("bias", &[out], Init::Values(b))?;
+                layers.push((w, b));
+            }
+        }
         let mut fan_in = 1;
-        for n in 0..=cfg.depth {
+        let constructed = !layers.is_empty();
+        for n in (0..=cfg.depth).filter(|_| !constructed) {
             let fan_out = if n == cfg.depth { heads } else { cfg.width };
             let bound = 1.0 / (fan_in as f64).sqrt();
             let mut p = path.pp(format!("mlp.{}", sequential_index(n)));
@@ -190,6 +206,35 @@ impl Fire {
     }
 }
 
+/// Theorem 3.1's Kerple-log construction ([thm31.kerple-log]) as f_θ's two layers
+/// `(weight [out·in] row-major, bias [out])`: with identity ψ and threshold `P` the MLP input is
+/// `|i − j|/P` for every query `i ≤ P`; hidden neuron `h` (weight `r2_h·P`, bias 0) computes
+/// `ln(1 + r2_h·|i − j|)` under σ = symlog, and output `h` takes `−r1_h` of it: Kerple-log's
+/// bias. `spare` adds hidden neurons (weight `spare_k·P`) with output weight 0. The weights are
+/// rounded once to f32 (`r2_h·P` exactly, P being a power of two).
+pub fn kerple_log_construction(
+    r1: &[f64],
+    r2: &[f64],
+    spare: &[f64],
+    p: f64,
+) -> Result<[(Vec<f32>, Vec<f32>); 2]> {
+    let heads = r1.len();
+    ensure(heads > 0 && r2.len() == heads, || {
+        format!(
+            "Kerple-log construction: {} r1 and {} r2 values",
+            r1.len(),
+            r2.len()
+        )
+    })?;
+    let width = heads + spare.len();
+    let hidden_w: Vec<f32> = r2.iter().chain(spare).map(|&r| (r * p) as f32).collect();
+    let mut out_w = vec![0f32; heads * width];
+    for (h, &r) in r1.iter().enumerate() {
+        out_w[h * width + h] = -r as f32;
+    }
+    Ok([(hidden_w, vec![0.0; width]), (out_w, vec![0.0; heads])])
+}
+
 /// σ. spec: [fire.activation]
 pub fn activate(x: &Tensor, a: Activation) -> Result<Tensor> {
     Ok(match a {
@@ -199,6 +244,13 @@ pub fn activate(x: &Tensor, a: Activation) -> Result<Tensor> {
         Activation::Relu => (x * x.gt(0.0)?.to_dtype(x.dtype())?)?,
         Activation::Gelu => x.gelu_erf()?,
         Activation::Identity => x.clone(),
+        // sign(z)·ln(1 + |z|) as ln(1 + relu(z)) − ln(1 + relu(−z)), differentiable
+        // everywhere (derivative 1/(1 + |z|)) from ops candle differentiates.
+        Activation::Symlog => {
+            let pos = activate(x, Activation::Relu)?;
+            let neg = activate(&x.neg()?, Activation::Relu)?;
+            ((pos + 1.0)?.log()? - (neg + 1.0)?.log()?)?
+        }
     })
 }
 
@@ -218,7 +270,7 @@ impl AdditiveModule for Fire {
     }
 
     /// The module compiled for the kernels from its current weights: f_θ exactly piecewise
-    /// linear (ReLU, identity) or evaluated directly (GeLU), ψ tabulated for distances below
+    /// linear (ReLU, identity) or evaluated directly (GeLU, symlog), ψ tabulated for distances below
     /// `capacity`.
     fn source(&self, capacity: usize) -> Result<Box<dyn DeviceTables>> {
         let layers = self

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use fire_vocabulary::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::AttentionPath;
@@ -46,6 +47,27 @@ pub struct TrainConfig {
     /// where the encoding is additive and the device is the CPU, the candle backend otherwise;
     /// `materialised` always takes the candle backend.
     pub attention: AttentionPath,
+    /// Randomised position offsets (Ruoss et al. 2023, "Randomized Positional Encodings Boost
+    /// Length Generalization of Transformers"): when positive, each step places its sequences
+    /// at positions `k..k + seq_len` with `k` uniform in `0..=position_offset`, so a FIRE model
+    /// meets during training the query positions (normalisers) of longer contexts. Distance-only
+    /// encodings are unaffected. `k` is a pure function of the seed and the step, so resume
+    /// stays exact and the batches are those of the same run without offsets. 0 (the default,
+    /// and what a config written before the field means) trains at `0..seq_len`.
+    pub position_offset: u64,
+}
+
+impl TrainConfig {
+    /// The first position of `step`'s sequences (see [`Self::position_offset`]).
+    pub fn position_offset_at(&self, step: u64) -> u64 {
+        if self.position_offset == 0 {
+            return 0;
+        }
+        // Its own stream, apart from the data order's, so offsets never change the batches.
+        let mut rng =
+            SplitMix64::new(self.seed ^ 0x0FF5_E7F0_5EED ^ step.wrapping_mul(0x9E37_79B9));
+        rng.below(self.position_offset + 1)
+    }
 }
 
 impl Default for TrainConfig {
@@ -66,6 +88,7 @@ impl Default for TrainConfig {
             checkpoint_every: 250,
             log_every: 10,
             attention: AttentionPath::default(),
+            position_offset: 0,
         }
     }
 }

@@ -13,6 +13,7 @@
 pub mod checkpoint;
 mod config;
 pub mod finite;
+mod record;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -25,6 +26,7 @@ use fire_vocabulary::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 pub use config::TrainConfig;
+pub use record::BatchRecorder;
 
 use crate::attention::Purpose;
 use crate::config::ModelConfig;
@@ -50,6 +52,12 @@ pub struct Options {
     pub resume_from: Option<ResumeFrom>,
     /// Stop after this many steps in total (as if killed), for testing resume.
     pub stop_after: Option<u64>,
+    /// Record the run for replay by an independent implementation (a PyTorch twin): the
+    /// initial state dict as `DIR/init.safetensors` and every step's batch in
+    /// `DIR/batches.u32`. Recorded rather than re-derived so the twin need not re-implement the
+    /// corpus walk, the split and the sampler, and stays valid when the sampler changes.
+    /// See [`BatchRecorder`] for the format.
+    pub record: Option<PathBuf>,
     /// Show a progress bar.
     pub progress: bool,
     /// Checkpoints to keep (the newest; at least 1). Two or more leave an older checkpoint to
@@ -77,6 +85,7 @@ impl Default for Options {
             resume: false,
             resume_from: None,
             stop_after: None,
+            record: None,
             progress: false,
             keep_checkpoints: KEEP_CHECKPOINTS,
             skip_nonfinite: 0,
@@ -218,6 +227,16 @@ pub fn train(
     };
     let model = Model::new(&model_cfg, &mut store)?;
     let params = store.trainable().clone();
+    let mut recorder = match &opts.record {
+        // A resumed run keeps the initial weights recorded when it started.
+        Some(dir) => Some(BatchRecorder::open(
+            dir,
+            start,
+            2 * cfg.batch * cfg.seq_len,
+            resumed.is_none().then(|| store.state_dict()),
+        )?),
+        None => None,
+    };
     let mut opt = AdamW::new(cfg.adamw, &params)?;
     if let Some(c) = &resumed {
         opt.load_state(&c.optimizer, c.state.step)?;
@@ -250,7 +269,10 @@ pub fn train(
     for step in start..end {
         let done = step + 1;
         let (x, y) = batcher.next(&mut rng, device)?;
-        let logits = model.forward(&x, &backend, None)?;
+        if let Some(r) = &mut recorder {
+            r.write(&x, &y)?;
+        }
+        let logits = model.forward_at(&x, &backend, cfg.position_offset_at(step))?;
         let v = model_cfg.vocab_size;
         let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
         let loss_value: f32 = loss.to_scalar()?;

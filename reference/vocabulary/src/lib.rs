@@ -109,6 +109,11 @@ words! {
         Gelu = "gelu",
         /// `z`: piecewise linear (one piece).
         Identity = "identity",
+        /// `sign(z)·ln(1 + |z|)`: the spec's `log1p` on `z ≥ 0`, where Theorem 3.1's Kerple-log
+        /// construction ([thm31.kerple-log]) evaluates it, extended as an odd function so that
+        /// training, which may push a pre-activation below −1, never leaves its domain. A FIRE
+        /// started as that construction trains with it; not piecewise linear.
+        Symlog = "symlog",
     }
 }
 
