@@ -340,8 +340,9 @@ impl ModelConfig {
         }
         if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
             return bad(format!(
-                "d_model {} is not divisible by n_heads {}",
-                self.d_model, self.n_heads
+                "the number of heads ({}) must divide the model width ({}): set by --heads and \
+                 --d-model, or `n_heads` and `d_model` in the model config",
+                self.n_heads, self.d_model
             ));
         }
         let rotary = matches!(

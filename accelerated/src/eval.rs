@@ -76,7 +76,10 @@ pub struct Report {
 pub fn evaluate(model: &Model, docs: &[Document], cfg: &EvalConfig) -> Result<Vec<LengthResult>> {
     ensure(!cfg.lengths.is_empty(), || "no evaluation lengths".into())?;
     ensure(cfg.lengths.iter().all(|&l| l > 0), || {
-        "lengths must be positive".into()
+        format!(
+            "evaluation lengths (--lengths) must be positive, got {:?}",
+            cfg.lengths
+        )
     })?;
     let longest = cfg.lengths.iter().copied().max().unwrap_or(1);
     let spans = eval_spans(docs, longest, cfg.max_windows)?;

@@ -107,7 +107,7 @@ fn a_damaged_checkpoint_is_named_by_verify_eval_and_resume_and_resume_from_gets_
     let err = refused(&fire_lm(d, &["eval", "run", "--lengths", "32"]));
     assert!(
         err.starts_with(
-            "Error: run\n\nCaused by:\n    checkpoint run/checkpoints/step-0000004: \
+            "Error: cannot evaluate the run run\n\nCaused by:\n    checkpoint run/checkpoints/step-0000004: \
              model.safetensors does not match its manifest: SHA-256 "
         ),
         "{err}"
@@ -160,7 +160,7 @@ fn a_truncated_checkpoint_names_the_file_and_the_previous_good_checkpoint() {
     assert_eq!(
         refused(&fire_lm(d, &["eval", "run", "--lengths", "32"])),
         format!(
-            "Error: run\n\nCaused by:\n    checkpoint run/checkpoints/step-0000004: \
+            "Error: cannot evaluate the run run\n\nCaused by:\n    checkpoint run/checkpoints/step-0000004: \
              model.safetensors is 5000 bytes but its manifest records {size} (truncated since \
              it was written); the newest checkpoint that verifies is \
              run/checkpoints/step-0000002\n"
@@ -208,6 +208,23 @@ fn divergence_and_bad_settings_are_said_in_flags() {
     );
     let err = refused(&fire_lm(d, &["verify", "missing"]));
     assert_eq!(err, "Error: missing: no such run directory\n");
+    let err = refused(&fire_lm(
+        d,
+        &["train", "--run", "other", "--d-model", "64", "--heads", "3"],
+    ));
+    assert!(
+        err.contains(
+            "the number of heads (3) must divide the model width (64): set by --heads and \
+             --d-model, or `n_heads` and `d_model` in the model config"
+        ),
+        "{err}"
+    );
+    // `run` holds the diverged run's last good checkpoint.
+    let err = refused(&fire_lm(d, &["eval", "run", "--lengths", "0"]));
+    assert!(
+        err.contains("evaluation lengths (--lengths) must be positive, got [0]"),
+        "{err}"
+    );
 }
 
 /// The run's checkpoints as `select` lists them.

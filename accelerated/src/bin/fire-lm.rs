@@ -12,12 +12,14 @@ use fire_accelerated::data::Corpus;
 use fire_accelerated::encodings::Grid;
 use fire_accelerated::eval::{self, EvalConfig, Report};
 use fire_accelerated::generate::{generate_with, SampleConfig};
-use fire_accelerated::kernels::bench as kernel_bench;
 use fire_accelerated::plot::{self, Chart, Series};
 use fire_accelerated::tokenizer::Tokenizer;
 use fire_accelerated::train::checkpoint::{self, load_model, ResumeFrom};
 use fire_accelerated::train::{self, Options, TrainConfig};
 
+/// `fire-lm bench`: the kernels and the end-to-end model side by side.
+#[path = "fire-lm/bench.rs"]
+mod bench;
 /// `fire-lm verify` and the wording of checkpoint and divergence errors.
 #[path = "fire-lm/faults.rs"]
 mod faults;
@@ -46,7 +48,7 @@ enum Command {
     /// Check every checkpoint of a run against its manifest (sizes, SHA-256, finite weights).
     Verify(faults::VerifyArgs),
     /// Side-by-side speed: the fused kernels' table and end-to-end eval tokens/s, as ratios.
-    Bench(BenchArgs),
+    Bench(bench::BenchArgs),
     /// Train and evaluate a tiny FIRE model on the embedded corpus (a couple of minutes on CPU).
     Demo(DemoArgs),
 }
@@ -305,7 +307,8 @@ fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
     let mut reports = Vec::new();
     let mut lengths = a.lengths.clone();
     for run in &a.runs {
-        let (model, loaded) = load_model(run, &dev).with_context(|| run.display().to_string())?;
+        let (model, loaded) = load_model(run, &dev)
+            .with_context(|| format!("cannot evaluate the run {}", run.display()))?;
         let t = &loaded.state.train;
         if lengths.is_empty() {
             lengths = [1, 2, 4, 8].iter().map(|k| k * t.seq_len).collect();
@@ -536,104 +539,6 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-#[derive(Args, Debug)]
-struct BenchArgs {
-    /// Kernel-table lengths (`fire_kernels::bench::compare`); `--kernel-lengths` alone skips
-    /// the kernel table.
-    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "512,1024")]
-    kernel_lengths: Vec<usize>,
-    /// Heads of the kernel table.
-    #[arg(long, default_value_t = 12)]
-    kernel_heads: usize,
-    /// Head dimension of the kernel table.
-    #[arg(long, default_value_t = 64)]
-    kernel_head_dim: usize,
-    /// Attention variants of the kernel table (default: all): fused-nope, fused-nope-zero-bias,
-    /// fused-fire, fused-fire-s, fused-alibi, fused-kerple-log, fused-kerple-power, fused-t5,
-    /// fused-sandwich, materialised-fire. Run one variant per process under `/usr/bin/time -v`
-    /// for an independent peak-memory figure.
-    #[arg(long, value_delimiter = ',', value_parser = variant)]
-    variants: Vec<kernel_bench::Variant>,
-    /// Skip the kernel table's bias rows (materialised MLP vs compiled pairs/s).
-    #[arg(long)]
-    no_bias: bool,
-    /// The largest `[H, N, N]` f32 bias materialised FIRE may allocate, in GiB (longer lengths
-    /// skip that variant).
-    #[arg(long, default_value_t = 4.0)]
-    materialised_limit_gib: f64,
-    /// Training length of the end-to-end model (FIRE's L_init, the candle chunk).
-    #[arg(long, default_value_t = 64)]
-    train_len: usize,
-    /// Evaluated lengths, as multiples of the training length (`--multiples` alone skips
-    /// end-to-end).
-    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1,2,4,8,16")]
-    multiples: Vec<usize>,
-    #[arg(long, default_value_t = 128)]
-    d_model: usize,
-    #[arg(long, default_value_t = 4)]
-    heads: usize,
-    #[arg(long, default_value_t = 2)]
-    layers: usize,
-    #[arg(long, default_value_t = 2)]
-    repeats: usize,
-    /// Skip the candle path above this length.
-    #[arg(long, default_value_t = 1 << 20)]
-    candle_max_len: usize,
-    /// End-to-end: measure only fused FIRE (long-context memory runs).
-    #[arg(long)]
-    fire_only: bool,
-}
-
-/// A kernel-table variant by its name.
-fn variant(name: &str) -> std::result::Result<kernel_bench::Variant, String> {
-    kernel_bench::Variant::parse(name)
-        .ok_or_else(|| format!("unknown variant `{name}` (see fire-lm bench --help)"))
-}
-
-fn run_bench(a: &BenchArgs) -> Result<()> {
-    use fire_accelerated::throughput;
-    eprintln!("threads: {}", rayon::current_num_threads());
-    if !a.kernel_lengths.is_empty() {
-        let mut variants = a.variants.clone();
-        if !variants.is_empty() && !variants.contains(&kernel_bench::Variant::NopeNoBias) {
-            // Every ratio is to fused NoPE: always measure it.
-            variants.insert(0, kernel_bench::Variant::NopeNoBias);
-        }
-        let defaults = kernel_bench::Config::default();
-        let cfg = kernel_bench::Config {
-            heads: a.kernel_heads,
-            head_dim: a.kernel_head_dim,
-            lengths: a.kernel_lengths.clone(),
-            repeats: a.repeats.max(1),
-            variants: if variants.is_empty() {
-                defaults.variants.clone()
-            } else {
-                variants
-            },
-            bias: !a.no_bias,
-            materialised_limit_bytes: (a.materialised_limit_gib.max(0.0) * (1u64 << 30) as f64)
-                as usize,
-        };
-        let table = kernel_bench::compare(&cfg, |l| eprintln!("{l}"))?;
-        println!("{table}");
-    }
-    if !a.multiples.is_empty() {
-        let cfg = throughput::Config {
-            train_len: a.train_len,
-            multiples: a.multiples.clone(),
-            d_model: a.d_model,
-            heads: a.heads,
-            layers: a.layers,
-            repeats: a.repeats,
-            candle_max_len: a.candle_max_len,
-            fire_only: a.fire_only,
-        };
-        let rows = throughput::end_to_end(&cfg, |l| eprintln!("{l}"))?;
-        print!("{}", throughput::table(&cfg, &rows));
-    }
-    Ok(())
-}
-
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Train(a) => run_train(&a),
@@ -642,6 +547,6 @@ fn main() -> Result<()> {
         Command::Generate(a) => run_generate(&a),
         Command::Verify(a) => faults::run_verify(&a),
         Command::Demo(a) => run_demo(&a),
-        Command::Bench(a) => run_bench(&a),
+        Command::Bench(a) => bench::run_bench(&a),
     }
 }
