@@ -25,6 +25,7 @@ use fire_kernels::{self as kernels, PackedFire, Shape as KernelShape};
 
 use crate::encodings::LayerBias;
 use crate::error::{Error, Result};
+use crate::ops::slice;
 
 /// What the op knows besides its tensors.
 #[derive(Debug, Clone)]
@@ -121,18 +122,6 @@ fn check_fire_finite(layout: &PackedFire, params: &Tensor, layer: usize) -> Resu
     Err(Error::Input(format!(
         "FIRE {what}: the weights diverged or were damaged"
     )))
-}
-
-/// A contiguous f32 slice of a CPU storage.
-fn slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
-    let data = match s {
-        CpuStorage::F32(v) => v.as_slice(),
-        _ => candle_core::bail!("fused attention: {what} must be f32"),
-    };
-    match l.contiguous_offsets() {
-        Some((a, b)) => Ok(&data[a..b]),
-        None => candle_core::bail!("fused attention: {what} must be contiguous"),
-    }
 }
 
 fn msg(e: impl std::fmt::Display) -> candle_core::Error {
@@ -248,9 +237,9 @@ impl CustomOp3 for FusedAttention {
                 l1.shape()
             );
         }
-        let q = slice(s1, l1, "q")?;
-        let kv = slice(s2, l2, "kv")?;
-        let params = slice(s3, l3, "bias parameters")?;
+        let q = slice(s1, l1, "fused attention: q")?;
+        let kv = slice(s2, l2, "fused attention: kv")?;
+        let params = slice(s3, l3, "fused attention: bias parameters")?;
         let (out, lse) = self.forward(q, kv, params, (b, h, n, d)).map_err(msg)?;
         *self.lse.lock().map_err(msg)? = Some(lse);
         Ok((CpuStorage::F32(out), Shape::from((b, h, n, d))))
