@@ -45,7 +45,7 @@ mkdir -p "$tmp/driver" "$tmp/home" "$tmp/tmp" "$tmp/tree"
 ln -s "$prefix/lib/stubs/libcuda.so" "$tmp/driver/libcuda.so.1"
 
 # What the device tool sends: tracked and untracked-not-ignored files, plus the carried bundle.
-git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$tmp/tree"
+git ls-files -co --exclude-standard -z | xargs -0 cp -P --parents -t "$tmp/tree"
 mkdir -p "$tmp/tree/$(dirname "$rel")"
 cp -r "$bundle" "$tmp/tree/$rel"
 
