@@ -5,11 +5,12 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::attention::{Attention, AttentionPath, Backend, LayerCache, Positions, Purpose};
+use crate::attention::{Attention, AttentionPath, Backend, Call, LayerCache, Positions, Purpose};
 use crate::config::{InitScheme, ModelConfig};
-use crate::encodings::{self, PositionEncoding};
+use crate::encodings::{self, LayerBias, PositionEncoding};
 use crate::error::{ensure, Error, Result};
 use crate::nn::{LayerNorm, Linear};
+use crate::ops;
 use crate::params::{Init, ParamStore};
 
 /// One pre-LayerNorm block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`.
@@ -23,6 +24,61 @@ pub struct Block {
 }
 
 impl Block {
+    /// The block's parameters flattened in [`ops::block`]'s order, or `None` when its shape is
+    /// not the one that op computes (biases on the attention projections, none on the MLP).
+    fn flat_params(&self) -> Result<Option<Tensor>> {
+        let [q, k, v, o] = self.attn.projections();
+        let (Some(b1), Some(b2)) = (&self.fc1.bias, &self.fc2.bias) else {
+            return Ok(None);
+        };
+        if [q, k, v, o].iter().any(|p| p.bias.is_some()) || self.ln1.eps != self.ln2.eps {
+            return Ok(None);
+        }
+        let parts = [
+            &self.ln1.weight,
+            &self.ln1.bias,
+            &q.weight,
+            &k.weight,
+            &v.weight,
+            &o.weight,
+            &self.ln2.weight,
+            &self.ln2.bias,
+            &self.fc1.weight,
+            b1,
+            &self.fc2.weight,
+            b2,
+        ]
+        .into_iter()
+        .map(|t| t.flatten_all())
+        .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Some(Tensor::cat(&parts, 0)?))
+    }
+
+    /// The whole block as one fused op ([`ops::block`]) when training through the fused
+    /// attention on the CPU; `None` where that op does not apply.
+    fn fused(
+        &self,
+        x: &Tensor,
+        bias: &LayerBias,
+        start: u64,
+        layer: usize,
+        cfg: &ModelConfig,
+    ) -> Result<Option<Tensor>> {
+        if !ops::fusable(x) {
+            return Ok(None);
+        }
+        let Some(params) = self.flat_params()? else {
+            return Ok(None);
+        };
+        let dims = ops::block::Dims {
+            d_model: cfg.d_model,
+            heads: cfg.n_heads,
+            d_ff: cfg.d_ff,
+        };
+        let y = ops::block::block(x, &params, bias, dims, self.ln1.eps, start, layer)?;
+        Ok(Some(y))
+    }
+
     /// The rest of the block once attention gave `h`: `x + h`, then `+ mlp(ln2(·))`.
     fn after_attention(&self, x: &Tensor, h: &Tensor) -> Result<Tensor> {
         let x = (x + h)?;
@@ -85,6 +141,7 @@ pub struct Model {
     /// The positional encoding.
     pub encoding: Box<dyn PositionEncoding>,
     device: Device,
+    fused_blocks: bool,
 }
 
 impl Model {
@@ -135,7 +192,15 @@ impl Model {
             head,
             encoding,
             device,
+            fused_blocks: true,
         })
+    }
+
+    /// Whether training through the fused attention runs each block as one fused op
+    /// ([`crate::ops::block`], the default) or as candle ops (its slow twin): for the parity
+    /// tests and the before/after benchmarks. Both compute the same function.
+    pub fn set_fused_blocks(&mut self, on: bool) {
+        self.fused_blocks = on;
     }
 
     /// Token embeddings `[B, T, D]` of `tokens` (`[B, T]`, u32).
@@ -284,6 +349,12 @@ impl Model {
         let call = backend.prepare(encoding, layers, positions, &self.device)?;
         let mut x = self.embed(tokens)?;
         for (l, block) in self.blocks.iter().enumerate() {
+            if let (Call::FusedTrain { biases, start }, true) = (&call, self.fused_blocks) {
+                if let Some(y) = block.fused(&x, &biases[l], *start, l, &self.cfg)? {
+                    x = y;
+                    continue;
+                }
+            }
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[l]);
             let normed = block.ln1.forward(&x)?;
             let h = block

@@ -16,7 +16,8 @@
 //! - [`fire`]: FIRE (and FIRE-S: one plan shared by every layer) as a tile source;
 //!   [`baselines`]: NoPE, Alibi, Kerple, T5, Sandwich, tabulated per distance; [`table`]: any
 //!   distance-only bias given as a table, for training.
-//! - [`simd`]: safe runtime dispatch of the hot loops (AVX2 + FMA, AVX-512, NEON).
+//! - [`simd`]: safe runtime dispatch of the hot loops (AVX2 + FMA, AVX-512, NEON); [`gemm`]:
+//!   matrix products on slices (the crate's one `unsafe` call, bounds-checked).
 //! - [`attention`]: the fused causal kernel and the decoding step; [`backward`]: its backward
 //!   pass, with the bias parameters' gradients ([`fire_grad`] for FIRE, [`table`] otherwise).
 //! - [`device`]: the bias as flat tables for a device kernel, that kernel's algorithm in Rust,
@@ -33,6 +34,7 @@ pub mod device;
 pub mod error;
 pub mod fire;
 pub mod fire_grad;
+pub mod gemm;
 mod inner;
 pub mod materialised;
 pub mod mlp;

@@ -14,14 +14,14 @@
 //! materialised twins.
 
 /// A multiply-add, fused or not.
-pub(crate) trait Madd: Copy + Send + Sync {
+pub trait Madd: Copy + Send + Sync {
     /// `a·b + c`.
     fn madd(a: f32, b: f32, c: f32) -> f32;
 }
 
 /// `a.mul_add(b, c)`: one rounding (used only under FMA).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Fused;
+pub struct Fused;
 
 impl Madd for Fused {
     #[inline(always)]
@@ -32,7 +32,7 @@ impl Madd for Fused {
 
 /// `a·b + c`: two roundings.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Separate;
+pub struct Separate;
 
 impl Madd for Separate {
     #[inline(always)]
@@ -43,7 +43,7 @@ impl Madd for Separate {
 
 /// A piece of work whose hot loops are generic over [`Madd`]. `run` must be
 /// `#[inline(always)]` (and so must what it calls in its loops) for the dispatch to reach them.
-pub(crate) trait Kernel {
+pub trait Kernel {
     /// What the kernel returns.
     type Output;
     /// The work.
@@ -70,7 +70,7 @@ impl<K: Kernel> pulp::WithSimd for Wide<K> {
 
 /// Runs `k` with the widest SIMD the CPU supports (see the module docs).
 #[inline]
-pub(crate) fn dispatch<K: Kernel>(k: K) -> K::Output {
+pub fn dispatch<K: Kernel>(k: K) -> K::Output {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         let arch = pulp::Arch::new();

@@ -29,7 +29,7 @@ use crate::ops::slice;
 
 /// What the op knows besides its tensors.
 #[derive(Debug, Clone)]
-enum Kind {
+pub(crate) enum Kind {
     None,
     Fire(PackedFire),
     Table { heads: usize },
@@ -76,8 +76,27 @@ pub fn attend(
         )));
     }
     let kv = Tensor::cat(&[k, v], 3)?.contiguous()?;
-    let (kind, params) = match bias {
-        LayerBias::None => (Kind::None, Tensor::zeros(1, DType::F32, q.device())?),
+    let (kind, params) = bias_input(bias, h, n, q.device(), layer)?;
+    let op = FusedAttention {
+        kind,
+        lse: Mutex::new(None),
+        start,
+    };
+    Ok(q.contiguous()?
+        .apply_op3_arc(&kv, &params.contiguous()?, Arc::new(Box::new(op)))?)
+}
+
+/// What the op knows of `bias` and the tensor it differentiates for it: FIRE's packed
+/// parameters, a `[H, ≥ N]` distance table, or a one-element placeholder for no bias.
+pub(crate) fn bias_input(
+    bias: &LayerBias,
+    h: usize,
+    n: usize,
+    device: &candle_core::Device,
+    layer: usize,
+) -> Result<(Kind, Tensor)> {
+    Ok(match bias {
+        LayerBias::None => (Kind::None, Tensor::zeros(1, DType::F32, device)?),
         LayerBias::Fire { layout, params } => {
             check_fire_finite(layout, params, layer)?;
             (Kind::Fire(layout.clone()), params.clone())
@@ -91,14 +110,7 @@ pub fn attend(
             }
             (Kind::Table { heads: h }, table.clone())
         }
-    };
-    let op = FusedAttention {
-        kind,
-        lse: Mutex::new(None),
-        start,
-    };
-    Ok(q.contiguous()?
-        .apply_op3_arc(&kv, &params.contiguous()?, Arc::new(Box::new(op)))?)
+    })
 }
 
 /// Refuses FIRE parameters holding a NaN or an infinity before the op sees them, naming the
@@ -150,15 +162,16 @@ fn join_kv(k: &[f32], v: &[f32], d: usize) -> Vec<f32> {
 }
 
 /// A bias source built from the op's parameter values.
-enum Source {
+pub(crate) enum Source {
     None,
     Fire(kernels::FireBias),
     Table(kernels::DistanceTable),
 }
 
-impl FusedAttention {
-    fn source(&self, params: &[f32], n: usize) -> kernels::Result<Source> {
-        Ok(match &self.kind {
+impl Kind {
+    /// The bias source for these parameter values and `n` positions.
+    pub(crate) fn source(&self, params: &[f32], n: usize) -> kernels::Result<Source> {
+        Ok(match self {
             Kind::None => Source::None,
             Kind::Fire(layout) => Source::Fire(layout.build(params, n)?),
             Kind::Table { heads } => {
@@ -167,7 +180,23 @@ impl FusedAttention {
             }
         })
     }
+}
 
+impl Source {
+    /// The plan (with its gradient) over `positions` as queries and keys, if there is a bias.
+    pub(crate) fn grad_plan<'a>(
+        &'a self,
+        positions: &'a [u64],
+    ) -> kernels::Result<Option<Box<dyn kernels::GradPlan + 'a>>> {
+        Ok(match self {
+            Source::None => None,
+            Source::Fire(f) => Some(f.grad_plan(positions, positions)?),
+            Source::Table(t) => Some(t.grad_plan(positions, positions)?),
+        })
+    }
+}
+
+impl FusedAttention {
     /// Forward over every batch row; returns `(out, lse)`.
     fn forward(
         &self,
@@ -179,12 +208,8 @@ impl FusedAttention {
         let (b, h, n, d) = dims;
         let (k, v) = split_kv(kv, d);
         let positions: Vec<u64> = (self.start..self.start + n as u64).collect();
-        let source = self.source(params, n)?;
-        let plan: Option<Box<dyn kernels::GradPlan + '_>> = match &source {
-            Source::None => None,
-            Source::Fire(f) => Some(f.grad_plan(&positions, &positions)?),
-            Source::Table(t) => Some(t.grad_plan(&positions, &positions)?),
-        };
+        let source = self.kind.source(params, n)?;
+        let plan = source.grad_plan(&positions)?;
         let shape = KernelShape {
             heads: h,
             queries: n,
@@ -268,12 +293,8 @@ impl CustomOp3 for FusedAttention {
         };
         let (k, v) = split_kv(&kvv, d);
         let positions: Vec<u64> = (self.start..self.start + n as u64).collect();
-        let source = self.source(&pv, n).map_err(msg)?;
-        let plan: Option<Box<dyn kernels::GradPlan + '_>> = match &source {
-            Source::None => None,
-            Source::Fire(f) => Some(f.grad_plan(&positions, &positions).map_err(msg)?),
-            Source::Table(t) => Some(t.grad_plan(&positions, &positions).map_err(msg)?),
-        };
+        let source = self.kind.source(&pv, n).map_err(msg)?;
+        let plan = source.grad_plan(&positions).map_err(msg)?;
         let shape = KernelShape {
             heads: h,
             queries: n,

@@ -411,6 +411,12 @@ impl Attention {
         })
     }
 
+    /// The four projections `q, k, v, o`: what the fused block ([`crate::ops::block`]) takes
+    /// as parameters.
+    pub(crate) fn projections(&self) -> [&Linear; 4] {
+        [&self.q, &self.k, &self.v, &self.o]
+    }
+
     fn split(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         Ok(x.reshape((b, t, self.heads, self.head_dim))?

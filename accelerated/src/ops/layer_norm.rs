@@ -68,15 +68,7 @@ impl CustomOp3 for LayerNorm {
             );
         }
         let mut out = vec![0f32; x.len()];
-        let eps = self.eps;
-        map_rows(x, d, &mut out, |x, o| {
-            for (x, o) in x.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
-                let (mean, r) = stats(x, eps);
-                for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(w).zip(b) {
-                    *o = (x - mean) * r * w + b;
-                }
-            }
-        });
+        forward(x, w, b, self.eps, &mut out);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -106,8 +98,22 @@ impl CustomOp3 for LayerNorm {
     }
 }
 
+/// `out = (x − μ)·r·γ + β` row by row (`x` and `out` of equal length, a multiple of
+/// `w.len() = b.len()`), rows in parallel.
+pub(crate) fn forward(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    map_rows(x, d, out, |x, o| {
+        for (x, o) in x.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
+            let (mean, r) = stats(x, eps);
+            for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(w).zip(b) {
+                *o = (x - mean) * r * w + b;
+            }
+        }
+    });
+}
+
 /// `(dx, dγ, dβ)`.
-fn backward(
+pub(crate) fn backward(
     x: &[f32],
     w: &[f32],
     dy: &[f32],

@@ -7,6 +7,7 @@
 //! | [`layer_norm`] | 9 primitives forward, ~25 backward | one pass each way, rows in parallel |
 //! | [`bias_gelu`] | broadcast add, `gelu_erf`, and its 8-op derivative | one pass each way |
 //! | [`cross_entropy`] | log-softmax, gather, mean and their backward | the `[N, V]` temporaries |
+//! | [`block::block`] | the whole Transformer block when training with the fused attention | autograd's per-op allocations, accumulations and copies |
 //!
 //! Each is a candle custom op on f32 CPU tensors, with the composed candle version kept beside
 //! it as its slow twin ([`crate::nn`]) and a parity test on values and gradients
@@ -14,6 +15,7 @@
 //! the composed one elsewhere (CUDA, other dtypes), so behaviour is the same everywhere up to
 //! float rounding.
 
+pub mod block;
 mod cross_entropy;
 mod gelu;
 mod layer_norm;

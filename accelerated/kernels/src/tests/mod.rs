@@ -5,6 +5,7 @@ mod backward;
 mod bias;
 mod compile;
 mod device;
+mod gemm;
 
 use fire_reference::fire::init::{appendix_e, Shape as InitShape};
 

@@ -1,0 +1,517 @@
+//! The whole pre-LayerNorm Transformer block as one op with its backward pass, for training on
+//! the CPU with the fused attention:
+//!
+//! ```text
+//! h₁ = LN₁(x)            q, k, v = h₁·W_qᵀ, h₁·W_kᵀ, h₁·W_vᵀ     a = attention(q, k, v; bias)
+//! x₁ = x + a·W_oᵀ        h₂ = LN₂(x₁)     z = h₂·W₁ᵀ + b₁     y = x₁ + gelu(z)·W₂ᵀ + b₂
+//! ```
+//!
+//! The same maths as the block built from candle ops ([`crate::model`]), which stays the slow
+//! twin (`tests/fused_block.rs` holds the two to float noise in the output and in every
+//! gradient). Why one op: through candle's autograd, a training step of the paper's small
+//! models spent about two thirds of its time outside the arithmetic — each gradient is
+//! accumulated as `zeros + grad` into a fresh tensor, each transpose is a strided copy, each
+//! bias gradient a single-threaded reduction — so it ran at a third of PyTorch's speed with the
+//! same GEMM kernels. Here the products go straight to [`fire_kernels::gemm`] on slices, the
+//! row-wise parts (LayerNorm, GeLU, residuals) are single passes, the attention is
+//! [`fire_kernels::fused_causal_lse`] and its backward, and autograd sees one node per block.
+//!
+//! Inputs: `x: [B, T, D]`; the block's parameters flattened into one vector in [`Params`]'
+//! order (the model concatenates its variables, and candle's `cat` carries each slice of the
+//! gradient back to its variable); the attention bias's parameters as in
+//! [`crate::attention::fused_train`]. The activations the backward pass needs are kept inside
+//! the op between the passes (as PyTorch's autograd keeps them): about `(8·D + 2·F)·4` bytes per
+//! token. spec: [attn.logits], [attn.causal], [grad.vjp]
+
+use std::sync::{Arc, Mutex};
+
+use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use fire_kernels::gemm::{matmul, Mat};
+use fire_kernels::Shape as KernelShape;
+use rayon::prelude::*;
+
+use super::gelu::{gelu_backward_rows, gelu_into};
+use super::{layer_norm, rows_per_task, slice, sum_partials, with_f32};
+use crate::attention::fused_train::{bias_input, Kind};
+use crate::encodings::LayerBias;
+use crate::error::Result;
+
+/// The sizes of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    /// `D`.
+    pub d_model: usize,
+    /// `H` (dividing `D`).
+    pub heads: usize,
+    /// `F`, the MLP's hidden width.
+    pub d_ff: usize,
+}
+
+impl Dims {
+    /// The length of the flat parameter vector.
+    pub fn params(&self) -> usize {
+        let (d, f) = (self.d_model, self.d_ff);
+        2 * d + 4 * d * d + 2 * d + f * d + f + d * f + d
+    }
+}
+
+/// The block's parameters as slices of the flat vector, in its order: LN₁ γ, β `[D]`;
+/// `W_q, W_k, W_v` `[D, D]` each, adjacent, so they read as one `W_qkv: [3D, D]`; `W_o`
+/// `[D, D]`; LN₂ γ, β; `W₁: [F, D]`, `b₁: [F]`; `W₂: [D, F]`, `b₂: [D]` (weights `[out, in]`,
+/// PyTorch's `nn.Linear` layout).
+struct Params<'a> {
+    ln1_w: &'a [f32],
+    ln1_b: &'a [f32],
+    wqkv: &'a [f32],
+    wo: &'a [f32],
+    ln2_w: &'a [f32],
+    ln2_b: &'a [f32],
+    w1: &'a [f32],
+    b1: &'a [f32],
+    w2: &'a [f32],
+    b2: &'a [f32],
+}
+
+impl<'a> Params<'a> {
+    fn split(flat: &'a [f32], dims: Dims) -> candle_core::Result<Self> {
+        if flat.len() != dims.params() {
+            candle_core::bail!(
+                "transformer block: {} parameters for {dims:?}, which needs {}",
+                flat.len(),
+                dims.params()
+            );
+        }
+        let (d, f) = (dims.d_model, dims.d_ff);
+        let mut rest = flat;
+        let mut take = |n: usize| {
+            let (head, tail) = rest.split_at(n);
+            rest = tail;
+            head
+        };
+        Ok(Self {
+            ln1_w: take(d),
+            ln1_b: take(d),
+            wqkv: take(3 * d * d),
+            wo: take(d * d),
+            ln2_w: take(d),
+            ln2_b: take(d),
+            w1: take(f * d),
+            b1: take(f),
+            w2: take(d * f),
+            b2: take(d),
+        })
+    }
+}
+
+/// What the backward pass needs from the forward pass (`N = B·T` rows).
+struct Saved {
+    h1: Vec<f32>,
+    /// `[B, H, T, D/H]` each.
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    out: Vec<f32>,
+    lse: Vec<f32>,
+    /// The heads merged back: `[N, D]`.
+    a: Vec<f32>,
+    x1: Vec<f32>,
+    h2: Vec<f32>,
+    /// `[N, F]`.
+    z: Vec<f32>,
+    f: Vec<f32>,
+}
+
+/// The op; one instance per call (it keeps that call's activations for the backward pass).
+#[derive(Debug)]
+struct Block {
+    dims: Dims,
+    eps: f32,
+    kind: Kind,
+    start: u64,
+    saved: Mutex<Option<Saved>>,
+}
+
+impl std::fmt::Debug for Saved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Saved")
+    }
+}
+
+/// The block applied to `x: [B, T, D]` at positions `start..start + T`, differentiable in `x`,
+/// `params` (flat, [`Dims::params`] values in the order above) and the bias's parameters.
+/// `eps` is both LayerNorms'; `layer` only names the layer in errors.
+pub fn block(
+    x: &Tensor,
+    params: &Tensor,
+    bias: &LayerBias,
+    dims: Dims,
+    eps: f64,
+    start: u64,
+    layer: usize,
+) -> Result<Tensor> {
+    let (_, t, d) = x.dims3()?;
+    if d != dims.d_model || dims.heads == 0 || d % dims.heads != 0 {
+        return Err(crate::error::Error::Input(format!(
+            "transformer block: x is {:?} for {dims:?}",
+            x.dims()
+        )));
+    }
+    let (kind, bias_params) = bias_input(bias, dims.heads, t, x.device(), layer)?;
+    let op = Block {
+        dims,
+        eps: eps as f32,
+        kind,
+        start,
+        saved: Mutex::new(None),
+    };
+    Ok(x.contiguous()?.apply_op3_arc(
+        &params.contiguous()?,
+        &bias_params.contiguous()?,
+        Arc::new(Box::new(op)),
+    )?)
+}
+
+fn msg(e: impl std::fmt::Display) -> candle_core::Error {
+    candle_core::Error::Msg(format!("transformer block: {e}"))
+}
+
+/// Rows `[N, width]` (columns `offset..offset + D` of each) → heads `[B, H, T, D/H]`.
+fn to_heads(
+    src: &[f32],
+    width: usize,
+    offset: usize,
+    t: usize,
+    heads: usize,
+    d: usize,
+) -> Vec<f32> {
+    let dh = d / heads;
+    let mut dst = vec![0f32; src.len() / width * d];
+    dst.par_chunks_mut(heads * t * dh)
+        .enumerate()
+        .for_each(|(b, dst)| {
+            for (h, dst) in dst.chunks_exact_mut(t * dh).enumerate() {
+                for (i, row) in dst.chunks_exact_mut(dh).enumerate() {
+                    let at = (b * t + i) * width + offset + h * dh;
+                    row.copy_from_slice(&src[at..at + dh]);
+                }
+            }
+        });
+    dst
+}
+
+/// The inverse of [`to_heads`]: heads `[B, H, T, D/H]` into columns `offset..offset + D` of
+/// rows `[N, width]`.
+fn from_heads(
+    src: &[f32],
+    dst: &mut [f32],
+    width: usize,
+    offset: usize,
+    t: usize,
+    heads: usize,
+    d: usize,
+) {
+    let dh = d / heads;
+    dst.par_chunks_mut(t * width)
+        .zip(src.par_chunks(heads * t * dh))
+        .for_each(|(dst, src)| {
+            for (h, src) in src.chunks_exact(t * dh).enumerate() {
+                for (i, row) in src.chunks_exact(dh).enumerate() {
+                    let at = i * width + offset + h * dh;
+                    dst[at..at + dh].copy_from_slice(row);
+                }
+            }
+        });
+}
+
+/// Each row of `dst` (rows of `b.len()`) set to `b`.
+fn fill_rows(dst: &mut [f32], b: &[f32]) {
+    dst.par_chunks_mut(rows_per_task(b.len()) * b.len())
+        .for_each(|c| {
+            c.chunks_exact_mut(b.len())
+                .for_each(|r| r.copy_from_slice(b))
+        });
+}
+
+/// Σ over rows of `x` (rows of `width`), in task order so the result does not depend on the
+/// thread count.
+fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
+    let partials = x
+        .par_chunks(rows_per_task(width) * width)
+        .map(|c| {
+            let mut s = vec![0f32; width];
+            for r in c.chunks_exact(width) {
+                s.iter_mut().zip(r).for_each(|(a, b)| *a += b);
+            }
+            s
+        })
+        .collect();
+    sum_partials(partials, width)
+}
+
+fn mat(data: &[f32], rows: usize, cols: usize) -> candle_core::Result<Mat<'_>> {
+    Mat::row_major(data, rows, cols).map_err(msg)
+}
+
+/// `dst (+)= a·b`.
+fn mm(dst: &mut [f32], a: Mat<'_>, b: Mat<'_>, accumulate: bool) -> candle_core::Result<()> {
+    matmul(dst, a, b, accumulate).map_err(msg)
+}
+
+impl Block {
+    fn attention_shape(&self, t: usize) -> KernelShape {
+        KernelShape {
+            heads: self.dims.heads,
+            queries: t,
+            keys: t,
+            head_dim: self.dims.d_model / self.dims.heads,
+        }
+    }
+
+    fn positions(&self, t: usize) -> Vec<u64> {
+        (self.start..self.start + t as u64).collect()
+    }
+
+    /// The forward pass over `x: [B·T, D]`: the output and what the backward pass keeps.
+    fn forward(
+        &self,
+        x: &[f32],
+        p: &Params<'_>,
+        bias: &[f32],
+        (b, t): (usize, usize),
+    ) -> candle_core::Result<(Vec<f32>, Saved)> {
+        let Dims {
+            d_model: d,
+            heads,
+            d_ff: f,
+        } = self.dims;
+        let n = b * t;
+        let mut h1 = vec![0f32; n * d];
+        layer_norm::forward(x, p.ln1_w, p.ln1_b, self.eps, &mut h1);
+        let mut qkv = vec![0f32; n * 3 * d];
+        mm(&mut qkv, mat(&h1, n, d)?, mat(p.wqkv, 3 * d, d)?.t(), false)?;
+        let (q, k, v) = (
+            to_heads(&qkv, 3 * d, 0, t, heads, d),
+            to_heads(&qkv, 3 * d, d, t, heads, d),
+            to_heads(&qkv, 3 * d, 2 * d, t, heads, d),
+        );
+        drop(qkv);
+        let positions = self.positions(t);
+        let source = self.kind.source(bias, t).map_err(msg)?;
+        let plan = source.grad_plan(&positions).map_err(msg)?;
+        let shape = self.attention_shape(t);
+        let per = heads * t * (d / heads);
+        let mut out = Vec::with_capacity(n * d);
+        let mut lse = Vec::with_capacity(b * heads * t);
+        for r in 0..b {
+            let rows = r * per..(r + 1) * per;
+            let (o, l) = fire_kernels::fused_causal_lse(
+                &q[rows.clone()],
+                &k[rows.clone()],
+                &v[rows],
+                shape,
+                &positions,
+                &positions,
+                plan.as_deref().map(|p| p.as_bias()),
+            )
+            .map_err(msg)?;
+            out.extend(o);
+            lse.extend(l);
+        }
+        let mut a = vec![0f32; n * d];
+        from_heads(&out, &mut a, d, 0, t, heads, d);
+        let mut x1 = x.to_vec();
+        mm(&mut x1, mat(&a, n, d)?, mat(p.wo, d, d)?.t(), true)?;
+        let mut h2 = vec![0f32; n * d];
+        layer_norm::forward(&x1, p.ln2_w, p.ln2_b, self.eps, &mut h2);
+        let mut z = vec![0f32; n * f];
+        fill_rows(&mut z, p.b1);
+        mm(&mut z, mat(&h2, n, d)?, mat(p.w1, f, d)?.t(), true)?;
+        let mut g = vec![0f32; n * f];
+        g.par_chunks_mut(rows_per_task(f) * f)
+            .zip(z.par_chunks(rows_per_task(f) * f))
+            .for_each(|(g, z)| gelu_into(z, g));
+        let mut y = vec![0f32; n * d];
+        y.par_chunks_mut(rows_per_task(d) * d)
+            .zip(x1.par_chunks(rows_per_task(d) * d))
+            .for_each(|(y, x1)| {
+                for (y, x1) in y.chunks_exact_mut(d).zip(x1.chunks_exact(d)) {
+                    for ((y, &x1), &b2) in y.iter_mut().zip(x1).zip(p.b2) {
+                        *y = x1 + b2;
+                    }
+                }
+            });
+        mm(&mut y, mat(&g, n, f)?, mat(p.w2, d, f)?.t(), true)?;
+        let saved = Saved {
+            h1,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            a,
+            x1,
+            h2,
+            z,
+            f: g,
+        };
+        Ok((y, saved))
+    }
+
+    /// The backward pass: `(dx, dparams, dbias)` for the output's cotangent `dy`.
+    fn backward(
+        &self,
+        x: &[f32],
+        p: &Params<'_>,
+        bias: &[f32],
+        s: &Saved,
+        dy: &[f32],
+        (b, t): (usize, usize),
+    ) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f64>)> {
+        let Dims {
+            d_model: d,
+            heads,
+            d_ff: f,
+        } = self.dims;
+        let n = b * t;
+        // The MLP: y = x₁ + gelu(z)·W₂ᵀ + b₂.
+        let db2 = column_sums(dy, d);
+        let mut dw2 = vec![0f32; d * f];
+        mm(&mut dw2, mat(dy, n, d)?.t(), mat(&s.f, n, f)?, false)?;
+        let mut dz = vec![0f32; n * f];
+        mm(&mut dz, mat(dy, n, d)?, mat(p.w2, d, f)?, false)?;
+        let chunk = rows_per_task(f) * f;
+        let partials = dz
+            .par_chunks_mut(chunk)
+            .zip(s.z.par_chunks(chunk))
+            .map(|(dz, z)| {
+                let mut db = vec![0f32; f];
+                gelu_backward_rows(z, dz, &mut db);
+                db
+            })
+            .collect();
+        let db1 = sum_partials(partials, f);
+        let mut dw1 = vec![0f32; f * d];
+        mm(&mut dw1, mat(&dz, n, f)?.t(), mat(&s.h2, n, d)?, false)?;
+        let mut dh2 = vec![0f32; n * d];
+        mm(&mut dh2, mat(&dz, n, f)?, mat(p.w1, f, d)?, false)?;
+        drop(dz);
+        let (mut dx1, dln2_w, dln2_b) = layer_norm::backward(&s.x1, p.ln2_w, &dh2, d, self.eps)?;
+        dx1.iter_mut().zip(dy).for_each(|(a, b)| *a += b);
+        // The attention: x₁ = x + a·W_oᵀ.
+        let mut dwo = vec![0f32; d * d];
+        mm(&mut dwo, mat(&dx1, n, d)?.t(), mat(&s.a, n, d)?, false)?;
+        let mut da = vec![0f32; n * d];
+        mm(&mut da, mat(&dx1, n, d)?, mat(p.wo, d, d)?, false)?;
+        let dout = to_heads(&da, d, 0, t, heads, d);
+        drop(da);
+        let positions = self.positions(t);
+        let source = self.kind.source(bias, t).map_err(msg)?;
+        let plan = source.grad_plan(&positions).map_err(msg)?;
+        let g = fire_kernels::fused_causal_backward(
+            b,
+            &s.q,
+            &s.k,
+            &s.v,
+            &s.out,
+            &s.lse,
+            &dout,
+            self.attention_shape(t),
+            &positions,
+            &positions,
+            plan.as_deref(),
+        )
+        .map_err(msg)?;
+        let mut dqkv = vec![0f32; n * 3 * d];
+        for (i, part) in [&g.dq, &g.dk, &g.dv].into_iter().enumerate() {
+            from_heads(part, &mut dqkv, 3 * d, i * d, t, heads, d);
+        }
+        let mut dwqkv = vec![0f32; 3 * d * d];
+        mm(
+            &mut dwqkv,
+            mat(&dqkv, n, 3 * d)?.t(),
+            mat(&s.h1, n, d)?,
+            false,
+        )?;
+        let mut dh1 = vec![0f32; n * d];
+        mm(
+            &mut dh1,
+            mat(&dqkv, n, 3 * d)?,
+            mat(p.wqkv, 3 * d, d)?,
+            false,
+        )?;
+        drop(dqkv);
+        let (mut dx, dln1_w, dln1_b) = layer_norm::backward(x, p.ln1_w, &dh1, d, self.eps)?;
+        dx.iter_mut().zip(&dx1).for_each(|(a, b)| *a += b);
+        let mut dparams = Vec::with_capacity(self.dims.params());
+        for part in [
+            &dln1_w, &dln1_b, &dwqkv, &dwo, &dln2_w, &dln2_b, &dw1, &db1, &dw2, &db2,
+        ] {
+            dparams.extend_from_slice(part);
+        }
+        Ok((dx, dparams, g.dparams))
+    }
+}
+
+impl CustomOp3 for Block {
+    fn name(&self) -> &'static str {
+        "fused-transformer-block"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (b, t, _) = l1.shape().dims3()?;
+        let x = slice(s1, l1, "transformer block: x")?;
+        let params = Params::split(slice(s2, l2, "transformer block: parameters")?, self.dims)?;
+        let bias = slice(s3, l3, "transformer block: bias parameters")?;
+        let (y, saved) = self.forward(x, &params, bias, (b, t))?;
+        *self.saved.lock().map_err(msg)? = Some(saved);
+        Ok((CpuStorage::F32(y), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        params: &Tensor,
+        bias: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (b, t, _) = x.dims3()?;
+        let saved = self.saved.lock().map_err(msg)?.take();
+        let (dx, dparams, dbias) = with_f32(x, "transformer block: x", |xs| {
+            with_f32(params, "transformer block: parameters", |ps| {
+                with_f32(bias, "transformer block: bias parameters", |bs| {
+                    with_f32(grad, "transformer block: gradient", |dy| {
+                        let p = Params::split(ps, self.dims)?;
+                        // A second backward pass through the same graph recomputes.
+                        let s = match saved {
+                            Some(s) => s,
+                            None => self.forward(xs, &p, bs, (b, t))?.1,
+                        };
+                        self.backward(xs, &p, bs, &s, dy, (b, t))
+                    })
+                })
+            })
+        })?;
+        let dev = x.device();
+        let dbias = match self.kind {
+            Kind::None => None,
+            _ => {
+                let flat: Vec<f32> = dbias.iter().map(|&v| v as f32).collect();
+                Some(Tensor::from_vec(flat, bias.shape(), dev)?)
+            }
+        };
+        Ok((
+            Some(Tensor::from_vec(dx, x.shape(), dev)?),
+            Some(Tensor::from_vec(dparams, params.shape(), dev)?),
+            dbias,
+        ))
+    }
+}
