@@ -217,7 +217,13 @@ impl Model {
         let x = self.ln_f.forward(x)?;
         match &self.head {
             Some(head) => head.forward(&x),
-            None => Ok(x.broadcast_matmul(&self.embed.t()?)?),
+            // One product over all B·T rows, as `Linear` does: a batched product would give
+            // the embedding's gradient as a `[B, D, V]` tensor for candle to sum over B.
+            None => {
+                let (b, t, d) = x.dims3()?;
+                let logits = x.reshape((b * t, d))?.matmul(&self.embed.t()?)?;
+                Ok(logits.reshape((b, t, self.cfg.vocab_size))?)
+            }
         }
     }
 

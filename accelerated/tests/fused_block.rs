@@ -27,12 +27,7 @@ fn tokens(n: usize, seed: u64) -> Vec<u32> {
 type Outcome = (Vec<f32>, f32, Vec<(String, Vec<f32>)>);
 
 /// One pass with the blocks fused or not.
-fn run(
-    model: &mut Model,
-    store: &ParamStore,
-    fused_blocks: bool,
-    start: u64,
-) -> Outcome {
+fn run(model: &mut Model, store: &ParamStore, fused_blocks: bool, start: u64) -> Outcome {
     let dev = Device::Cpu;
     model.set_fused_blocks(fused_blocks);
     let x = Tensor::from_vec(tokens(B * N, 11), (B, N), &dev).unwrap();

@@ -32,11 +32,17 @@ pub fn bias_gelu(y: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 /// branch-free.
 #[inline(always)]
 pub(crate) fn erf(x: f32) -> f32 {
+    erf_given(x, exp_nonpositive(-x * x))
+}
+
+/// [`erf`] given `e = e^{−x²}` (which GeLU's derivative needs too, as φ).
+#[inline(always)]
+fn erf_given(x: f32, e: f32) -> f32 {
     let a = x.abs();
     let t = 1.0 / (0.327_591_1 * a + 1.0);
     let r =
         (((1.061_405_4 * t - 1.453_152_1) * t + 1.421_413_8) * t - 0.284_496_74) * t + 0.254_829_6;
-    let large = (1.0 - r * t * exp_nonpositive(-a * a)).copysign(x);
+    let large = (1.0 - r * t * e).copysign(x);
     let x2 = x * x;
     let series =
         ((((-1.0 / 1320.0 * x2 + 1.0 / 216.0) * x2 - 1.0 / 42.0) * x2 + 0.1) * x2 - 1.0 / 3.0) * x2
@@ -54,12 +60,15 @@ pub(crate) fn gelu(z: f32) -> f32 {
     (erf(z * std::f32::consts::FRAC_1_SQRT_2) + 1.0) * 0.5 * z
 }
 
-/// d gelu / dz = Φ(z) + z·φ(z).
+/// d gelu / dz = Φ(z) + z·φ(z), with one exponential: φ(z)·√(2π) = e^{−z²/2} = e^{−x²} for
+/// the `x = z/√2` of Φ's erf.
 #[inline(always)]
 pub(crate) fn gelu_grad(z: f32) -> f32 {
     const INV_SQRT_2PI: f32 = 0.398_942_3;
-    let cdf = 0.5 * (erf(z * std::f32::consts::FRAC_1_SQRT_2) + 1.0);
-    cdf + z * INV_SQRT_2PI * exp_nonpositive(-0.5 * z * z)
+    let x = z * std::f32::consts::FRAC_1_SQRT_2;
+    let e = exp_nonpositive(-x * x);
+    let cdf = 0.5 * (erf_given(x, e) + 1.0);
+    cdf + z * INV_SQRT_2PI * e
 }
 
 /// `out = gelu(z)` elementwise, compiled for the CPU's widest vectors
