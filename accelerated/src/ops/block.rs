@@ -16,8 +16,8 @@
 //! row-wise parts (LayerNorm, GeLU, residuals) are single passes, the attention is
 //! [`fire_kernels::fused_causal_lse`] and its backward, and autograd sees one node per block.
 //!
-//! Inputs: `x: [B, T, D]`; the block's parameters flattened into one vector in [`Params`]'
-//! order (the model concatenates its variables, and candle's `cat` carries each slice of the
+//! Inputs: `x: [B, T, D]`; the block's parameters flattened into one vector in the order [`block`]
+//! documents (the model concatenates its variables, and candle's `cat` carries each slice of the
 //! gradient back to its variable); the attention bias's parameters as in
 //! [`crate::attention::fused_train`]. The activations the backward pass needs are kept inside
 //! the op between the passes (as PyTorch's autograd keeps them): about `(8·D + 2·F)·4` bytes per
@@ -138,8 +138,10 @@ impl std::fmt::Debug for Saved {
 }
 
 /// The block applied to `x: [B, T, D]` at positions `start..start + T`, differentiable in `x`,
-/// `params` (flat, [`Dims::params`] values in the order above) and the bias's parameters.
-/// `eps` is both LayerNorms'; `layer` only names the layer in errors.
+/// `params` and the bias's parameters. `params` holds [`Dims::params`] values in this order:
+/// LN₁ γ, β `[D]`; `W_q, W_k, W_v` `[D, D]` each; `W_o` `[D, D]`; LN₂ γ, β; `W₁: [F, D]`,
+/// `b₁: [F]`; `W₂: [D, F]`, `b₂: [D]` (weights `[out, in]`). `eps` is both LayerNorms';
+/// `layer` only names the layer in errors.
 pub fn block(
     x: &Tensor,
     params: &Tensor,
