@@ -10,8 +10,9 @@
 #   accelerated/scripts/figure1.sh        # writes runs/figure1/{table.md,summary.json,*.svg}
 #
 # Cost: 36 runs of 2 400 steps (4.9 M tokens each) and their evaluations. On the shared 2-core
-# VM this was written on a run trained at 650-1 500 tokens/s (1-2 h per run, two at a time):
-# 18-36 hours in all. Check the whole pipeline in about ten minutes first:
+# VM this was written on, with the fused Transformer block, a run took 11-32 min on one thread
+# (RoPE slowest: it trains through candle's ops), about 2 h per seed for all twelve variants at
+# two at a time. Check the whole pipeline in about ten minutes first:
 #
 #   SMOKE=1 accelerated/scripts/figure1.sh   # 2 steps, 1 seed, lengths 128,256: runs/figure1-smoke
 #
