@@ -15,7 +15,7 @@ use fire_vocabulary::Position;
 use rayon::prelude::*;
 
 use crate::error::{shape, Error, Result};
-use crate::inner::{self, KEYS, ROWS};
+use crate::inner::{self, ROWS};
 use crate::simd::{self, Kernel, Madd};
 use crate::tile::{check_positions, BiasPlan, TileBias};
 
@@ -260,7 +260,7 @@ impl Task<'_> {
             .collect();
         let end = visible.iter().copied().max().unwrap_or(0);
         let mut qp = Vec::new();
-        inner::pack::<ROWS>(self.q, rows, d, scale, &mut qp);
+        inner::pack(self.q, rows, d, ROWS, scale, &mut qp);
         let rows_padded = rows.div_ceil(ROWS) * ROWS;
         let mut kp = Vec::new();
         let mut s = Vec::new();
@@ -269,8 +269,15 @@ impl Task<'_> {
         out.fill(0.0);
         for c0 in (0..end).step_by(TILE_K) {
             let cols = TILE_K.min(end - c0);
-            let stride = cols.div_ceil(KEYS) * KEYS;
-            inner::pack::<KEYS>(&self.k[c0 * d..(c0 + cols) * d], cols, d, 1.0, &mut kp);
+            let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
+            inner::pack(
+                &self.k[c0 * d..(c0 + cols) * d],
+                cols,
+                d,
+                inner::keys::<M>(),
+                1.0,
+                &mut kp,
+            );
             s.clear();
             s.resize(rows_padded * stride, 0.0);
             if let Some(plan) = self.bias {

@@ -32,7 +32,7 @@ use fire_vocabulary::Position;
 
 use crate::attention::{Shape, TILE_K, TILE_Q};
 use crate::error::{shape, Result};
-use crate::inner::{self, KEYS, ROWS};
+use crate::inner::{self, ROWS};
 use crate::simd::{self, Kernel, Madd};
 use crate::tile::BiasPlan;
 
@@ -225,8 +225,8 @@ impl HeadTask<'_> {
             let rows_padded = rows.div_ceil(ROWS) * ROWS;
             let qrows = &self.q[r0 * d..(r0 + rows) * d];
             let dorows = &self.dout[r0 * d..(r0 + rows) * d];
-            inner::pack::<ROWS>(qrows, rows, d, scale, &mut qp);
-            inner::pack::<ROWS>(dorows, rows, d, 1.0, &mut dop);
+            inner::pack(qrows, rows, d, ROWS, scale, &mut qp);
+            inner::pack(dorows, rows, d, ROWS, 1.0, &mut dop);
             let visible: Vec<usize> = self.queries[r0..r0 + rows]
                 .iter()
                 .map(|&i| self.keys.partition_point(|&j| j <= i))
@@ -234,11 +234,11 @@ impl HeadTask<'_> {
             let end = visible.iter().copied().max().unwrap_or(0);
             for c0 in (0..end).step_by(TILE_K) {
                 let cols = TILE_K.min(end - c0);
-                let stride = cols.div_ceil(KEYS) * KEYS;
+                let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
                 let ktile = &self.k[c0 * d..(c0 + cols) * d];
                 let vtile = &self.v[c0 * d..(c0 + cols) * d];
-                inner::pack::<KEYS>(ktile, cols, d, 1.0, &mut kp);
-                inner::pack::<KEYS>(vtile, cols, d, 1.0, &mut vp);
+                inner::pack(ktile, cols, d, inner::keys::<M>(), 1.0, &mut kp);
+                inner::pack(vtile, cols, d, inner::keys::<M>(), 1.0, &mut vp);
                 // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ).
                 s.clear();
                 s.resize(rows_padded * stride, 0.0);

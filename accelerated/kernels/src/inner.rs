@@ -3,18 +3,31 @@
 //!
 //! Every function is `#[inline(always)]` and generic over [`Madd`], so that inside
 //! [`crate::simd::dispatch`] it compiles to the CPU's widest vectors with fused multiply-adds.
-//! The register blocks are sized for AVX2 (16 registers of 8 lanes): the score product keeps a
-//! `ROWS × KEYS` = 4 × 16 block (8 registers) and the value product a 4 × 16 block, so each
-//! step issues 8 independent FMAs for 6 loads — enough to cover FMA latency.
+//! The register blocks here are sized for AVX2 (16 registers of 8 lanes): the score product
+//! keeps a `ROWS × 16` = 4 × 16 block (8 registers) and the value product a 4 × 16 block, so
+//! each step issues 8 independent FMAs for 6 loads — enough to cover FMA latency. Under
+//! AVX-512 (`M::LANES` = 16) the two products go to [`crate::wide`]'s larger blocks instead.
 
 use crate::simd::Madd;
+use crate::wide;
 
-/// Rows per register block of the score product.
+/// Rows per register block of the score product (queries are padded to a multiple).
 pub(crate) const ROWS: usize = 4;
-/// Keys per register block of the score product (keys are padded to a multiple).
-pub(crate) const KEYS: usize = 16;
-/// Head dims per register block of the value product.
+/// Keys per register block of the score product under 8 lanes.
+const KEYS: usize = 16;
+/// Head dims per register block of the value product under 8 lanes.
 const DIMS: usize = 16;
+
+/// Keys per register block of the score product for `M`'s vectors: the padding unit of the
+/// packed key tiles and of the score tile's row stride.
+#[inline(always)]
+pub(crate) const fn keys<M: Madd>() -> usize {
+    if M::LANES >= 16 {
+        wide::KEYS
+    } else {
+        KEYS
+    }
+}
 
 /// `e^x` for `x ≤ 0` (softmax weights after the max is subtracted), Cephes-style: round
 /// `x·log2 e` to `n`, reduce by `n·ln 2` in two parts, a degree-6 polynomial on the rest, and
@@ -40,7 +53,11 @@ pub(crate) fn exp<M: Madd>(x: f32) -> f32 {
         p = M::madd(p, r, c);
     }
     let y = M::madd(p, r * r, r) + 1.0;
-    let bits = ((n as i32 + 127) as u32) << 23;
+    // 2^n through the exponent bits. `n as i32` would be Rust's saturating conversion, which
+    // LLVM does not vectorise (it checked every lane for NaN one at a time); `n + ROUND` holds
+    // n in its low mantissa bits (|n| ≤ 126 < 2^22), so its bits minus ROUND's are n exactly.
+    let n_int = (n + ROUND).to_bits() as i32 - ROUND.to_bits() as i32;
+    let bits = ((n_int + 127) as u32) << 23;
     let e = y * f32::from_bits(bits);
     if x < -60.0 {
         0.0
@@ -49,43 +66,63 @@ pub(crate) fn exp<M: Madd>(x: f32) -> f32 {
     }
 }
 
-/// Packs `n` rows of `src` (`[n, d]` row-major), times `scale`, into blocks of `B` rows:
-/// block `b` is `[d, B]` (dimension-major), the last one zero-padded.
+/// Packs `n` rows of `src` (`[n, d]` row-major), times `scale`, into blocks of `block` rows:
+/// block `b` is `[d, block]` (dimension-major), the last one zero-padded.
 #[inline(always)]
-pub(crate) fn pack<const B: usize>(
-    src: &[f32],
-    n: usize,
-    d: usize,
-    scale: f32,
-    dst: &mut Vec<f32>,
-) {
+pub(crate) fn pack(src: &[f32], n: usize, d: usize, block: usize, scale: f32, dst: &mut Vec<f32>) {
     dst.clear();
-    dst.resize(n.div_ceil(B) * d * B, 0.0);
+    dst.resize(n.div_ceil(block) * d * block, 0.0);
     for (r, row) in src.chunks_exact(d).take(n).enumerate() {
-        let block = &mut dst[(r / B) * d * B..(r / B + 1) * d * B];
+        let blk = &mut dst[(r / block) * d * block..(r / block + 1) * d * block];
         for (c, &v) in row.iter().enumerate() {
-            block[c * B + r % B] = v * scale;
+            blk[c * block + r % block] = v * scale;
         }
     }
 }
 
-/// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` over the packed tiles; `s` is `[row blocks·ROWS,
-/// key blocks·KEYS]` row-major. With `accumulate` the scores start from what `s` holds (the
-/// bias); without, from zero.
+/// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` over the packed tiles (`q` in blocks of [`ROWS`], `k` in
+/// blocks of [`keys::<M>()`](keys)); `s` is `[row blocks·ROWS, key blocks·keys]` row-major.
+/// With `accumulate` the scores start from what `s` holds (the bias); without, from zero.
 #[inline(always)]
 pub(crate) fn scores<M: Madd>(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], accumulate: bool) {
-    let kblocks = kp.len() / (d * KEYS);
-    let stride = kblocks * KEYS;
+    if M::LANES >= 16 {
+        let done = pulp::Arch::new().dispatch(wide::Scores::<ROWS> {
+            qp,
+            kp,
+            d,
+            s,
+            accumulate,
+        });
+        if !done {
+            // Unreachable (M has 16 lanes only where the CPU does); correct if slow.
+            scores_blocked::<M, { wide::KEYS }>(qp, kp, d, s, accumulate);
+        }
+    } else {
+        scores_blocked::<M, KEYS>(qp, kp, d, s, accumulate);
+    }
+}
+
+/// [`scores`] with a [`ROWS`] × `K` block of scalars.
+#[inline(always)]
+fn scores_blocked<M: Madd, const K: usize>(
+    qp: &[f32],
+    kp: &[f32],
+    d: usize,
+    s: &mut [f32],
+    accumulate: bool,
+) {
+    let kblocks = kp.len() / (d * K);
+    let stride = kblocks * K;
     for (rb, qb) in qp.chunks_exact(d * ROWS).enumerate() {
-        for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate() {
-            let mut acc = [[0f32; KEYS]; ROWS];
+        for (kb, kblk) in kp.chunks_exact(d * K).enumerate() {
+            let mut acc = [[0f32; K]; ROWS];
             if accumulate {
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let at = (rb * ROWS + r) * stride + kb * KEYS;
-                    a.copy_from_slice(&s[at..at + KEYS]);
+                    let at = (rb * ROWS + r) * stride + kb * K;
+                    a.copy_from_slice(&s[at..at + K]);
                 }
             }
-            for (qc, kc) in qb.chunks_exact(ROWS).zip(kblk.chunks_exact(KEYS)) {
+            for (qc, kc) in qb.chunks_exact(ROWS).zip(kblk.chunks_exact(K)) {
                 for (a, &qv) in acc.iter_mut().zip(qc) {
                     for (x, &kv) in a.iter_mut().zip(kc) {
                         *x = M::madd(qv, kv, *x);
@@ -93,8 +130,8 @@ pub(crate) fn scores<M: Madd>(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], a
                 }
             }
             for (r, a) in acc.iter().enumerate() {
-                let at = (rb * ROWS + r) * stride + kb * KEYS;
-                s[at..at + KEYS].copy_from_slice(a);
+                let at = (rb * ROWS + r) * stride + kb * K;
+                s[at..at + K].copy_from_slice(a);
             }
         }
     }
@@ -112,6 +149,33 @@ pub(crate) fn weighted_values<M: Madd>(
     d: usize,
     acc: &mut [f32],
 ) {
+    if M::LANES >= 16 && d % 32 == 0 {
+        let done = if d % 64 == 0 {
+            pulp::Arch::new().dispatch(wide::Values::<4, 4> {
+                p,
+                stride,
+                rows,
+                v,
+                keys,
+                d,
+                acc,
+            })
+        } else {
+            pulp::Arch::new().dispatch(wide::Values::<8, 2> {
+                p,
+                stride,
+                rows,
+                v,
+                keys,
+                d,
+                acc,
+            })
+        };
+        if done {
+            return;
+        }
+        // Unreachable (M has 16 lanes only where the CPU does): the loops below are correct.
+    }
     let full = d / DIMS * DIMS;
     for r0 in (0..rows).step_by(ROWS) {
         let nr = ROWS.min(rows - r0);

@@ -41,6 +41,7 @@ pub mod mlp;
 pub mod simd;
 pub mod table;
 pub mod tile;
+mod wide;
 
 pub use attention::{attend, decode, fused_causal, fused_causal_lse, Shape};
 pub use backward::{fused_causal_backward, GradPlan, Gradients};

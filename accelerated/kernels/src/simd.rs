@@ -13,17 +13,35 @@
 //! the plain path rounds twice); the tests hold both to the same tolerances against the
 //! materialised twins.
 
-/// A multiply-add, fused or not.
+/// A multiply-add, fused or not, and the vector width the kernel is compiled for.
 pub trait Madd: Copy + Send + Sync {
+    /// f32 lanes of the target's vectors: the register blocks of the tile products are sized
+    /// by it (`crate::inner`), so that AVX-512's 32 registers of 16 lanes are filled rather
+    /// than AVX2's 16 of 8.
+    const LANES: usize;
     /// `a·b + c`.
     fn madd(a: f32, b: f32, c: f32) -> f32;
 }
 
-/// `a.mul_add(b, c)`: one rounding (used only under FMA).
+/// `a.mul_add(b, c)`: one rounding (used only under FMA), 8-lane vectors (AVX2, and NEON's
+/// 4-lane ones, whose 32 registers hold the same blocks).
 #[derive(Debug, Clone, Copy)]
 pub struct Fused;
 
 impl Madd for Fused {
+    const LANES: usize = 8;
+    #[inline(always)]
+    fn madd(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// [`Fused`] for 16-lane vectors (AVX-512): the same arithmetic, larger register blocks.
+#[derive(Debug, Clone, Copy)]
+pub struct FusedWide;
+
+impl Madd for FusedWide {
+    const LANES: usize = 16;
     #[inline(always)]
     fn madd(a: f32, b: f32, c: f32) -> f32 {
         a.mul_add(b, c)
@@ -35,6 +53,7 @@ impl Madd for Fused {
 pub struct Separate;
 
 impl Madd for Separate {
+    const LANES: usize = 4;
     #[inline(always)]
     fn madd(a: f32, b: f32, c: f32) -> f32 {
         a * b + c
@@ -64,7 +83,12 @@ impl<K: Kernel> pulp::WithSimd for Wide<K> {
     type Output = K::Output;
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _simd: S) -> K::Output {
-        self.0.run::<Fused>()
+        // A constant per instantiation: each target's copy keeps one branch.
+        if S::F32_LANES >= 16 {
+            self.0.run::<FusedWide>()
+        } else {
+            self.0.run::<Fused>()
+        }
     }
 }
 
@@ -97,15 +121,22 @@ fn force_plain() -> bool {
         || *ENV.get_or_init(|| std::env::var_os("FIRE_KERNELS_PLAIN").is_some_and(|v| v == "1"))
 }
 
-/// Which path the dispatch takes on this machine: `"fma"` or `"plain"`.
+/// Which path the dispatch takes on this machine: `"fma-16"` (AVX-512), `"fma"` (AVX2, NEON)
+/// or `"plain"`.
 pub fn path() -> &'static str {
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    {
-        if !matches!(pulp::Arch::new(), pulp::Arch::Scalar) && !force_plain() {
-            return "fma";
+    struct Lanes;
+    impl Kernel for Lanes {
+        type Output = usize;
+        #[inline(always)]
+        fn run<M: Madd>(self) -> usize {
+            M::LANES
         }
     }
-    "plain"
+    match dispatch(Lanes) {
+        16 => "fma-16",
+        8 => "fma",
+        _ => "plain",
+    }
 }
 
 /// `e^x` for `x ≤ 0` as the attention kernels compute it (Cephes-style range reduction and

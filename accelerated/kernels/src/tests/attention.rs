@@ -214,44 +214,75 @@ fn exp_is_accurate<M: crate::simd::Madd>() {
 fn the_vectorised_exp_is_accurate_with_and_without_fma() {
     exp_is_accurate::<crate::simd::Separate>();
     exp_is_accurate::<crate::simd::Fused>();
+    exp_is_accurate::<crate::simd::FusedWide>();
 }
 
-/// The register-blocked products ([`crate::inner`]) under both multiply-adds against plain
-/// loops, on sizes that leave partial row, key and dimension blocks.
+/// The register-blocked products ([`crate::inner`], and [`crate::wide`] under 16 lanes) on
+/// sizes that leave partial row, key and dimension blocks, and head dimensions that take each
+/// of the wide value blocks (multiples of 64 and of 32). Returns the scores and values.
+fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) -> Products {
+    use crate::inner::{pack, scores, weighted_values, ROWS};
+    let mut rng = fire_vocabulary::SplitMix64::new(11 + (rows * 1000 + keys * 10 + d) as u64);
+    let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
+    let (q, k, v) = (fill(rows * d), fill(keys * d), fill(keys * d));
+    let (mut qp, mut kp) = (Vec::new(), Vec::new());
+    let block = crate::inner::keys::<M>();
+    pack(&q, rows, d, ROWS, 1.0, &mut qp);
+    pack(&k, keys, d, block, 1.0, &mut kp);
+    let stride = keys.div_ceil(block) * block;
+    let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
+    scores::<M>(&qp, &kp, d, &mut s, true);
+    let mut acc = vec![0.25f32; rows * d];
+    weighted_values::<M>(&s, stride, rows, &v, keys, d, &mut acc);
+    // The scores without the padding columns, so that blocks of any width compare.
+    let s = (0..rows)
+        .flat_map(|r| s[r * stride..r * stride + keys].to_vec())
+        .collect();
+    Products { q, k, v, s, acc }
+}
+
+struct Products {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    s: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+const PRODUCT_SIZES: [(usize, usize, usize); 8] = [
+    (4, 16, 16),
+    (7, 21, 19),
+    (1, 3, 5),
+    (13, 40, 64),
+    (13, 70, 32),
+    (9, 64, 128),
+    (5, 33, 96),
+    (64, 64, 64),
+];
+
 fn products_match_plain_loops<M: crate::simd::Madd>() {
-    use crate::inner::{pack, scores, weighted_values, KEYS, ROWS};
-    let mut rng = fire_vocabulary::SplitMix64::new(11);
-    for (rows, keys, d) in [(4, 16, 16), (7, 21, 19), (1, 3, 5), (13, 40, 64)] {
-        let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
-        let (q, k, v) = (fill(rows * d), fill(keys * d), fill(keys * d));
-        let (mut qp, mut kp) = (Vec::new(), Vec::new());
-        pack::<ROWS>(&q, rows, d, 1.0, &mut qp);
-        pack::<KEYS>(&k, keys, d, 1.0, &mut kp);
-        let stride = keys.div_ceil(KEYS) * KEYS;
-        let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
-        scores::<M>(&qp, &kp, d, &mut s, true);
+    for (rows, keys, d) in PRODUCT_SIZES {
+        let Products { q, k, v, s, acc } = blocked_products::<M>(rows, keys, d);
         for r in 0..rows {
             for t in 0..keys {
                 let want: f32 = 0.5 + (0..d).map(|c| q[r * d + c] * k[t * d + c]).sum::<f32>();
-                let got = s[r * stride + t];
+                let got = s[r * keys + t];
                 assert!(
                     (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                    "s[{r},{t}]"
+                    "s[{r},{t}] at {rows}x{keys}x{d}"
                 );
             }
         }
-        let mut acc = vec![0.25f32; rows * d];
-        weighted_values::<M>(&s, stride, rows, &v, keys, d, &mut acc);
         for r in 0..rows {
             for c in 0..d {
                 let want: f32 = 0.25
                     + (0..keys)
-                        .map(|t| s[r * stride + t] * v[t * d + c])
+                        .map(|t| s[r * keys + t] * v[t * d + c])
                         .sum::<f32>();
                 let got = acc[r * d + c];
                 assert!(
                     (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                    "acc[{r},{c}]"
+                    "acc[{r},{c}] at {rows}x{keys}x{d}"
                 );
             }
         }
@@ -262,4 +293,18 @@ fn products_match_plain_loops<M: crate::simd::Madd>() {
 fn the_blocked_products_match_plain_loops_with_and_without_fma() {
     products_match_plain_loops::<crate::simd::Separate>();
     products_match_plain_loops::<crate::simd::Fused>();
+    products_match_plain_loops::<crate::simd::FusedWide>();
+}
+
+/// The 16-lane blocks do the same fused multiply-adds in the same order per output as the
+/// 8-lane ones, so they agree bit for bit (where the CPU lacks AVX-512 both are the 8-lane
+/// loops, trivially equal).
+#[test]
+fn the_wide_blocks_round_exactly_as_the_narrow_ones() {
+    for (rows, keys, d) in PRODUCT_SIZES {
+        let narrow = blocked_products::<crate::simd::Fused>(rows, keys, d);
+        let wide = blocked_products::<crate::simd::FusedWide>(rows, keys, d);
+        assert_eq!(narrow.s, wide.s, "scores at {rows}x{keys}x{d}");
+        assert_eq!(narrow.acc, wide.acc, "values at {rows}x{keys}x{d}");
+    }
 }

@@ -1,0 +1,169 @@
+//! The tile products of the fused attention with AVX-512's register blocks, written with
+//! explicit vectors (`pulp`'s safe [`Simd`] API).
+//!
+//! The autovectorised loops of [`crate::inner`] keep a 4 × 16 block in registers; that is 8 of
+//! AVX2's 16 registers but only 4 of AVX-512's 32, and four FMA chains of latency 4 on two FMA
+//! ports use a quarter of the machine. Larger blocks written the same way are not kept in
+//! registers by LLVM (measured: 4 × 32 and 8 × 16 blocks ran 4–8× *slower*), so here the
+//! blocks are arrays of vectors: a 4 × 64 score block and a 4 × 64 (or 8 × 32) value block, 16
+//! accumulators each, 16 FMAs for 8 (10) loads a step.
+//!
+//! The arithmetic is exactly that of the [`crate::inner`] loops under [`crate::simd::Fused`]:
+//! the same fused multiply-adds in the same order per output, so results are identical and the
+//! same tests hold both.
+
+use pulp::{Simd, WithSimd};
+
+/// f32 lanes of an AVX-512 vector: the blocks below assume it.
+const LANES: usize = 16;
+/// Key vectors per score block: 4 × 16 = 64 keys, [`crate::inner::keys`] for 16 lanes.
+const KEY_VECTORS: usize = 4;
+/// Keys per score block.
+pub(crate) const KEYS: usize = KEY_VECTORS * LANES;
+
+/// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` as [`crate::inner::scores`] states it, with `R` rows of
+/// [`KEYS`] keys per register block.
+pub(crate) struct Scores<'a, const R: usize> {
+    pub qp: &'a [f32],
+    pub kp: &'a [f32],
+    pub d: usize,
+    pub s: &'a mut [f32],
+    pub accumulate: bool,
+}
+
+impl<const R: usize> WithSimd for Scores<'_, R> {
+    /// `false` (and nothing written) when the vectors are not 16 lanes wide.
+    type Output = bool;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> bool {
+        if S::F32_LANES != LANES {
+            return false;
+        }
+        let Scores {
+            qp,
+            kp,
+            d,
+            s,
+            accumulate,
+        } = self;
+        let stride = kp.len() / (d * KEYS) * KEYS;
+        for (rb, qb) in qp.chunks_exact(d * R).enumerate() {
+            for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate() {
+                let mut acc = [[simd.splat_f32s(0.0); KEY_VECTORS]; R];
+                if accumulate {
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let at = (rb * R + r) * stride + kb * KEYS;
+                        let (v, _) = S::as_simd_f32s(&s[at..at + KEYS]);
+                        a.copy_from_slice(&v[..KEY_VECTORS]);
+                    }
+                }
+                for (qc, kc) in qb.chunks_exact(R).zip(kblk.chunks_exact(KEYS)) {
+                    let (kv, _) = S::as_simd_f32s(kc);
+                    let kv: [S::f32s; KEY_VECTORS] = core::array::from_fn(|i| kv[i]);
+                    for (a, &qv) in acc.iter_mut().zip(qc) {
+                        let qv = simd.splat_f32s(qv);
+                        for (x, &k) in a.iter_mut().zip(&kv) {
+                            *x = simd.mul_add_f32s(qv, k, *x);
+                        }
+                    }
+                }
+                for (r, a) in acc.iter().enumerate() {
+                    let at = (rb * R + r) * stride + kb * KEYS;
+                    let (v, _) = S::as_mut_simd_f32s(&mut s[at..at + KEYS]);
+                    v[..KEY_VECTORS].copy_from_slice(a);
+                }
+            }
+        }
+        true
+    }
+}
+
+/// `acc[r, :] += Σ_t p[r, t]·v[t, :]` as [`crate::inner::weighted_values`] states it, with
+/// `R` rows of `DV` vectors (`DV`·16 head dimensions) per register block.
+pub(crate) struct Values<'a, const R: usize, const DV: usize> {
+    pub p: &'a [f32],
+    pub stride: usize,
+    pub rows: usize,
+    pub v: &'a [f32],
+    pub keys: usize,
+    pub d: usize,
+    pub acc: &'a mut [f32],
+}
+
+impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
+    /// `false` (and nothing written) when the vectors are not 16 lanes wide.
+    type Output = bool;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> bool {
+        if S::F32_LANES != LANES {
+            return false;
+        }
+        let Values {
+            p,
+            stride,
+            rows,
+            v,
+            keys,
+            d,
+            acc,
+        } = self;
+        let dims = DV * LANES;
+        let full = d / dims * dims;
+        for r0 in (0..rows).step_by(R) {
+            let nr = R.min(rows - r0);
+            for c0 in (0..full).step_by(dims) {
+                let mut a = [[simd.splat_f32s(0.0); DV]; R];
+                // Not a closure: a closure is not compiled with the dispatch's target features,
+                // and its intrinsics stay calls (measured 10x slower).
+                if nr == R {
+                    // The common case, with the row count known to the compiler.
+                    for t in 0..keys {
+                        value_step(simd, &v[t * d + c0..], p, (r0, stride, t), &mut a);
+                    }
+                } else {
+                    for t in 0..keys {
+                        value_step(simd, &v[t * d + c0..], p, (r0, stride, t), &mut a[..nr]);
+                    }
+                }
+                for (r, ar) in a.iter().enumerate().take(nr) {
+                    let at = (r0 + r) * d + c0;
+                    let (dst, _) = S::as_mut_simd_f32s(&mut acc[at..at + dims]);
+                    for (x, &y) in dst.iter_mut().zip(ar) {
+                        *x = simd.add_f32s(*x, y);
+                    }
+                }
+            }
+            for r in (r0..r0 + nr).filter(|_| full < d) {
+                for t in 0..keys {
+                    let w = p[r * stride + t];
+                    for c in full..d {
+                        acc[r * d + c] = w.mul_add(v[t * d + c], acc[r * d + c]);
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+/// One key of [`Values`]: `a[r] += p[r0 + r, t] · v_t[..DV vectors]` for every row of `a`
+/// (`at` = `(r0, stride, t)`).
+#[inline(always)]
+fn value_step<S: Simd, const DV: usize>(
+    simd: S,
+    vt: &[f32],
+    p: &[f32],
+    (r0, stride, t): (usize, usize, usize),
+    a: &mut [[S::f32s; DV]],
+) {
+    let (vt, _) = S::as_simd_f32s(&vt[..DV * LANES]);
+    let vt: [S::f32s; DV] = core::array::from_fn(|i| vt[i]);
+    for (r, ar) in a.iter_mut().enumerate() {
+        let w = simd.splat_f32s(p[(r0 + r) * stride + t]);
+        for (x, &vv) in ar.iter_mut().zip(&vt) {
+            *x = simd.mul_add_f32s(w, vv, *x);
+        }
+    }
+}
