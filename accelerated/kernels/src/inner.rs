@@ -149,8 +149,8 @@ pub(crate) fn weighted_values<M: Madd>(
     d: usize,
     acc: &mut [f32],
 ) {
-    if M::LANES >= 16 && d % 32 == 0 {
-        let done = if d % 64 == 0 {
+    if M::LANES >= 16 && d.is_multiple_of(32) {
+        let done = if d.is_multiple_of(64) {
             pulp::Arch::new().dispatch(wide::Values::<4, 4> {
                 p,
                 stride,
