@@ -5,8 +5,9 @@
 //! cargo run --release -p fire-kernels --example attention_timing -- 2048 12 64 nope,fire,fire-s
 //! ```
 //!
-//! Arguments: N, heads, head dim, variants (`nope`, `fire`, `fire-s`). Prints one JSON line per
-//! variant and pass: `{"variant", "pass", "n", "seconds", "simd"}`. The forward of `fire` builds
+//! Arguments: N, heads, head dim, variants (`nope`, `fire`, `fire-s`), repeats (default 1; the
+//! fastest is reported). Prints one JSON line per variant and pass: `{"variant", "pass", "n",
+//! "seconds", "simd"}`. The forward of `fire` builds
 //! FIRE's plan inside the call (one module per layer); `fire-s` uses a plan built once (shared by
 //! the layers). The backward times [`fire_kernels::fused_causal_backward`] alone, from the
 //! forward's output and log-sum-exp, with a random output gradient.
@@ -23,30 +24,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let heads: usize = get(1, "12").parse()?;
     let d: usize = get(2, "64").parse()?;
     let variants = get(3, "nope,fire,fire-s");
+    let repeats: usize = get(4, "1").parse()?;
     let s = Setup::new(heads, n, d, 0)?;
     let p = &s.positions;
     let grad = s.fire.grad_plan(p, p)?;
     let dout: Vec<f32> = s.q.iter().rev().copied().collect();
     for variant in variants.split(',') {
-        let t = Instant::now();
-        let (out, lse) = match variant {
-            "nope" => fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, None)?,
-            "fire" => {
-                let plan = s.fire_plan()?;
-                fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, Some(plan.as_ref()))?
-            }
-            "fire-s" => {
-                let plan: &dyn BiasPlan = grad.as_bias();
-                fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, Some(plan))?
-            }
-            other => return Err(format!("unknown variant {other}").into()),
-        };
-        report(variant, "forward", n, t.elapsed().as_secs_f64());
-        let plan: Option<&dyn GradPlan> = (variant != "nope").then_some(grad.as_ref());
-        let t = Instant::now();
-        let g = fused_causal_backward(1, &s.q, &s.k, &s.v, &out, &lse, &dout, s.shape, p, p, plan)?;
-        report(variant, "backward", n, t.elapsed().as_secs_f64());
-        std::hint::black_box(g);
+        let (mut forward, mut backward) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..repeats.max(1) {
+            let t = Instant::now();
+            let (out, lse) = match variant {
+                "nope" => fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, None)?,
+                "fire" => {
+                    let plan = s.fire_plan()?;
+                    fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, Some(plan.as_ref()))?
+                }
+                "fire-s" => {
+                    let plan: &dyn BiasPlan = grad.as_bias();
+                    fused_causal_lse(&s.q, &s.k, &s.v, s.shape, p, p, Some(plan))?
+                }
+                other => return Err(format!("unknown variant {other}").into()),
+            };
+            forward = forward.min(t.elapsed().as_secs_f64());
+            let plan: Option<&dyn GradPlan> = (variant != "nope").then_some(grad.as_ref());
+            let t = Instant::now();
+            let g =
+                fused_causal_backward(1, &s.q, &s.k, &s.v, &out, &lse, &dout, s.shape, p, p, plan)?;
+            backward = backward.min(t.elapsed().as_secs_f64());
+            std::hint::black_box(g);
+        }
+        report(variant, "forward", n, forward);
+        report(variant, "backward", n, backward);
     }
     Ok(())
 }

@@ -19,10 +19,13 @@ use crate::inner::{self, ROWS};
 use crate::simd::{self, Kernel, Madd};
 use crate::tile::{check_positions, BiasPlan, TileBias};
 
-/// Query rows per tile.
-pub const TILE_Q: usize = 64;
-/// Keys per tile.
-pub const TILE_K: usize = 64;
+/// Query rows per tile of the forward. Measured on AVX-512 (one thread, 4 heads × 4 096 × 64,
+/// min of 5): 64 × 64 tiles 0.123 s, 128 × 128 0.106 s, 256 × 128 0.102 s, 128 × 256 0.125 s.
+/// Larger tiles spread the per-tile work (the online softmax's rescaling, the loop set-up) over
+/// more pairs; 128 rows keep heads × tiles enough parallel tasks at a few thousand tokens.
+pub const TILE_Q: usize = 128;
+/// Keys per tile of the forward (see [`TILE_Q`]).
+pub const TILE_K: usize = 128;
 
 /// The sizes of one attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,9 +270,18 @@ impl Task<'_> {
         let mut max = vec![f32::NEG_INFINITY; rows];
         let mut sum = vec![0f32; rows];
         out.fill(0.0);
+        // With queries in increasing order (the usual case) the rows that see no key of a
+        // tile form a prefix of the query tile: its row blocks are skipped, which keeps the
+        // causal waste of a tall query tile to under one row block per key tile.
+        let sorted = visible.windows(2).all(|w| w[0] <= w[1]);
         for c0 in (0..end).step_by(TILE_K) {
             let cols = TILE_K.min(end - c0);
             let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
+            let first = if sorted {
+                visible.partition_point(|&v| v <= c0) / ROWS * ROWS
+            } else {
+                0
+            };
             inner::pack(
                 &self.k[c0 * d..(c0 + cols) * d],
                 cols,
@@ -279,15 +291,15 @@ impl Task<'_> {
                 &mut kp,
             );
             s.clear();
-            s.resize(rows_padded * stride, 0.0);
+            s.resize((rows_padded - first) * stride, 0.0);
             if let Some(plan) = self.bias {
-                let r = self.first_row..self.first_row + rows;
+                let r = self.first_row + first..self.first_row + rows;
                 plan.fill_causal(self.head, r, c0..c0 + cols, &mut s, stride);
             }
-            inner::scores::<M>(&qp, &kp, d, &mut s, self.bias.is_some());
-            for r in 0..rows {
+            inner::scores::<M>(&qp[first * d..], &kp, d, &mut s, self.bias.is_some());
+            for r in first..rows {
                 let vis = visible[r].saturating_sub(c0).min(cols);
-                let row = &mut s[r * stride..(r + 1) * stride];
+                let row = &mut s[(r - first) * stride..(r - first + 1) * stride];
                 if vis == 0 {
                     row.fill(0.0);
                     continue;
@@ -307,7 +319,15 @@ impl Task<'_> {
                 }
             }
             let v = &self.v[c0 * d..(c0 + cols) * d];
-            inner::weighted_values::<M>(&s, stride, rows, v, cols, d, out);
+            inner::weighted_values::<M>(
+                &s,
+                (stride, 1),
+                rows - first,
+                v,
+                cols,
+                d,
+                &mut out[first * d..],
+            );
         }
         for ((row, &l), (lse, &m)) in out
             .chunks_exact_mut(d)

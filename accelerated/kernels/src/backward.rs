@@ -30,11 +30,17 @@ use rayon::prelude::*;
 
 use fire_vocabulary::Position;
 
-use crate::attention::{Shape, TILE_K, TILE_Q};
+use crate::attention::Shape;
 use crate::error::{shape, Result};
 use crate::inner::{self, ROWS};
 use crate::simd::{self, Kernel, Madd};
 use crate::tile::BiasPlan;
+
+/// Query rows per tile of the backward: its time was flat from 64 × 64 to 64 × 128 tiles and
+/// 5–15% longer with 128 or 256 rows (measured as the forward's [`crate::attention::TILE_Q`]).
+const TILE_Q: usize = 64;
+/// Keys per tile of the backward.
+const TILE_K: usize = 64;
 
 /// A bias plan whose parameters are trained through the fused kernel.
 pub trait GradPlan: BiasPlan {
@@ -218,8 +224,12 @@ impl HeadTask<'_> {
             .zip(self.o.chunks_exact(d))
             .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
             .collect();
+        // Every query tile reads the same key and value tiles: packed once per head.
+        let block = inner::keys::<M>();
         let (mut qp, mut dop, mut kp, mut vp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut s, mut dp, mut t) = (Vec::new(), Vec::new(), Vec::new());
+        inner::pack(self.k, nk, d, block, 1.0, &mut kp);
+        inner::pack(self.v, nk, d, block, 1.0, &mut vp);
+        let (mut s, mut dp) = (Vec::new(), Vec::new());
         for r0 in (0..nq).step_by(TILE_Q) {
             let rows = TILE_Q.min(nq - r0);
             let rows_padded = rows.div_ceil(ROWS) * ROWS;
@@ -236,9 +246,8 @@ impl HeadTask<'_> {
                 let cols = TILE_K.min(end - c0);
                 let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
                 let ktile = &self.k[c0 * d..(c0 + cols) * d];
-                let vtile = &self.v[c0 * d..(c0 + cols) * d];
-                inner::pack(ktile, cols, d, inner::keys::<M>(), 1.0, &mut kp);
-                inner::pack(vtile, cols, d, inner::keys::<M>(), 1.0, &mut vp);
+                let kt = &kp[c0 * d..(c0 + stride) * d];
+                let vt = &vp[c0 * d..(c0 + stride) * d];
                 // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ).
                 s.clear();
                 s.resize(rows_padded * stride, 0.0);
@@ -251,10 +260,10 @@ impl HeadTask<'_> {
                         stride,
                     );
                 }
-                inner::scores::<M>(&qp, &kp, d, &mut s, self.bias.is_some());
+                inner::scores::<M>(&qp, kt, d, &mut s, self.bias.is_some());
                 dp.clear();
                 dp.resize(rows_padded * stride, 0.0);
-                inner::scores::<M>(&dop, &vp, d, &mut dp, false);
+                inner::scores::<M>(&dop, vt, d, &mut dp, false);
                 for r in 0..rows {
                     let vis = visible[r].saturating_sub(c0).min(cols);
                     let lse = self.lse[r0 + r];
@@ -269,11 +278,13 @@ impl HeadTask<'_> {
                     dprow[vis..].fill(0.0);
                 }
                 // Now `s` holds p and `dp` holds dS.
-                inner::weighted_values::<M>(&dp, stride, rows, ktile, cols, d, &mut dq[r0 * d..]);
-                transpose(&s, stride, rows, cols, &mut t);
-                inner::weighted_values::<M>(&t, rows, cols, dorows, rows, d, &mut dv[c0 * d..]);
-                transpose(&dp, stride, rows, cols, &mut t);
-                inner::weighted_values::<M>(&t, rows, cols, qrows, rows, d, &mut dk[c0 * d..]);
+                let pv = (stride, 1);
+                inner::weighted_values::<M>(&dp, pv, rows, ktile, cols, d, &mut dq[r0 * d..]);
+                // dV += Pᵀ·dO and dK += dSᵀ·q: the same product over the transposed tiles,
+                // read in place through the strides.
+                let pt = (1, stride);
+                inner::weighted_values::<M>(&s, pt, cols, dorows, rows, d, &mut dv[c0 * d..]);
+                inner::weighted_values::<M>(&dp, pt, cols, qrows, rows, d, &mut dk[c0 * d..]);
                 if let Some(plan) = self.bias {
                     plan.accumulate(
                         self.head,
@@ -288,17 +299,5 @@ impl HeadTask<'_> {
         }
         dq.iter_mut().chain(dk.iter_mut()).for_each(|x| *x *= scale);
         (dq, dk, dv, stats)
-    }
-}
-
-/// `t[c, r] = src[r, c]` for `r < rows`, `c < cols` (`src` has row stride `stride`; `t` is
-/// `[cols, rows]`).
-fn transpose(src: &[f32], stride: usize, rows: usize, cols: usize, t: &mut Vec<f32>) {
-    t.clear();
-    t.resize(cols * rows, 0.0);
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = src[r * stride + c];
-        }
     }
 }

@@ -137,12 +137,13 @@ fn scores_blocked<M: Madd, const K: usize>(
     }
 }
 
-/// `acc[r, :] += Σ_t p[r, t]·v[t, :]` for `rows` rows; `p` has row stride `stride`, `v` is
+/// `acc[r, :] += Σ_t p[r, t]·v[t, :]` for `rows` rows; `p[r, t]` is `p[r·stride.0 + t·stride.1]`
+/// (so a transposed `p` needs no copy), `v` is
 /// `[keys, d]` row-major, `acc` is `[rows, d]`.
 #[inline(always)]
 pub(crate) fn weighted_values<M: Madd>(
     p: &[f32],
-    stride: usize,
+    stride: (usize, usize),
     rows: usize,
     v: &[f32],
     keys: usize,
@@ -186,7 +187,7 @@ pub(crate) fn weighted_values<M: Madd>(
                 for t in 0..keys {
                     let vt = &v[t * d + c0..t * d + c0 + DIMS];
                     for (r, ar) in a.iter_mut().enumerate() {
-                        let w = p[(r0 + r) * stride + t];
+                        let w = p[(r0 + r) * stride.0 + t * stride.1];
                         for (x, &vv) in ar.iter_mut().zip(vt) {
                             *x = M::madd(w, vv, *x);
                         }
@@ -196,7 +197,7 @@ pub(crate) fn weighted_values<M: Madd>(
                 for t in 0..keys {
                     let vt = &v[t * d + c0..t * d + c0 + DIMS];
                     for (r, ar) in a.iter_mut().enumerate().take(nr) {
-                        let w = p[(r0 + r) * stride + t];
+                        let w = p[(r0 + r) * stride.0 + t * stride.1];
                         for (x, &vv) in ar.iter_mut().zip(vt) {
                             *x = M::madd(w, vv, *x);
                         }
@@ -213,7 +214,7 @@ pub(crate) fn weighted_values<M: Madd>(
         if full < d {
             for r in r0..r0 + nr {
                 for t in 0..keys {
-                    let w = p[r * stride + t];
+                    let w = p[r * stride.0 + t * stride.1];
                     for c in full..d {
                         acc[r * d + c] = M::madd(w, v[t * d + c], acc[r * d + c]);
                     }
@@ -223,11 +224,15 @@ pub(crate) fn weighted_values<M: Madd>(
     }
 }
 
-/// The largest of a non-empty slice (eight running maxima so it vectorises).
+/// Running maxima and partial sums of [`max`] and [`exp_sum`]: 16, so that they vectorise to
+/// one AVX-512 vector (two AVX2 ones) rather than half of one.
+const PARTIALS: usize = 8;
+
+/// The largest of a non-empty slice ([`PARTIALS`] running maxima so it vectorises).
 #[inline(always)]
 pub(crate) fn max(x: &[f32]) -> f32 {
-    let mut m = [f32::NEG_INFINITY; 8];
-    let mut chunks = x.chunks_exact(8);
+    let mut m = [f32::NEG_INFINITY; PARTIALS];
+    let mut chunks = x.chunks_exact(PARTIALS);
     for c in &mut chunks {
         for (a, &b) in m.iter_mut().zip(c) {
             *a = if b > *a { b } else { *a };
@@ -240,11 +245,11 @@ pub(crate) fn max(x: &[f32]) -> f32 {
     m.iter().fold(tail, |a, &b| a.max(b))
 }
 
-/// Replaces every `x` by `e^{x − shift}` and returns their sum (eight partial sums).
+/// Replaces every `x` by `e^{x − shift}` and returns their sum ([`PARTIALS`] partial sums).
 #[inline(always)]
 pub(crate) fn exp_sum<M: Madd>(x: &mut [f32], shift: f32) -> f32 {
-    let mut s = [0f32; 8];
-    let mut chunks = x.chunks_exact_mut(8);
+    let mut s = [0f32; PARTIALS];
+    let mut chunks = x.chunks_exact_mut(PARTIALS);
     for c in &mut chunks {
         for (a, v) in s.iter_mut().zip(c.iter_mut()) {
             *v = exp::<M>(*v - shift);

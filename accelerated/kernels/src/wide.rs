@@ -83,7 +83,8 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
 /// `R` rows of `DV` vectors (`DV`·16 head dimensions) per register block.
 pub(crate) struct Values<'a, const R: usize, const DV: usize> {
     pub p: &'a [f32],
-    pub stride: usize,
+    /// `p[r, t]` is `p[r·stride.0 + t·stride.1]`.
+    pub stride: (usize, usize),
     pub rows: usize,
     pub v: &'a [f32],
     pub keys: usize,
@@ -113,18 +114,24 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
         let full = d / dims * dims;
         for r0 in (0..rows).step_by(R) {
             let nr = R.min(rows - r0);
+            // Rows past the last are computed on a repeat of it and never stored: one code
+            // path, whose block size the compiler knows, so the block stays in registers.
+            let prow: [usize; R] = core::array::from_fn(|r| (r0 + r).min(rows - 1) * stride.0);
             for c0 in (0..full).step_by(dims) {
                 let mut a = [[simd.splat_f32s(0.0); DV]; R];
-                // Not a closure: a closure is not compiled with the dispatch's target features,
-                // and its intrinsics stay calls (measured 10x slower).
-                if nr == R {
-                    // The common case, with the row count known to the compiler.
-                    for t in 0..keys {
-                        value_step(simd, &v[t * d + c0..], p, (r0, stride, t), &mut a);
-                    }
-                } else {
-                    for t in 0..keys {
-                        value_step(simd, &v[t * d + c0..], p, (r0, stride, t), &mut a[..nr]);
+                // Written out here, not in a closure or a helper taking the block by reference:
+                // a closure is not compiled with the dispatch's target features (its
+                // intrinsics stay calls, measured 10x slower), and a block behind a reference
+                // was stored to memory every step.
+                for t in 0..keys {
+                    let (vt, _) = S::as_simd_f32s(&v[t * d + c0..t * d + c0 + dims]);
+                    let vt: [S::f32s; DV] = core::array::from_fn(|i| vt[i]);
+                    let pt = t * stride.1;
+                    for r in 0..R {
+                        let w = simd.splat_f32s(p[prow[r] + pt]);
+                        for j in 0..DV {
+                            a[r][j] = simd.mul_add_f32s(w, vt[j], a[r][j]);
+                        }
                     }
                 }
                 for (r, ar) in a.iter().enumerate().take(nr) {
@@ -137,7 +144,7 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
             }
             for r in (r0..r0 + nr).filter(|_| full < d) {
                 for t in 0..keys {
-                    let w = p[r * stride + t];
+                    let w = p[r * stride.0 + t * stride.1];
                     for c in full..d {
                         acc[r * d + c] = w.mul_add(v[t * d + c], acc[r * d + c]);
                     }
@@ -145,25 +152,5 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
             }
         }
         true
-    }
-}
-
-/// One key of [`Values`]: `a[r] += p[r0 + r, t] · v_t[..DV vectors]` for every row of `a`
-/// (`at` = `(r0, stride, t)`).
-#[inline(always)]
-fn value_step<S: Simd, const DV: usize>(
-    simd: S,
-    vt: &[f32],
-    p: &[f32],
-    (r0, stride, t): (usize, usize, usize),
-    a: &mut [[S::f32s; DV]],
-) {
-    let (vt, _) = S::as_simd_f32s(&vt[..DV * LANES]);
-    let vt: [S::f32s; DV] = core::array::from_fn(|i| vt[i]);
-    for (r, ar) in a.iter_mut().enumerate() {
-        let w = simd.splat_f32s(p[(r0 + r) * stride + t]);
-        for (x, &vv) in ar.iter_mut().zip(&vt) {
-            *x = simd.mul_add_f32s(w, vv, *x);
-        }
     }
 }

@@ -105,6 +105,47 @@ fn fused_fire_equals_the_reference_and_the_materialised_path() {
     }
 }
 
+/// Several query and key tiles, head dimensions that take each register block (the 16-lane
+/// value blocks of 4 × 64 and 8 × 32, the 16-wide ones with a remainder), query orders that do
+/// and do not allow skipping the row blocks that see no key of a tile, all against the
+/// materialised twin.
+#[test]
+fn fused_attention_over_many_tiles_and_blocks_equals_the_twin() {
+    use crate::attention::{TILE_K, TILE_Q};
+    let n = 2 * TILE_Q.max(TILE_K) + 37;
+    let alibi = DistanceBias::new(
+        DistanceEncoding::Alibi {
+            slopes: alibi_slopes(2),
+        },
+        2,
+        n + 1,
+    )
+    .unwrap();
+    for d in [64, 32, 40] {
+        let sorted: Vec<Position> = (0..n as Position).collect();
+        let mut shuffled = sorted.clone();
+        shuffled.reverse();
+        shuffled.swap(3, n / 2);
+        for queries in [
+            sorted.clone(),
+            shuffled,
+            (n as Position / 2..n as Position).collect(),
+        ] {
+            let c = case(2, queries, sorted.clone(), d, 70 + d as u64);
+            for e in [None, Some(&alibi as &dyn TileBias)] {
+                let got = fast(&c, e);
+                let want = slow(&c, e);
+                assert!(
+                    max_diff(&got, &want) < 2e-6,
+                    "d {d}, bias {}: {}",
+                    e.is_some(),
+                    max_diff(&got, &want)
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn fused_nope_equals_no_bias_and_zero_bias() {
     let c = case(3, (0..97).collect(), (0..97).collect(), 64, 3);
@@ -233,12 +274,22 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
     scores::<M>(&qp, &kp, d, &mut s, true);
     let mut acc = vec![0.25f32; rows * d];
-    weighted_values::<M>(&s, stride, rows, &v, keys, d, &mut acc);
+    weighted_values::<M>(&s, (stride, 1), rows, &v, keys, d, &mut acc);
+    // The transposed product (the backward's dV and dK), read through the strides.
+    let mut acc_t = vec![-0.5f32; keys * d];
+    weighted_values::<M>(&s, (1, stride), keys, &q, rows, d, &mut acc_t);
     // The scores without the padding columns, so that blocks of any width compare.
     let s = (0..rows)
         .flat_map(|r| s[r * stride..r * stride + keys].to_vec())
         .collect();
-    Products { q, k, v, s, acc }
+    Products {
+        q,
+        k,
+        v,
+        s,
+        acc,
+        acc_t,
+    }
 }
 
 struct Products {
@@ -247,6 +298,7 @@ struct Products {
     v: Vec<f32>,
     s: Vec<f32>,
     acc: Vec<f32>,
+    acc_t: Vec<f32>,
 }
 
 const PRODUCT_SIZES: [(usize, usize, usize); 8] = [
@@ -262,7 +314,14 @@ const PRODUCT_SIZES: [(usize, usize, usize); 8] = [
 
 fn products_match_plain_loops<M: crate::simd::Madd>() {
     for (rows, keys, d) in PRODUCT_SIZES {
-        let Products { q, k, v, s, acc } = blocked_products::<M>(rows, keys, d);
+        let Products {
+            q,
+            k,
+            v,
+            s,
+            acc,
+            acc_t,
+        } = blocked_products::<M>(rows, keys, d);
         for r in 0..rows {
             for t in 0..keys {
                 let want: f32 = 0.5 + (0..d).map(|c| q[r * d + c] * k[t * d + c]).sum::<f32>();
@@ -286,6 +345,19 @@ fn products_match_plain_loops<M: crate::simd::Madd>() {
                 );
             }
         }
+        for t in 0..keys {
+            for c in 0..d {
+                let want: f32 = -0.5
+                    + (0..rows)
+                        .map(|r| s[r * keys + t] * q[r * d + c])
+                        .sum::<f32>();
+                let got = acc_t[t * d + c];
+                assert!(
+                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "acc_t[{t},{c}] at {rows}x{keys}x{d}"
+                );
+            }
+        }
     }
 }
 
@@ -306,5 +378,9 @@ fn the_wide_blocks_round_exactly_as_the_narrow_ones() {
         let wide = blocked_products::<crate::simd::FusedWide>(rows, keys, d);
         assert_eq!(narrow.s, wide.s, "scores at {rows}x{keys}x{d}");
         assert_eq!(narrow.acc, wide.acc, "values at {rows}x{keys}x{d}");
+        assert_eq!(
+            narrow.acc_t, wide.acc_t,
+            "transposed values at {rows}x{keys}x{d}"
+        );
     }
 }
