@@ -323,7 +323,7 @@ impl BiasPlan for DistancePlan<'_> {
         for (r, q) in rows.enumerate() {
             let i = self.queries[q];
             let row = &mut out[r * stride..r * stride + width];
-            let vis = visible(self.keys, &cols, i);
+            let vis = visible(self.keys, &cols, i, self.contiguous);
             let p0 = self.keys[cols.start];
             if self.contiguous && vis > 0 && i - p0 < cap as u64 {
                 let base = cap - 1 - (i - p0) as usize;

@@ -27,6 +27,7 @@ use crate::compile::PiecewiseLinear;
 use crate::device::{DeviceBias, DeviceTables};
 use crate::error::{finite, Error, Result};
 use crate::mlp::{Linear, Mlp};
+use crate::simd::{self, Kernel, Madd};
 use crate::tile::{check_positions, visible, BiasPlan, TileBias};
 
 /// FIRE's scalar parameters (f_θ is an [`Mlp`] of its own): with the MLP they are a whole FIRE
@@ -386,6 +387,7 @@ impl FirePlan<'_> {
     /// The runs of one causal row on the fast path: calls `f(segment, start, end)` for each
     /// maximal run of columns `start..end` (of `0..vis`, column `t` at distance `nhi − t`) whose
     /// x lies in one segment of the compiled f_θ, in column order.
+    #[inline(always)]
     pub(crate) fn for_each_run(
         &self,
         q: usize,
@@ -415,6 +417,7 @@ impl FirePlan<'_> {
 
     /// The causal part of one row on the fast path: contiguous keys whose distances the ψ
     /// table holds. `psi` is ψ at distances `nhi, nhi − 1, …` (one per visible key).
+    #[inline(always)]
     fn runs(
         &self,
         pl: &PiecewiseLinear,
@@ -456,7 +459,39 @@ impl BiasPlan for FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
     ) {
-        self.fill_rows(head, rows, cols, out, stride, true);
+        // The kernel calls this through `dyn BiasPlan`, outside its own SIMD dispatch: without
+        // one here the runs' multiply-add loop would be compiled for the baseline target.
+        struct Fill<'a, 'b> {
+            plan: &'a FirePlan<'b>,
+            head: usize,
+            rows: Range<usize>,
+            cols: Range<usize>,
+            out: &'a mut [f32],
+            stride: usize,
+        }
+        impl Kernel for Fill<'_, '_> {
+            type Output = ();
+            #[inline(always)]
+            fn run<M: Madd>(self) {
+                let Fill {
+                    plan,
+                    head,
+                    rows,
+                    cols,
+                    out,
+                    stride,
+                } = self;
+                plan.fill_rows(head, rows, cols, out, stride, true);
+            }
+        }
+        simd::dispatch(Fill {
+            plan: self,
+            head,
+            rows,
+            cols,
+            out,
+            stride,
+        });
     }
 
     fn bytes(&self) -> usize {
@@ -466,6 +501,7 @@ impl BiasPlan for FirePlan<'_> {
 
 impl FirePlan<'_> {
     /// [`BiasPlan::fill`]; with `causal`, keys after the query are left as they are.
+    #[inline(always)]
     fn fill_rows(
         &self,
         head: usize,
@@ -482,7 +518,7 @@ impl FirePlan<'_> {
             let i = self.queries[q];
             let inv = self.inv[q];
             let row = &mut out[r * stride..r * stride + width];
-            let vis = visible(self.keys, &cols, i);
+            let vis = visible(self.keys, &cols, i, self.contiguous);
             let p0 = self.keys[cols.start];
             let fast = match &self.fire.function {
                 FireFunction::Compiled(pl) if self.contiguous && vis > 0 && i - p0 < m as u64 => {

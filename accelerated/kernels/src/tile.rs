@@ -88,7 +88,19 @@ pub(crate) fn check_keys(keys: &[Position]) -> Result<bool> {
 }
 
 /// How many of `keys[cols]` (non-decreasing) are visible to a query at `i` (`j ≤ i`): they
-/// form a prefix of the tile.
-pub(crate) fn visible(keys: &[Position], cols: &Range<usize>, i: Position) -> usize {
-    keys[cols.clone()].partition_point(|&j| j <= i)
+/// form a prefix of the tile. With `contiguous` (as [`check_keys`] found the whole list) it is
+/// arithmetic, not a search: it is asked once per row of every tile.
+pub(crate) fn visible(
+    keys: &[Position],
+    cols: &Range<usize>,
+    i: Position,
+    contiguous: bool,
+) -> usize {
+    if contiguous {
+        let first = keys[cols.start];
+        // j = first + t ≤ i for t < i − first + 1.
+        (i + 1).saturating_sub(first).min(cols.len() as Position) as usize
+    } else {
+        keys[cols.clone()].partition_point(|&j| j <= i)
+    }
 }
