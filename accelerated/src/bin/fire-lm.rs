@@ -23,6 +23,9 @@ mod bench;
 /// `fire-lm verify` and the wording of checkpoint and divergence errors.
 #[path = "fire-lm/faults.rs"]
 mod faults;
+/// The allocator set to keep the memory each training step frees for the next.
+#[path = "fire-lm/malloc.rs"]
+mod malloc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -540,6 +543,9 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    // Before any thread exists (rayon's pool starts with the first parallel call). Where the
+    // allocator is not glibc's this does nothing, and only speed is at stake.
+    malloc::keep_freed_memory();
     match Cli::parse().command {
         Command::Train(a) => run_train(&a),
         Command::Eval(a) => run_eval(&a).map(|_| ()),
