@@ -1,7 +1,9 @@
 //! Fused causal attention with the bias computed per tile: softmax(q·kᵀ/√d + b)·v, tiled with
 //! an online softmax (flash-attention style), so neither the `[H, N, N]` bias nor the
 //! `[H, N, N]` scores ever exist. Peak memory beyond q, k, v and the output is the bias plan
-//! (O(N) for FIRE, O(N·H) for a tabulated baseline) plus O(tile²) scratch per thread.
+//! (O(N) for FIRE, O(N·H) for a tabulated baseline), one packed copy of k (each head's keys
+//! laid out for the score product once, not once per query tile) and O(tile²) scratch per
+//! thread.
 //!
 //! Layout: `q: [H, Nq, d]`, `k, v: [H, Nk, d]`, output `[H, Nq, d]`, all row-major f32 (what a
 //! candle `[B, H, N, d]` tensor is per batch row after `.contiguous()`). Query positions are

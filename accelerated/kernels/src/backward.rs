@@ -16,7 +16,8 @@
 //! their gradient from the tiles of `dS` as they pass ([`GradPlan::accumulate`]): FIRE sums
 //! them per segment of its compiled f_θ (two numbers per segment and head, then one
 //! backpropagation per segment: [`crate::fire_grad`]), a distance table per distance. Memory
-//! beyond the inputs and gradients: O(tile²) scratch and one statistics vector per task.
+//! beyond the inputs and gradients: per task, packed copies of its head's k and v, O(tile²)
+//! scratch and one statistics vector.
 //!
 //! Work is split over batch rows × heads (each task owns its head's `dq`, `dk`, `dv`), with the
 //! query tiles of a head in sequence. Positions: queries and keys as in the forward (keys
