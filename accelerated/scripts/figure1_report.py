@@ -44,7 +44,8 @@ def load(out, variants, seeds):
 
 def stats(xs):
     m = statistics.fmean(xs)
-    sd = statistics.stdev(xs) if len(xs) > 1 else float("nan")
+    # null in summary.json (not NaN, which is not JSON) until a second seed exists.
+    sd = statistics.stdev(xs) if len(xs) > 1 else None
     return {"mean": m, "sd": sd, "min": min(xs), "max": max(xs), "n": len(xs), "values": xs}
 
 
@@ -189,7 +190,7 @@ def main():
     (out / "table.md").write_text("\n".join(md))
     (out / "summary.json").write_text(json.dumps(
         {"runs_finished": done, "runs_total": total, "seeds": seeds, "variants": summary},
-        indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x))
+        indent=1, allow_nan=False))
     svg_plot(out / "figure1.svg", "Figure 1: seven encodings, trained at 128", summary, found, main_v, lengths)
     svg_plot(out / "question.svg", "The FIRE question: variants of FIRE vs Kerple-log", summary, found,
              ["fire", "kerple-log"] + question, lengths)
