@@ -219,6 +219,28 @@ fn divergence_and_bad_settings_are_said_in_flags() {
         ),
         "{err}"
     );
+    // A model flag next to --config would be ignored (the file defines the model): refused.
+    std::fs::write(d.join("model.yaml"), "encoding:\n  kind: nope\n").unwrap();
+    for flag in [
+        &["--init", "gpt2"][..],
+        &["--encoding", "alibi"],
+        &["--d-model", "64"],
+    ] {
+        let mut args = vec!["train", "--run", "other", "--config", "model.yaml"];
+        args.extend_from_slice(flag);
+        let err = refused(&fire_lm(d, &args));
+        let upper = flag[0]
+            .trim_start_matches('-')
+            .replace('-', "_")
+            .to_uppercase();
+        assert!(
+            err.starts_with(&format!(
+                "error: the argument '--config <CONFIG>' cannot be used with '{} <{upper}>'",
+                flag[0]
+            )),
+            "{err}"
+        );
+    }
     // `run` holds the diverged run's last good checkpoint.
     let err = refused(&fire_lm(d, &["eval", "run", "--lengths", "0"]));
     assert!(

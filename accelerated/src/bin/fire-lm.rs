@@ -111,35 +111,36 @@ struct TrainArgs {
     /// before stopping as diverged; 0 (the default) stops at the first.
     #[arg(long, value_name = "N", default_value_t = 0)]
     skip_nonfinite: u64,
-    /// Model config (YAML or JSON); otherwise built from the flags below.
+    /// Model config (YAML or JSON); otherwise built from the model flags below (--encoding
+    /// to --d-ff), which are then refused rather than silently ignored.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Training config (YAML or JSON); flags below override it.
     #[arg(long)]
     train_config: Option<PathBuf>,
     /// Positional encoding.
-    #[arg(long, value_enum, default_value_t = Encoding::Fire)]
+    #[arg(long, conflicts_with = "config", value_enum, default_value_t = Encoding::Fire)]
     encoding: Encoding,
     /// RoPE-PI's scale (target length / training length).
-    #[arg(long, default_value_t = 8.0)]
+    #[arg(long, conflicts_with = "config", default_value_t = 8.0)]
     rope_pi_scale: f64,
     /// FIRE's frozen initial threshold init_L (Appendix E: 512).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "config")]
     fire_l_init: Option<f64>,
     /// FIRE's MLP depth (1: Appendix E; 2: the paper's experiments).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "config")]
     fire_depth: Option<usize>,
     /// How the projections start: fan-in (PyTorch's nn.Linear default) or gpt2 (N(0, 0.02²),
     /// residual outputs scaled by 1/√(2·layers)).
-    #[arg(long, value_enum, default_value_t = InitScheme::FanIn)]
+    #[arg(long, conflicts_with = "config", value_enum, default_value_t = InitScheme::FanIn)]
     init: InitScheme,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, conflicts_with = "config", default_value_t = 64)]
     d_model: usize,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, conflicts_with = "config", default_value_t = 2)]
     layers: usize,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, conflicts_with = "config", default_value_t = 4)]
     heads: usize,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, conflicts_with = "config", default_value_t = 256)]
     d_ff: usize,
     #[arg(long)]
     seq_len: Option<usize>,
