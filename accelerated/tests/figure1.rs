@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
+mod common;
+use common::{largest, max_abs_diff};
+
 use candle_core::{Device, Tensor};
 use fire_accelerated::attention::{AttentionPath, Backend, Purpose};
 use fire_accelerated::config::{
@@ -46,11 +49,6 @@ fn kerple_fire(l_init: f64) -> FireConfig {
 fn tokens(n: usize, seed: u64) -> Vec<u32> {
     let mut rng = SplitMix64::new(seed);
     (0..n).map(|_| rng.below(256) as u32).collect()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
 }
 
 fn flat(t: &Tensor) -> Vec<f32> {
@@ -149,7 +147,7 @@ fn position_offsets_fused_equals_materialised_and_distance_encodings_ignore_them
         let (l0, _) = loss(model.forward(&x, &CANDLE, None).unwrap());
         assert!((lm - lf).abs() < 1e-5, "{}: {lm} vs {lf}", enc.name());
         for ((name, a), (_, c)) in gm.iter().zip(&gf) {
-            let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = largest(a);
             let diff = max_abs_diff(a, c);
             // f_θ's output bias has a vanishing gradient (softmax ignores a constant row shift):
             // rounding noise on both paths, hence the absolute floor.

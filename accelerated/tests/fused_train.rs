@@ -7,6 +7,9 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
+mod common;
+use common::{largest, max_abs_diff};
+
 use candle_core::{Device, Tensor};
 use fire_accelerated::attention::{AttentionPath, Backend, Purpose};
 use fire_accelerated::config::{
@@ -97,11 +100,8 @@ fn check(label: &str, enc: EncodingConfig, zero: &[&str]) {
         "{label}: loss {loss_f} fused vs {loss_m} materialised"
     );
     for ((name, gm), (_, gf)) in grads_m.iter().zip(&grads_f) {
-        let scale = gm.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let diff = gm
-            .iter()
-            .zip(gf)
-            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        let scale = largest(gm);
+        let diff = max_abs_diff(gm, gf);
         assert!(
             diff <= 1e-4 * scale + 1e-9,
             "{label}: {name}: max |Δ| = {diff:e} against max |g| = {scale:e}"
@@ -244,14 +244,6 @@ fn run_blocks(model: &mut Model, store: &ParamStore, fused_blocks: bool, start: 
     (flat, loss.to_scalar().unwrap(), named)
 }
 
-fn largest(x: &[f32]) -> f32 {
-    x.iter().fold(0f32, |a, v| a.max(v.abs()))
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
-}
-
 /// Logits within 1e-5 of their largest, the loss within 1e-6 relative, every gradient within
 /// 1e-4 of its largest entry (the two sum in different orders; measured ~1e-6), and every
 /// block parameter's gradient of real size (so a gradient the op forgot would show).
@@ -268,7 +260,7 @@ fn check_blocks(label: &str, encoding: EncodingConfig, init: InitScheme, start: 
     let mut model = Model::new(&cfg, &mut store).unwrap();
     let (lt, st, gt) = run_blocks(&mut model, &store, false, start);
     let (lf, sf, gf) = run_blocks(&mut model, &store, true, start);
-    let d = max_diff(&lt, &lf);
+    let d = max_abs_diff(&lt, &lf);
     assert!(d <= 1e-5 * largest(&lt), "{label}: logits differ by {d:e}");
     assert!(
         (st - sf).abs() <= 1e-6 * st.abs(),
@@ -276,7 +268,7 @@ fn check_blocks(label: &str, encoding: EncodingConfig, init: InitScheme, start: 
     );
     for ((name, a), (_, b)) in gt.iter().zip(&gf) {
         let scale = largest(a);
-        let diff = max_diff(a, b);
+        let diff = max_abs_diff(a, b);
         assert!(
             diff <= 1e-4 * scale + 1e-9,
             "{label}: {name}: max |Δ| = {diff:e} against max |g| = {scale:e}"

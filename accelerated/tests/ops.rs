@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap (workspace rule)
 
+mod common;
+use common::{largest, max_abs_diff};
+
 use std::collections::BTreeMap;
 
 use candle_core::{Device, Tensor, Var};
@@ -27,11 +30,8 @@ fn values(t: &Tensor) -> Vec<f32> {
 fn close(what: &str, a: &Tensor, b: &Tensor, tol: f32) {
     assert_eq!(a.dims(), b.dims(), "{what}: shapes");
     let (a, b) = (values(a), values(b));
-    let scale = b.iter().fold(1f32, |m, v| m.max(v.abs()));
-    let diff = a
-        .iter()
-        .zip(&b)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let scale = largest(&b).max(1.0);
+    let diff = max_abs_diff(&a, &b);
     assert!(
         diff <= tol * scale,
         "{what}: max |Δ| = {diff:e}, scale {scale:e}"

@@ -70,11 +70,18 @@ pub(super) fn random(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect()
 }
 
-/// Largest |a − b| over two slices of equal length.
+/// Largest |a − b| over two slices of equal length; NaN when any difference is NaN
+/// (`f32::max` drops a NaN, which would let a NaN output pass every tolerance).
 pub(super) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
         .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+        .fold(0.0, |m, d| {
+            if m.is_nan() || d.is_nan() {
+                f32::NAN
+            } else {
+                m.max(d)
+            }
+        })
 }
