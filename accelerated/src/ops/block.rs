@@ -31,6 +31,7 @@ use fire_kernels::Shape as KernelShape;
 use rayon::prelude::*;
 
 use super::gelu::{gelu_backward_rows, gelu_into};
+use super::scratch::Scratch;
 use super::{layer_norm, rows_per_task, slice, sum_partials, with_f32};
 use crate::attention::fused_train::{bias_input, Kind};
 use crate::encodings::LayerBias;
@@ -105,20 +106,20 @@ impl<'a> Params<'a> {
 
 /// What the backward pass needs from the forward pass (`N = B·T` rows).
 struct Saved {
-    h1: Vec<f32>,
+    h1: Scratch,
     /// `[B, H, T, D/H]` each.
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    q: Scratch,
+    k: Scratch,
+    v: Scratch,
     out: Vec<f32>,
     lse: Vec<f32>,
     /// The heads merged back: `[N, D]`.
-    a: Vec<f32>,
-    x1: Vec<f32>,
-    h2: Vec<f32>,
+    a: Scratch,
+    x1: Scratch,
+    h2: Scratch,
     /// `[N, F]`.
-    z: Vec<f32>,
-    f: Vec<f32>,
+    z: Scratch,
+    f: Scratch,
 }
 
 /// The op; one instance per call (it keeps that call's activations for the backward pass).
@@ -178,16 +179,10 @@ fn msg(e: impl std::fmt::Display) -> candle_core::Error {
 }
 
 /// Rows `[N, width]` (columns `offset..offset + D` of each) → heads `[B, H, T, D/H]`.
-fn to_heads(
-    src: &[f32],
-    width: usize,
-    offset: usize,
-    t: usize,
-    heads: usize,
-    d: usize,
-) -> Vec<f32> {
+fn to_heads(src: &[f32], width: usize, offset: usize, t: usize, heads: usize, d: usize) -> Scratch {
     let dh = d / heads;
-    let mut dst = vec![0f32; src.len() / width * d];
+    // Every row of every head is copied in: written in full.
+    let mut dst = Scratch::overwritten(src.len() / width * d);
     dst.par_chunks_mut(heads * t * dh)
         .enumerate()
         .for_each(|(b, dst)| {
@@ -287,9 +282,11 @@ impl Block {
             d_ff: f,
         } = self.dims;
         let n = b * t;
-        let mut h1 = vec![0f32; n * d];
+        // Every buffer below is written in full before it is read (matrix products without
+        // accumulation, row-wise passes, copies), hence `Scratch::overwritten`.
+        let mut h1 = Scratch::overwritten(n * d);
         layer_norm::forward(x, p.ln1_w, p.ln1_b, self.eps, &mut h1);
-        let mut qkv = vec![0f32; n * 3 * d];
+        let mut qkv = Scratch::overwritten(n * 3 * d);
         mm(&mut qkv, mat(&h1, n, d)?, mat(p.wqkv, 3 * d, d)?.t(), false)?;
         let (q, k, v) = (
             to_heads(&qkv, 3 * d, 0, t, heads, d),
@@ -319,16 +316,16 @@ impl Block {
             out.extend(o);
             lse.extend(l);
         }
-        let mut a = vec![0f32; n * d];
+        let mut a = Scratch::overwritten(n * d);
         from_heads(&out, &mut a, d, 0, t, heads, d);
-        let mut x1 = x.to_vec();
+        let mut x1 = Scratch::copy_of(x);
         mm(&mut x1, mat(&a, n, d)?, mat(p.wo, d, d)?.t(), true)?;
-        let mut h2 = vec![0f32; n * d];
+        let mut h2 = Scratch::overwritten(n * d);
         layer_norm::forward(&x1, p.ln2_w, p.ln2_b, self.eps, &mut h2);
-        let mut z = vec![0f32; n * f];
+        let mut z = Scratch::overwritten(n * f);
         fill_rows(&mut z, p.b1);
         mm(&mut z, mat(&h2, n, d)?, mat(p.w1, f, d)?.t(), true)?;
-        let mut g = vec![0f32; n * f];
+        let mut g = Scratch::overwritten(n * f);
         g.par_chunks_mut(rows_per_task(f) * f)
             .zip(z.par_chunks(rows_per_task(f) * f))
             .for_each(|(g, z)| gelu_into(z, g));
@@ -377,9 +374,9 @@ impl Block {
         let n = b * t;
         // The MLP: y = x₁ + gelu(z)·W₂ᵀ + b₂.
         let db2 = column_sums(dy, d);
-        let mut dw2 = vec![0f32; d * f];
+        let mut dw2 = Scratch::overwritten(d * f);
         mm(&mut dw2, mat(dy, n, d)?.t(), mat(&s.f, n, f)?, false)?;
-        let mut dz = vec![0f32; n * f];
+        let mut dz = Scratch::overwritten(n * f);
         mm(&mut dz, mat(dy, n, d)?, mat(p.w2, d, f)?, false)?;
         let chunk = rows_per_task(f) * f;
         let partials = dz
@@ -392,17 +389,17 @@ impl Block {
             })
             .collect();
         let db1 = sum_partials(partials, f);
-        let mut dw1 = vec![0f32; f * d];
+        let mut dw1 = Scratch::overwritten(f * d);
         mm(&mut dw1, mat(&dz, n, f)?.t(), mat(&s.h2, n, d)?, false)?;
-        let mut dh2 = vec![0f32; n * d];
+        let mut dh2 = Scratch::overwritten(n * d);
         mm(&mut dh2, mat(&dz, n, f)?, mat(p.w1, f, d)?, false)?;
         drop(dz);
         let (mut dx1, dln2_w, dln2_b) = layer_norm::backward(&s.x1, p.ln2_w, &dh2, d, self.eps)?;
         dx1.iter_mut().zip(dy).for_each(|(a, b)| *a += b);
         // The attention: x₁ = x + a·W_oᵀ.
-        let mut dwo = vec![0f32; d * d];
+        let mut dwo = Scratch::overwritten(d * d);
         mm(&mut dwo, mat(&dx1, n, d)?.t(), mat(&s.a, n, d)?, false)?;
-        let mut da = vec![0f32; n * d];
+        let mut da = Scratch::overwritten(n * d);
         mm(&mut da, mat(&dx1, n, d)?, mat(p.wo, d, d)?, false)?;
         let dout = to_heads(&da, d, 0, t, heads, d);
         drop(da);
@@ -423,18 +420,18 @@ impl Block {
             plan.as_deref(),
         )
         .map_err(msg)?;
-        let mut dqkv = vec![0f32; n * 3 * d];
+        let mut dqkv = Scratch::overwritten(n * 3 * d);
         for (i, part) in [&g.dq, &g.dk, &g.dv].into_iter().enumerate() {
             from_heads(part, &mut dqkv, 3 * d, i * d, t, heads, d);
         }
-        let mut dwqkv = vec![0f32; 3 * d * d];
+        let mut dwqkv = Scratch::overwritten(3 * d * d);
         mm(
             &mut dwqkv,
             mat(&dqkv, n, 3 * d)?.t(),
             mat(&s.h1, n, d)?,
             false,
         )?;
-        let mut dh1 = vec![0f32; n * d];
+        let mut dh1 = Scratch::overwritten(n * d);
         mm(
             &mut dh1,
             mat(&dqkv, n, 3 * d)?,
@@ -446,7 +443,16 @@ impl Block {
         dx.iter_mut().zip(&dx1).for_each(|(a, b)| *a += b);
         let mut dparams = Vec::with_capacity(self.dims.params());
         for part in [
-            &dln1_w, &dln1_b, &dwqkv, &dwo, &dln2_w, &dln2_b, &dw1, &db1, &dw2, &db2,
+            &dln1_w[..],
+            &dln1_b,
+            &dwqkv,
+            &dwo,
+            &dln2_w,
+            &dln2_b,
+            &dw1,
+            &db1,
+            &dw2,
+            &db2,
         ] {
             dparams.extend_from_slice(part);
         }

@@ -19,6 +19,7 @@ pub mod block;
 mod cross_entropy;
 mod gelu;
 mod layer_norm;
+mod scratch;
 
 pub use cross_entropy::cross_entropy;
 pub use gelu::bias_gelu;
