@@ -142,7 +142,8 @@ machine() {
   echo "nproc: $(nproc)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "fire-lm: $("$BIN" --version) ($(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown))"
+  echo "fire-lm: $BIN, $("$BIN" --version)${FIRE_LM:+ (given by FIRE_LM, not built here)}"
+  echo "source tree: $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 }
 
 train_one() { # variant seed
