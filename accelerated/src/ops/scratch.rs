@@ -24,53 +24,58 @@ static POOL: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
 /// ~10 per layer); a buffer given back to a full pool is freed.
 const POOL_BUFFERS: usize = 256;
 
-/// A pooled `f32` buffer of a fixed length (see the module documentation).
-pub(crate) struct Scratch(Vec<f32>);
+/// A pooled `f32` buffer of a fixed length (see the module documentation): the first `len`
+/// values of `buf`. A pooled vector keeps its full length, so reusing it for a shorter buffer
+/// and then a longer one never zero-fills anything.
+pub(crate) struct Scratch {
+    buf: Vec<f32>,
+    len: usize,
+}
 
 impl Scratch {
     /// `len` values of unspecified content (a previous user's; NaN under debug assertions),
     /// for an output the caller writes in full before reading it.
     pub(crate) fn overwritten(len: usize) -> Self {
-        let mut v = take(len);
+        let mut s = Self {
+            buf: take(len),
+            len,
+        };
         if cfg!(debug_assertions) {
-            v.fill(f32::NAN);
+            s.fill(f32::NAN);
         }
-        Self(v)
+        s
     }
 
     /// A copy of `src`.
     pub(crate) fn copy_of(src: &[f32]) -> Self {
-        let mut v = take(src.len());
-        v.copy_from_slice(src);
-        Self(v)
+        let mut s = Self {
+            buf: take(src.len()),
+            len: src.len(),
+        };
+        s.copy_from_slice(src);
+        s
     }
 }
 
-/// The pooled buffer of the smallest capacity that holds `len` values, resized to `len`, or a
-/// new one. A reused buffer keeps its old values; growing it zero-fills only the new tail.
+/// The shortest pooled vector of at least `len` values (its old values kept), or a new one of
+/// exactly `len` zeros.
 fn take(len: usize) -> Vec<f32> {
     let found = POOL.lock().ok().and_then(|mut pool| {
         let best = pool
             .iter()
             .enumerate()
-            .filter(|(_, v)| v.capacity() >= len)
-            .min_by_key(|(_, v)| v.capacity())
+            .filter(|(_, v)| v.len() >= len)
+            .min_by_key(|(_, v)| v.len())
             .map(|(i, _)| i)?;
         Some(pool.swap_remove(best))
     });
-    match found {
-        Some(mut v) => {
-            v.resize(len, 0.0);
-            v
-        }
-        None => vec![0.0; len],
-    }
+    found.unwrap_or_else(|| vec![0.0; len])
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let v = std::mem::take(&mut self.0);
-        if v.capacity() == 0 {
+        let v = std::mem::take(&mut self.buf);
+        if v.is_empty() {
             return;
         }
         if let Ok(mut pool) = POOL.lock() {
@@ -84,13 +89,13 @@ impl Drop for Scratch {
 impl Deref for Scratch {
     type Target = [f32];
     fn deref(&self) -> &[f32] {
-        &self.0
+        &self.buf[..self.len]
     }
 }
 
 impl DerefMut for Scratch {
     fn deref_mut(&mut self) -> &mut [f32] {
-        &mut self.0
+        &mut self.buf[..self.len]
     }
 }
 
@@ -116,7 +121,7 @@ mod tests {
             }));
         }
         drop(b);
-        // Growing past every pooled buffer allocates (or zero-fills the new tail).
+        // Longer than every pooled buffer: a new one.
         let c = Scratch::overwritten(100_000);
         assert_eq!(c.len(), 100_000);
         let d = Scratch::copy_of(&[1.0, 2.0, 3.0]);
