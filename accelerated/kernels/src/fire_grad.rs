@@ -185,7 +185,7 @@ impl FireGradPlan<'_> {
         let row = &self.rows[q];
         let segs = pl.segments();
         let (mut dc, mut dm) = (0.0, 0.0);
-        self.plan.for_each_run(q, nhi, vis, |seg, start, end| {
+        for (seg, start, end) in self.plan.runs_of(q, nhi, vis) {
             let (a0, a1, a2) = sums(&g[start..end], &psi[start..end], &dpsi[start..end]);
             let (a0, a1, a2) = (f64::from(a0), f64::from(a1), f64::from(a2));
             let at = (head * segs + seg) * 2;
@@ -194,7 +194,7 @@ impl FireGradPlan<'_> {
             let slope = pl.slope(head, seg);
             dc += slope * (row.inv * a2 - row.inv * row.inv * row.dn_dc * a1);
             dm -= slope * row.inv * row.inv * row.dn_dm * a1;
-        });
+        }
         let s = self.scalars();
         stats[s] += dc;
         stats[s + 1] += dm;
