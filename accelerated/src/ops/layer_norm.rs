@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
+use fire_kernels::simd::{self, Kernel, Madd};
 use rayon::prelude::*;
 
 use super::{map_rows, rows_per_task, slice, sum_partials, with_f32};
@@ -17,12 +18,43 @@ struct LayerNorm {
     eps: f32,
 }
 
+/// Partial sums a row's reductions keep: one AVX-512 vector. A single running sum is a chain
+/// of dependent adds that the compiler may not reorder (no fast-math), so it ran one value per
+/// add; 16 independent sums vectorise (perf: the statistics and the backward's sums were 7 %
+/// of a small model's training step, at scalar speed).
+const LANES: usize = 16;
+
+/// `Σ f(a[i], b[i], c[i])` over equal-length slices, in `LANES` interleaved partial sums
+/// added at the end (chunks, not indices, so no bounds checks stand in the way).
+#[inline(always)]
+fn lane_sum(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let (ca, cb, cc) = (
+        a.chunks_exact(LANES),
+        b.chunks_exact(LANES),
+        c.chunks_exact(LANES),
+    );
+    let tail: f32 = (ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .zip(cc.remainder()))
+    .map(|((&a, &b), &c)| f(a, b, c))
+    .sum();
+    for ((a, b), c) in ca.zip(cb).zip(cc) {
+        for l in 0..LANES {
+            acc[l] += f(a[l], b[l], c[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// `(μ, r)` of one row.
-#[inline]
+#[inline(always)]
 fn stats(x: &[f32], eps: f32) -> (f32, f32) {
     let inv_d = 1.0 / x.len() as f32;
-    let mean = x.iter().sum::<f32>() * inv_d;
-    let var = x.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() * inv_d;
+    let mean = lane_sum(x, x, x, |x, _, _| x) * inv_d;
+    let var = lane_sum(x, x, x, |x, _, _| (x - mean) * (x - mean)) * inv_d;
     (mean, 1.0 / (var + eps).sqrt())
 }
 
@@ -101,14 +133,31 @@ impl CustomOp3 for LayerNorm {
 /// `out = (x − μ)·r·γ + β` row by row (`x` and `out` of equal length, a multiple of
 /// `w.len() = b.len()`), rows in parallel.
 pub(crate) fn forward(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
-    let d = w.len();
-    map_rows(x, d, out, |x, o| {
-        for (x, o) in x.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
-            let (mean, r) = stats(x, eps);
-            for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(w).zip(b) {
-                *o = (x - mean) * r * w + b;
+    /// One task's rows, under the SIMD dispatch (a closure body would be compiled for the
+    /// baseline target; see [`simd::Kernel`]).
+    struct Rows<'a> {
+        x: &'a [f32],
+        out: &'a mut [f32],
+        w: &'a [f32],
+        b: &'a [f32],
+        eps: f32,
+    }
+    impl Kernel for Rows<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn run<M: Madd>(self) {
+            let Rows { x, out, w, b, eps } = self;
+            let d = w.len();
+            for (x, o) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+                let (mean, r) = stats(x, eps);
+                for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(w).zip(b) {
+                    *o = (x - mean) * r * w + b;
+                }
             }
         }
+    }
+    map_rows(x, w.len(), out, |x, out| {
+        simd::dispatch(Rows { x, out, w, b, eps })
     });
 }
 
@@ -125,37 +174,75 @@ pub(crate) fn backward(
     }
     let mut dx = vec![0f32; x.len()];
     let chunk = rows_per_task(d) * d;
-    let inv_d = 1.0 / d as f32;
     let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
         .par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk).zip(dy.par_chunks(chunk)))
         .map(|(dx, (x, dy))| {
             let (mut dw, mut db) = (vec![0f32; d], vec![0f32; d]);
-            let mut xhat = vec![0f32; d];
-            for ((dx, x), dy) in dx
-                .chunks_exact_mut(d)
-                .zip(x.chunks_exact(d))
-                .zip(dy.chunks_exact(d))
-            {
-                let (mean, r) = stats(x, eps);
-                let (mut sg, mut sgx) = (0f32, 0f32);
-                for ((h, &x), (&dy, &w)) in xhat.iter_mut().zip(x).zip(dy.iter().zip(w)) {
-                    *h = (x - mean) * r;
-                    let g = dy * w;
-                    sg += g;
-                    sgx += g * *h;
-                }
-                let (a, b) = (sg * inv_d, sgx * inv_d);
-                for (i, dx) in dx.iter_mut().enumerate() {
-                    let g = dy[i] * w[i];
-                    *dx = r * (g - a - xhat[i] * b);
-                    dw[i] += dy[i] * xhat[i];
-                    db[i] += dy[i];
-                }
-            }
+            simd::dispatch(BackwardRows {
+                dx,
+                x,
+                dy,
+                w,
+                dw: &mut dw,
+                db: &mut db,
+                eps,
+            });
             (dw, db)
         })
         .collect();
     let (dws, dbs): (Vec<_>, Vec<_>) = partials.into_iter().unzip();
     Ok((dx, sum_partials(dws, d), sum_partials(dbs, d)))
+}
+
+/// One task's rows of the backward pass, under the SIMD dispatch: `dx` per row, `dγ` and `dβ`
+/// summed over the rows into `dw` and `db`.
+struct BackwardRows<'a> {
+    dx: &'a mut [f32],
+    x: &'a [f32],
+    dy: &'a [f32],
+    w: &'a [f32],
+    dw: &'a mut [f32],
+    db: &'a mut [f32],
+    eps: f32,
+}
+
+impl Kernel for BackwardRows<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<M: Madd>(self) {
+        let BackwardRows {
+            dx,
+            x,
+            dy,
+            w,
+            dw,
+            db,
+            eps,
+        } = self;
+        let d = w.len();
+        let inv_d = 1.0 / d as f32;
+        for ((dx, x), dy) in dx
+            .chunks_exact_mut(d)
+            .zip(x.chunks_exact(d))
+            .zip(dy.chunks_exact(d))
+        {
+            let (mean, r) = stats(x, eps);
+            let sg = lane_sum(dy, w, x, |dy, w, _| dy * w);
+            let sgx = lane_sum(dy, w, x, |dy, w, x| dy * w * ((x - mean) * r));
+            let (a, b) = (sg * inv_d, sgx * inv_d);
+            for ((((dx, &x), &dy), &w), (dw, db)) in dx
+                .iter_mut()
+                .zip(x)
+                .zip(dy)
+                .zip(w)
+                .zip(dw.iter_mut().zip(db.iter_mut()))
+            {
+                let h = (x - mean) * r;
+                *dx = r * (dy * w - a - h * b);
+                *dw += dy * h;
+                *db += dy;
+            }
+        }
+    }
 }
