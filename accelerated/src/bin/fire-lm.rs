@@ -26,6 +26,9 @@ mod faults;
 /// The allocator set to keep the memory each training step frees for the next.
 #[path = "fire-lm/malloc.rs"]
 mod malloc;
+/// candle's thread pool set not to spin long beside rayon's.
+#[path = "fire-lm/threads.rs"]
+mod threads;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -547,6 +550,7 @@ fn main() -> Result<()> {
     // Before any thread exists (rayon's pool starts with the first parallel call). Where the
     // allocator is not glibc's this does nothing, and only speed is at stake.
     malloc::keep_freed_memory();
+    threads::quiet_candle_pool();
     match Cli::parse().command {
         Command::Train(a) => run_train(&a),
         Command::Eval(a) => run_eval(&a).map(|_| ()),
