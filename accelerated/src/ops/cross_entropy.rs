@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use fire_kernels::simd::{self, exp_nonpositive, Kernel, Madd};
 use rayon::prelude::*;
 
 use super::{map_rows, rows_per_task, slice, with_f32};
@@ -22,12 +23,83 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<T
         .apply_op2_arc(&targets.contiguous()?, Arc::new(Box::new(CrossEntropy)))
 }
 
-/// The row's `(max, ln Σ exp(x − max))`.
-#[inline]
+/// Partial maxima and sums a row keeps: one AVX-512 vector. A single running sum cannot be
+/// reordered into vector lanes (no fast-math), and `f32::exp` is a libm call per value; with
+/// `LANES` partials and the kernels' branch-free exponential the row's loops vectorise under
+/// the SIMD dispatch (perf: the loss and its gradient were 3.3 % of a small training step).
+const LANES: usize = 16;
+
+/// The row's `(max, ln Σ exp(x − max))`, the exponentials by
+/// [`exp_nonpositive`] (`x − max ≤ 0`; within 4·10⁻⁷ relative of `f32::exp`).
+#[inline(always)]
 fn lse(x: &[f32]) -> (f32, f32) {
-    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let s: f32 = x.iter().map(|&v| (v - m).exp()).sum();
-    (m, s.ln())
+    let chunks = x.chunks_exact(LANES);
+    let mut mx = [f32::NEG_INFINITY; LANES];
+    for c in chunks.clone() {
+        for (m, &v) in mx.iter_mut().zip(c) {
+            *m = m.max(v);
+        }
+    }
+    let m = chunks.remainder().iter().fold(
+        mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
+        |a, &b| a.max(b),
+    );
+    let mut acc = [0f32; LANES];
+    for c in chunks.clone() {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += exp_nonpositive(v - m);
+        }
+    }
+    let tail: f32 = chunks
+        .remainder()
+        .iter()
+        .map(|&v| exp_nonpositive(v - m))
+        .sum();
+    (m, (acc.iter().sum::<f32>() + tail).ln())
+}
+
+/// Σ over rows of `lse(x_r) − x_r[t_r]`, in f64, under the SIMD dispatch.
+struct Losses<'a> {
+    x: &'a [f32],
+    t: &'a [u32],
+    v: usize,
+}
+
+impl Kernel for Losses<'_> {
+    type Output = f64;
+    #[inline(always)]
+    fn run<M: Madd>(self) -> f64 {
+        let mut total = 0f64;
+        for (row, &t) in self.x.chunks_exact(self.v).zip(self.t) {
+            let (m, l) = lse(row);
+            total += f64::from(m + l - row[t as usize]);
+        }
+        total
+    }
+}
+
+/// `dx_r = scale · softmax(x_r)` for each row, under the SIMD dispatch (the one-hot part is
+/// subtracted by the caller).
+struct Softmaxes<'a> {
+    x: &'a [f32],
+    dx: &'a mut [f32],
+    v: usize,
+    scale: f32,
+}
+
+impl Kernel for Softmaxes<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<M: Madd>(self) {
+        let Softmaxes { x, dx, v, scale } = self;
+        for (x, dx) in x.chunks_exact(v).zip(dx.chunks_exact_mut(v)) {
+            let (m, l) = lse(x);
+            let shift = m + l;
+            for (d, &x) in dx.iter_mut().zip(x) {
+                *d = scale * exp_nonpositive(x - shift);
+            }
+        }
+    }
 }
 
 fn targets_of<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [u32]> {
@@ -71,15 +143,7 @@ impl CustomOp2 for CrossEntropy {
         let total: f64 = x
             .par_chunks(chunk * v)
             .zip(t.par_chunks(chunk))
-            .map(|(x, t)| {
-                x.chunks_exact(v)
-                    .zip(t)
-                    .map(|(row, &t)| {
-                        let (m, l) = lse(row);
-                        f64::from(m + l - row[t as usize])
-                    })
-                    .sum::<f64>()
-            })
+            .map(|(x, t)| simd::dispatch(Losses { x, t, v }))
             .collect::<Vec<_>>()
             .into_iter()
             .sum();
@@ -102,13 +166,7 @@ impl CustomOp2 for CrossEntropy {
             check(x.len(), v, &t)?;
             let mut dx = vec![0f32; x.len()];
             map_rows(x, v, &mut dx, |x, dx| {
-                for (x, dx) in x.chunks_exact(v).zip(dx.chunks_exact_mut(v)) {
-                    let (m, l) = lse(x);
-                    let shift = m + l;
-                    for (d, &x) in dx.iter_mut().zip(x) {
-                        *d = scale * (x - shift).exp();
-                    }
-                }
+                simd::dispatch(Softmaxes { x, dx, v, scale })
             });
             // The one-hot part.
             for (r, &t) in t.iter().enumerate() {
