@@ -160,6 +160,30 @@ fn cross_entropy_matches_its_composed_twin() {
     }
 }
 
+/// A non-finite logit anywhere in a row makes the loss and that row's gradient NaN (training's
+/// divergence check must see it), however the row's exponentials are computed.
+#[test]
+fn cross_entropy_propagates_a_non_finite_logit() {
+    for bad in [f32::NAN, f32::INFINITY] {
+        let mut x = values(&random(&[3, 40], 1.0, 9));
+        x[40 + 33] = bad; // row 1, past the first 32 lanes
+        let logits =
+            Var::from_tensor(&Tensor::from_vec(x, (3, 40), &Device::Cpu).unwrap()).unwrap();
+        let targets = Tensor::from_vec(vec![0u32, 1, 2], 3, &Device::Cpu).unwrap();
+        let loss = ops::cross_entropy(logits.as_tensor(), &targets).unwrap();
+        assert!(loss.to_scalar::<f32>().unwrap().is_nan(), "{bad}: loss");
+        let g = values(loss.backward().unwrap().get(logits.as_tensor()).unwrap());
+        assert!(
+            g[40..80].iter().all(|v| v.is_nan()),
+            "{bad}: row 1's gradient"
+        );
+        assert!(
+            g[..40].iter().all(|v| v.is_finite()),
+            "{bad}: row 0's gradient"
+        );
+    }
+}
+
 #[test]
 fn cross_entropy_refuses_targets_outside_the_vocabulary() {
     let logits = random(&[2, 4], 1.0, 1);
