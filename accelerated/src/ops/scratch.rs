@@ -57,14 +57,15 @@ impl Scratch {
     }
 }
 
-/// The shortest pooled vector of at least `len` values (its old values kept), or a new one of
-/// exactly `len` zeros.
+/// The shortest pooled vector of `len` to `2·len` values (its old values kept), or a new one
+/// of exactly `len` zeros. The upper bound keeps a small request from taking a large buffer
+/// that a later large request would then have to allocate again.
 fn take(len: usize) -> Vec<f32> {
     let found = POOL.lock().ok().and_then(|mut pool| {
         let best = pool
             .iter()
             .enumerate()
-            .filter(|(_, v)| v.len() >= len)
+            .filter(|(_, v)| v.len() >= len && v.len() <= len.saturating_mul(2))
             .min_by_key(|(_, v)| v.len())
             .map(|(i, _)| i)?;
         Some(pool.swap_remove(best))
@@ -124,6 +125,11 @@ mod tests {
         // Longer than every pooled buffer: a new one.
         let c = Scratch::overwritten(100_000);
         assert_eq!(c.len(), 100_000);
+        let c_ptr = c.as_ptr();
+        drop(c);
+        // Far shorter than the pooled 100 000: not that buffer.
+        let small = Scratch::overwritten(10);
+        assert_ne!(small.as_ptr(), c_ptr);
         let d = Scratch::copy_of(&[1.0, 2.0, 3.0]);
         assert_eq!(&*d, &[1.0, 2.0, 3.0]);
     }
