@@ -10,7 +10,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use fire_kernels::simd::{self, exp_nonpositive, Kernel, Madd};
 use rayon::prelude::*;
 
-use super::{map_rows, rows_per_task, slice, with_f32};
+use super::{map_rows, rows_per_task, slice, with_f32, LANES};
 
 #[derive(Debug)]
 struct CrossEntropy;
@@ -22,12 +22,6 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<T
         .contiguous()?
         .apply_op2_arc(&targets.contiguous()?, Arc::new(Box::new(CrossEntropy)))
 }
-
-/// Partial maxima and sums a row keeps: one AVX-512 vector. A single running sum cannot be
-/// reordered into vector lanes (no fast-math), and `f32::exp` is a libm call per value; with
-/// `LANES` partials and the kernels' branch-free exponential the row's loops vectorise under
-/// the SIMD dispatch (perf: the loss and its gradient were 3.3 % of a small training step).
-const LANES: usize = 16;
 
 /// The row's `(max, ln Σ exp(x − max))`, the exponentials by
 /// [`exp_nonpositive`] (`x − max ≤ 0`; within 4·10⁻⁷ relative of `f32::exp`).

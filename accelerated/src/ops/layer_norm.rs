@@ -11,18 +11,12 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use fire_kernels::simd::{self, Kernel, Madd};
 use rayon::prelude::*;
 
-use super::{map_rows, rows_per_task, slice, sum_partials, with_f32};
+use super::{map_rows, rows_per_task, slice, sum_partials, with_f32, LANES};
 
 #[derive(Debug)]
 struct LayerNorm {
     eps: f32,
 }
-
-/// Partial sums a row's reductions keep: one AVX-512 vector. A single running sum is a chain
-/// of dependent adds that the compiler may not reorder (no fast-math), so it ran one value per
-/// add; 16 independent sums vectorise (perf: the statistics and the backward's sums were 7 %
-/// of a small model's training step, at scalar speed).
-const LANES: usize = 16;
 
 /// `Σ f(a[i], b[i], c[i])` over equal-length slices, in `LANES` interleaved partial sums
 /// added at the end (chunks, not indices, so no bounds checks stand in the way).

@@ -30,6 +30,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use candle_core::{CpuStorage, DType, Layout, Storage, Tensor};
 use rayon::prelude::*;
 
+/// Partial sums (or maxima) a row's reduction keeps in the LayerNorm and cross-entropy ops:
+/// one AVX-512 vector. A single running sum is a chain of dependent adds that the compiler may
+/// not reorder (no fast-math), so it ran one value per add at scalar speed; `LANES` independent
+/// ones vectorise under the SIMD dispatch (perf: LayerNorm's sums and the loss were 7 % and
+/// 3 % of a small training step before).
+pub(crate) const LANES: usize = 16;
+
 /// Set by [`use_composed`].
 static COMPOSED: AtomicBool = AtomicBool::new(false);
 
