@@ -443,30 +443,25 @@ impl Iterator for Runs<'_> {
 
     #[inline(always)]
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if self.start >= self.vis {
-                return None;
-            }
+        while self.start < self.vis {
+            let (seg, start) = (self.first + self.k, self.start);
             let end = if self.k == 0 {
                 self.vis
             } else {
                 self.vis.min(self.nhi - self.thr[self.k - 1] as usize + 1)
             };
-            let seg = self.first + self.k;
-            let run = (end > self.start).then_some((seg, self.start, end));
-            if end > self.start {
-                self.start = end;
-            }
             if self.k == 0 {
-                // The last segment ran to `vis` (or nothing was left): done after this one.
+                // The last segment runs to `vis`: nothing after it.
                 self.start = self.vis;
             } else {
                 self.k -= 1;
+                self.start = start.max(end);
             }
-            if run.is_some() {
-                return run;
+            if end > start {
+                return Some((seg, start, end));
             }
         }
+        None
     }
 }
 
