@@ -182,6 +182,14 @@ pub fn fused_causal_lse(
         head_dim: d,
         ..
     } = shape;
+    // Every query tile of a head reads the same keys: packed once per head for the score
+    // product, in the blocks of the SIMD path this machine takes.
+    let block = simd::dispatch(KeyBlock);
+    let head_packed = inner::packed_len(nk, d, block);
+    let mut kp = vec![0f32; shape.heads * head_packed];
+    kp.par_chunks_mut(head_packed)
+        .zip(k.par_chunks(nk * d))
+        .for_each(|(dst, kh)| inner::pack_into(kh, nk, d, block, 1.0, dst));
     let mut out = vec![0f32; q.len()];
     let mut lse = vec![0f32; shape.heads * nq];
     out.par_chunks_mut(nq * d)
@@ -191,6 +199,7 @@ pub fn fused_causal_lse(
             let qh = &q[h * nq * d..(h + 1) * nq * d];
             let kh = &k[h * nk * d..(h + 1) * nk * d];
             let vh = &v[h * nk * d..(h + 1) * nk * d];
+            let kph = &kp[h * head_packed..(h + 1) * head_packed];
             out_h
                 .par_chunks_mut(TILE_Q * d)
                 .zip(lse_h.par_chunks_mut(TILE_Q))
@@ -202,6 +211,7 @@ pub fn fused_causal_lse(
                         head: h,
                         q: &qh[r0 * d..(r0 + rows) * d],
                         k: kh,
+                        packed: (kph, block),
                         v: vh,
                         d,
                         queries: &queries[r0..r0 + rows],
@@ -215,11 +225,24 @@ pub fn fused_causal_lse(
     Ok((out, lse))
 }
 
+/// The keys per block of the score product on the path [`simd::dispatch`] takes.
+struct KeyBlock;
+
+impl Kernel for KeyBlock {
+    type Output = usize;
+    #[inline(always)]
+    fn run<M: Madd>(self) -> usize {
+        inner::keys::<M>()
+    }
+}
+
 /// One head × one query tile.
 struct Task<'a> {
     head: usize,
     q: &'a [f32],
     k: &'a [f32],
+    /// The head's keys packed in blocks of `.1` keys ([`inner::pack`]).
+    packed: (&'a [f32], usize),
     v: &'a [f32],
     d: usize,
     queries: &'a [Position],
@@ -267,8 +290,17 @@ impl Task<'_> {
         let mut qp = Vec::new();
         inner::pack(self.q, rows, d, ROWS, scale, &mut qp);
         let rows_padded = rows.div_ceil(ROWS) * ROWS;
-        let mut kp = Vec::new();
+        let block = inner::keys::<M>();
+        let mut own = Vec::new();
+        let kp = if self.packed.1 == block {
+            self.packed.0
+        } else {
+            // The dispatch changed path since the keys were packed (`force_plain_path`).
+            inner::pack(self.k, self.keys.len(), d, block, 1.0, &mut own);
+            &own
+        };
         let mut s = Vec::new();
+        let mut tile_max = Vec::new();
         let mut max = vec![f32::NEG_INFINITY; rows];
         let mut sum = vec![0f32; rows];
         out.fill(0.0);
@@ -278,27 +310,26 @@ impl Task<'_> {
         let sorted = visible.windows(2).all(|w| w[0] <= w[1]);
         for c0 in (0..end).step_by(TILE_K) {
             let cols = TILE_K.min(end - c0);
-            let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
+            let stride = cols.div_ceil(block) * block;
             let first = if sorted {
                 visible.partition_point(|&v| v <= c0) / ROWS * ROWS
             } else {
                 0
             };
-            inner::pack(
-                &self.k[c0 * d..(c0 + cols) * d],
-                cols,
-                d,
-                inner::keys::<M>(),
-                1.0,
-                &mut kp,
-            );
-            s.clear();
+            // Not cleared: the bias fill and the score product write every entry read below
+            // (rows `first..rows`, columns `..vis`; the rest of a row is zeroed).
             s.resize((rows_padded - first) * stride, 0.0);
             if let Some(plan) = self.bias {
                 let r = self.first_row + first..self.first_row + rows;
                 plan.fill_causal(self.head, r, c0..c0 + cols, &mut s, stride);
             }
-            inner::scores::<M>(&qp[first * d..], &kp, d, &mut s, self.bias.is_some());
+            let kt = &kp[c0 * d..(c0 + stride) * d];
+            // Where every row sees the whole tile and no column is padding, the product
+            // hands over the rows' maxima; elsewhere they are taken over the visible part.
+            let whole = sorted && cols == stride && visible[first] >= c0 + cols;
+            tile_max.resize(rows_padded - first, 0.0);
+            let tmax = whole.then_some(&mut tile_max[..]);
+            inner::scores::<M>(&qp[first * d..], kt, d, &mut s, self.bias.is_some(), tmax);
             for r in first..rows {
                 let vis = visible[r].saturating_sub(c0).min(cols);
                 let row = &mut s[(r - first) * stride..(r - first + 1) * stride];
@@ -306,7 +337,12 @@ impl Task<'_> {
                     row.fill(0.0);
                     continue;
                 }
-                let m = max[r].max(inner::max(&row[..vis]));
+                let tile = if whole {
+                    tile_max[r - first]
+                } else {
+                    inner::max(&row[..vis])
+                };
+                let m = max[r].max(tile);
                 let alpha = if max[r] == f32::NEG_INFINITY {
                     0.0
                 } else {

@@ -261,10 +261,10 @@ impl HeadTask<'_> {
                         stride,
                     );
                 }
-                inner::scores::<M>(&qp, kt, d, &mut s, self.bias.is_some());
+                inner::scores::<M>(&qp, kt, d, &mut s, self.bias.is_some(), None);
                 dp.clear();
                 dp.resize(rows_padded * stride, 0.0);
-                inner::scores::<M>(&dop, vt, d, &mut dp, false);
+                inner::scores::<M>(&dop, vt, d, &mut dp, false, None);
                 for r in 0..rows {
                     let vis = visible[r].saturating_sub(c0).min(cols);
                     let lse = self.lse[r0 + r];

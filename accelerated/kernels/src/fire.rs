@@ -427,6 +427,61 @@ impl FirePlan<'_> {
     }
 }
 
+impl FirePlan<'_> {
+    /// [`BiasPlan::fill_causal`] for contiguous keys and a compiled f_θ, the training and
+    /// prefill case: what depends on the tile only is looked up once, and a row that crosses
+    /// no distance threshold (most rows away from the diagonal: a tile spans a narrow range of
+    /// x there) is one multiply-add loop over the ψ table, with no run bookkeeping.
+    #[inline(always)]
+    fn fill_causal_compiled(
+        &self,
+        pl: &PiecewiseLinear,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        let (slopes, intercepts) = pl.head_pieces(head);
+        let m = self.fire.capacity();
+        let width = cols.len() as Position;
+        let p0 = self.keys[cols.start];
+        let mut scratch = [Vec::new(), Vec::new()];
+        for (r, q) in rows.enumerate() {
+            let i = self.queries[q];
+            // Contiguous keys: those up to `i` are a prefix of the tile.
+            let vis = (i + 1).saturating_sub(p0).min(width) as usize;
+            if vis == 0 {
+                continue;
+            }
+            let row = &mut out[r * stride..r * stride + vis];
+            let (nhi, inv) = (i - p0, self.inv[q]);
+            if nhi >= m as Position {
+                // Distances past the ψ table: entry by entry.
+                for (t, o) in (0..).zip(row.iter_mut()) {
+                    *o = self.entry(head, inv, nhi - t, &mut scratch);
+                }
+                continue;
+            }
+            let nhi = nhi as usize;
+            let base = m - 1 - nhi;
+            let psi = &self.fire.psi_rev[base..base + vis];
+            let thr = &self.thresholds[q * self.count..(q + 1) * self.count];
+            let k = thr.partition_point(|&t| t as usize <= nhi);
+            if k == 0 || thr[k - 1] as usize <= nhi + 1 - vis {
+                // Every distance of the row, nhi down to nhi + 1 − vis, is in one segment.
+                let seg = self.first + k;
+                let (a, c) = (slopes[seg] * inv, intercepts[seg]);
+                for (o, p) in row.iter_mut().zip(psi) {
+                    *o = a * p + c;
+                }
+            } else {
+                self.runs(pl, head, q, nhi, psi, row);
+            }
+        }
+    }
+}
+
 /// The runs of one causal row ([`FirePlan::runs_of`]): the thresholds at or below `nhi` are
 /// walked down from `k`, each closing the run that starts at `start`.
 pub(crate) struct Runs<'a> {
@@ -537,6 +592,12 @@ impl FirePlan<'_> {
         stride: usize,
         causal: bool,
     ) {
+        if let (true, true, FireFunction::Compiled(pl)) =
+            (causal, self.contiguous, &self.fire.function)
+        {
+            self.fill_causal_compiled(pl, head, rows, cols, out, stride);
+            return;
+        }
         let width = cols.len();
         let mut scratch = [Vec::new(), Vec::new()];
         let m = self.fire.capacity();

@@ -71,7 +71,25 @@ pub(crate) fn exp<M: Madd>(x: f32) -> f32 {
 #[inline(always)]
 pub(crate) fn pack(src: &[f32], n: usize, d: usize, block: usize, scale: f32, dst: &mut Vec<f32>) {
     dst.clear();
-    dst.resize(n.div_ceil(block) * d * block, 0.0);
+    dst.resize(packed_len(n, d, block), 0.0);
+    pack_into(src, n, d, block, scale, dst);
+}
+
+/// The length of `n` rows of width `d` packed in blocks of `block` rows.
+pub(crate) const fn packed_len(n: usize, d: usize, block: usize) -> usize {
+    n.div_ceil(block) * d * block
+}
+
+/// [`pack`] into a zeroed slice of [`packed_len`] values.
+#[inline(always)]
+pub(crate) fn pack_into(
+    src: &[f32],
+    n: usize,
+    d: usize,
+    block: usize,
+    scale: f32,
+    dst: &mut [f32],
+) {
     for (r, row) in src.chunks_exact(d).take(n).enumerate() {
         let blk = &mut dst[(r / block) * d * block..(r / block + 1) * d * block];
         for (c, &v) in row.iter().enumerate() {
@@ -83,22 +101,33 @@ pub(crate) fn pack(src: &[f32], n: usize, d: usize, block: usize, scale: f32, ds
 /// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` over the packed tiles (`q` in blocks of [`ROWS`], `k` in
 /// blocks of [`keys::<M>()`](keys)); `s` is `[row blocks·ROWS, key blocks·keys]` row-major.
 /// With `accumulate` the scores start from what `s` holds (the bias); without, from zero.
+/// With `max`, each row's largest score over the whole tile (every key block) is written
+/// there as well, one per row of `qp` (the softmax's shift, without a pass over `s`).
 #[inline(always)]
-pub(crate) fn scores<M: Madd>(qp: &[f32], kp: &[f32], d: usize, s: &mut [f32], accumulate: bool) {
+pub(crate) fn scores<M: Madd>(
+    qp: &[f32],
+    kp: &[f32],
+    d: usize,
+    s: &mut [f32],
+    accumulate: bool,
+    max: Option<&mut [f32]>,
+) {
     if M::LANES >= 16 {
+        let mut max = max;
         let done = pulp::Arch::new().dispatch(wide::Scores::<ROWS> {
             qp,
             kp,
             d,
             s,
             accumulate,
+            max: max.as_deref_mut(),
         });
         if !done {
             // Unreachable (M has 16 lanes only where the CPU does); correct if slow.
-            scores_blocked::<M, { wide::KEYS }>(qp, kp, d, s, accumulate);
+            scores_blocked::<M, { wide::KEYS }>(qp, kp, d, s, accumulate, max);
         }
     } else {
-        scores_blocked::<M, KEYS>(qp, kp, d, s, accumulate);
+        scores_blocked::<M, KEYS>(qp, kp, d, s, accumulate, max);
     }
 }
 
@@ -110,10 +139,14 @@ fn scores_blocked<M: Madd, const K: usize>(
     d: usize,
     s: &mut [f32],
     accumulate: bool,
+    mut max: Option<&mut [f32]>,
 ) {
     let kblocks = kp.len() / (d * K);
     let stride = kblocks * K;
     for (rb, qb) in qp.chunks_exact(d * ROWS).enumerate() {
+        if let Some(max) = max.as_deref_mut() {
+            max[rb * ROWS..(rb + 1) * ROWS].fill(f32::NEG_INFINITY);
+        }
         for (kb, kblk) in kp.chunks_exact(d * K).enumerate() {
             let mut acc = [[0f32; K]; ROWS];
             if accumulate {
@@ -132,6 +165,11 @@ fn scores_blocked<M: Madd, const K: usize>(
             for (r, a) in acc.iter().enumerate() {
                 let at = (rb * ROWS + r) * stride + kb * K;
                 s[at..at + K].copy_from_slice(a);
+            }
+            if let Some(max) = max.as_deref_mut() {
+                for (m, a) in max[rb * ROWS..].iter_mut().zip(&acc) {
+                    *m = a.iter().fold(*m, |m, &x| if x > m { x } else { m });
+                }
             }
         }
     }

@@ -29,6 +29,9 @@ pub(crate) struct Scores<'a, const R: usize> {
     pub d: usize,
     pub s: &'a mut [f32],
     pub accumulate: bool,
+    /// When given, receives each row's largest score over the whole tile (one per row of
+    /// `qp`, padding rows included), taken from the registers as the blocks are stored.
+    pub max: Option<&'a mut [f32]>,
 }
 
 impl<const R: usize> WithSimd for Scores<'_, R> {
@@ -46,9 +49,12 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
             d,
             s,
             accumulate,
+            mut max,
         } = self;
         let stride = kp.len() / (d * KEYS) * KEYS;
+        let want_max = max.is_some();
         for (rb, qb) in qp.chunks_exact(d * R).enumerate() {
+            let mut row_max = [simd.splat_f32s(f32::NEG_INFINITY); R];
             for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate() {
                 let mut acc = [[simd.splat_f32s(0.0); KEY_VECTORS]; R];
                 if accumulate {
@@ -72,6 +78,16 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
                     let at = (rb * R + r) * stride + kb * KEYS;
                     let (v, _) = S::as_mut_simd_f32s(&mut s[at..at + KEYS]);
                     v[..KEY_VECTORS].copy_from_slice(a);
+                }
+                if want_max {
+                    for (m, a) in row_max.iter_mut().zip(&acc) {
+                        *m = a.iter().fold(*m, |m, &x| simd.max_f32s(m, x));
+                    }
+                }
+            }
+            if let Some(max) = max.as_deref_mut() {
+                for (r, &m) in row_max.iter().enumerate() {
+                    max[rb * R + r] = simd.reduce_max_f32s(m);
                 }
             }
         }

@@ -272,7 +272,19 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     pack(&k, keys, d, block, 1.0, &mut kp);
     let stride = keys.div_ceil(block) * block;
     let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
-    scores::<M>(&qp, &kp, d, &mut s, true);
+    let mut max = vec![f32::NAN; rows.div_ceil(ROWS) * ROWS];
+    scores::<M>(&qp, &kp, d, &mut s, true, Some(&mut max));
+    // The maxima handed over are those of the whole stored rows, padding columns included.
+    for (r, (row, &m)) in s.chunks_exact(stride).zip(&max).enumerate() {
+        let want = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!(m, want, "max of row {r} at {rows}x{keys}x{d}");
+    }
+    let mut again = vec![0.5f32; s.len()];
+    scores::<M>(&qp, &kp, d, &mut again, true, None);
+    assert_eq!(
+        again, s,
+        "scores with and without the maxima at {rows}x{keys}x{d}"
+    );
     let mut acc = vec![0.25f32; rows * d];
     weighted_values::<M>(&s, (stride, 1), rows, &v, keys, d, &mut acc);
     // The transposed product (the backward's dV and dK), read through the strides.

@@ -83,6 +83,43 @@ fn compiled_fire_tiles_match_the_reference_and_the_materialised_mlp() {
     }
 }
 
+/// A causal tile holds the bias of every pair whose key is not after its query, exactly as the
+/// general fill writes it (the kernel masks the rest), whatever the tile's position: tiles of
+/// odd sizes over prefill, a chunk against a longer cache, distances past the ψ table with
+/// contiguous keys (entry by entry) and sparse keys.
+#[test]
+fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
+    let (_, mlp, params) = fire_pair(6, 32, 1, 4, 0.1);
+    let fast = FireBias::new(mlp, params, 1000).unwrap();
+    let mut cases = position_cases();
+    cases.push(((1100..1160).collect(), (0..1160).collect()));
+    for (queries, keys) in cases {
+        let plan = fast.plan(&queries, &keys).unwrap();
+        let (nq, nk) = (queries.len(), keys.len());
+        for h in 0..fast.heads() {
+            for r0 in (0..nq).step_by(13) {
+                for c0 in (0..nk).step_by(29) {
+                    let (r1, c1) = ((r0 + 13).min(nq), (c0 + 29).min(nk));
+                    let mut general = vec![f32::NAN; (r1 - r0) * 31];
+                    let mut causal = general.clone();
+                    plan.fill(h, r0..r1, c0..c1, &mut general, 31);
+                    plan.fill_causal(h, r0..r1, c0..c1, &mut causal, 31);
+                    for (r, &i) in queries[r0..r1].iter().enumerate() {
+                        for (c, &j) in keys[c0..c1].iter().enumerate().filter(|(_, &j)| j <= i) {
+                            let at = r * 31 + c;
+                            assert_eq!(
+                                causal[at].to_bits(),
+                                general[at].to_bits(),
+                                "head {h}, query {i}, key {j}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn gelu_fire_falls_back_to_direct_evaluation() {
     let (mut f, mut mlp, params) = fire_pair(4, 16, 1, 9, 0.1);
