@@ -175,31 +175,60 @@ pub fn fused_causal_lse(
     keys: &[Position],
     bias: Option<&dyn BiasPlan>,
 ) -> Result<(Vec<f32>, Vec<f32>)> {
-    shape.check(q, k, v, queries, keys)?;
+    fused_causal_lse_batch(1, q, k, v, shape, queries, keys, bias)
+}
+
+/// [`fused_causal_lse`] over `batch` rows at once: `q: [B, H, Nq, d]`, `k, v: [B, H, Nk, d]`;
+/// returns `[B, H, Nq, d]` and `[B, H, Nq]`. Every row shares the positions and the plan (a
+/// training batch); one call spreads all rows' heads and query tiles over the threads, where
+/// a call per row would wait for its slowest tile `B` times.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_causal_lse_batch(
+    batch: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    shape: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    bias: Option<&dyn BiasPlan>,
+) -> Result<(Vec<f32>, Vec<f32>)> {
     let Shape {
+        heads,
         queries: nq,
         keys: nk,
         head_dim: d,
-        ..
     } = shape;
+    if batch == 0 {
+        return Err(crate::error::shape("batch", ">0", 0));
+    }
+    let (pq, pk) = (heads * nq * d, heads * nk * d);
+    for (what, buf, per) in [("q", q, pq), ("k", k, pk), ("v", v, pk)] {
+        if buf.len() != batch * per {
+            return Err(crate::error::shape(what, batch * per, buf.len()));
+        }
+    }
+    // The checks of one row (sizes, positions, causal visibility) hold for every row.
+    shape.check(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
     // Every query tile of a head reads the same keys: packed once per head for the score
-    // product, in the blocks of the SIMD path this machine takes.
+    // product, in the blocks of the SIMD path this machine takes, with the scores' 1/√d.
     let block = simd::dispatch(KeyBlock);
     let head_packed = inner::packed_len(nk, d, block);
-    let mut kp = vec![0f32; shape.heads * head_packed];
+    let scale = score_scale(d);
+    let mut kp = vec![0f32; batch * heads * head_packed];
     kp.par_chunks_mut(head_packed)
         .zip(k.par_chunks(nk * d))
-        .for_each(|(dst, kh)| inner::pack_into(kh, nk, d, block, 1.0, dst));
+        .for_each(|(dst, kh)| inner::pack_into(kh, nk, d, block, scale, dst));
     let mut out = vec![0f32; q.len()];
-    let mut lse = vec![0f32; shape.heads * nq];
+    let mut lse = vec![0f32; batch * heads * nq];
     out.par_chunks_mut(nq * d)
         .zip(lse.par_chunks_mut(nq))
         .enumerate()
-        .for_each(|(h, (out_h, lse_h))| {
-            let qh = &q[h * nq * d..(h + 1) * nq * d];
-            let kh = &k[h * nk * d..(h + 1) * nk * d];
-            let vh = &v[h * nk * d..(h + 1) * nk * d];
-            let kph = &kp[h * head_packed..(h + 1) * head_packed];
+        .for_each(|(bh, (out_h, lse_h))| {
+            let qh = &q[bh * nq * d..(bh + 1) * nq * d];
+            let kh = &k[bh * nk * d..(bh + 1) * nk * d];
+            let vh = &v[bh * nk * d..(bh + 1) * nk * d];
+            let kph = &kp[bh * head_packed..(bh + 1) * head_packed];
             out_h
                 .par_chunks_mut(TILE_Q * d)
                 .zip(lse_h.par_chunks_mut(TILE_Q))
@@ -208,7 +237,7 @@ pub fn fused_causal_lse(
                     let r0 = t * TILE_Q;
                     let rows = out_t.len() / d;
                     let task = Task {
-                        head: h,
+                        head: bh % heads,
                         q: &qh[r0 * d..(r0 + rows) * d],
                         k: kh,
                         packed: (kph, block),
@@ -223,6 +252,12 @@ pub fn fused_causal_lse(
                 });
         });
     Ok((out, lse))
+}
+
+/// The scores' scale 1/√d, applied to the packed keys: `q·(k/√d)`, in this order in the
+/// forward and in the backward's recomputation alike (so the two agree bit for bit).
+pub(crate) fn score_scale(d: usize) -> f32 {
+    1.0 / (d as f32).sqrt()
 }
 
 /// The keys per block of the score product on the path [`simd::dispatch`] takes.
@@ -279,7 +314,7 @@ impl Task<'_> {
     fn run_with<M: Madd>(&self, out: &mut [f32], lse: &mut [f32]) {
         let d = self.d;
         let rows = self.queries.len();
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = score_scale(d);
         // Keys visible to each row form a prefix of the (non-decreasing) key list.
         let visible: Vec<usize> = self
             .queries
@@ -287,8 +322,6 @@ impl Task<'_> {
             .map(|&i| self.keys.partition_point(|&j| j <= i))
             .collect();
         let end = visible.iter().copied().max().unwrap_or(0);
-        let mut qp = Vec::new();
-        inner::pack(self.q, rows, d, ROWS, scale, &mut qp);
         let rows_padded = rows.div_ceil(ROWS) * ROWS;
         let block = inner::keys::<M>();
         let mut own = Vec::new();
@@ -296,7 +329,7 @@ impl Task<'_> {
             self.packed.0
         } else {
             // The dispatch changed path since the keys were packed (`force_plain_path`).
-            inner::pack(self.k, self.keys.len(), d, block, 1.0, &mut own);
+            inner::pack(self.k, self.keys.len(), d, block, scale, &mut own);
             &own
         };
         let mut s = Vec::new();
@@ -329,7 +362,8 @@ impl Task<'_> {
             let whole = sorted && cols == stride && visible[first] >= c0 + cols;
             tile_max.resize(rows_padded - first, 0.0);
             let tmax = whole.then_some(&mut tile_max[..]);
-            inner::scores::<M>(&qp[first * d..], kt, d, &mut s, self.bias.is_some(), tmax);
+            let q = &self.q[first * d..];
+            inner::scores::<M>(q, rows - first, kt, d, &mut s, self.bias.is_some(), tmax);
             for r in first..rows {
                 let vis = visible[r].saturating_sub(c0).min(cols);
                 let row = &mut s[(r - first) * stride..(r - first + 1) * stride];

@@ -213,7 +213,7 @@ impl HeadTask<'_> {
     fn run_with<M: Madd>(&self, stats_len: usize) -> HeadGradients {
         let d = self.d;
         let (nq, nk) = (self.queries.len(), self.keys.len());
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = crate::attention::score_scale(d);
         let mut dq = vec![0f32; nq * d];
         let mut dk = vec![0f32; nk * d];
         let mut dv = vec![0f32; nk * d];
@@ -227,8 +227,9 @@ impl HeadTask<'_> {
             .collect();
         // Every query tile reads the same key and value tiles: packed once per head.
         let block = inner::keys::<M>();
-        let (mut qp, mut dop, mut kp, mut vp) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        inner::pack(self.k, nk, d, block, 1.0, &mut kp);
+        let (mut kp, mut vp) = (Vec::new(), Vec::new());
+        // With the scores' 1/√d, as the forward packs them.
+        inner::pack(self.k, nk, d, block, scale, &mut kp);
         inner::pack(self.v, nk, d, block, 1.0, &mut vp);
         let (mut s, mut dp) = (Vec::new(), Vec::new());
         for r0 in (0..nq).step_by(TILE_Q) {
@@ -236,8 +237,6 @@ impl HeadTask<'_> {
             let rows_padded = rows.div_ceil(ROWS) * ROWS;
             let qrows = &self.q[r0 * d..(r0 + rows) * d];
             let dorows = &self.dout[r0 * d..(r0 + rows) * d];
-            inner::pack(qrows, rows, d, ROWS, scale, &mut qp);
-            inner::pack(dorows, rows, d, ROWS, 1.0, &mut dop);
             let visible: Vec<usize> = self.queries[r0..r0 + rows]
                 .iter()
                 .map(|&i| self.keys.partition_point(|&j| j <= i))
@@ -261,10 +260,10 @@ impl HeadTask<'_> {
                         stride,
                     );
                 }
-                inner::scores::<M>(&qp, kt, d, &mut s, self.bias.is_some(), None);
+                inner::scores::<M>(qrows, rows, kt, d, &mut s, self.bias.is_some(), None);
                 dp.clear();
                 dp.resize(rows_padded * stride, 0.0);
-                inner::scores::<M>(&dop, vt, d, &mut dp, false, None);
+                inner::scores::<M>(dorows, rows, vt, d, &mut dp, false, None);
                 for r in 0..rows {
                     let vis = visible[r].saturating_sub(c0).min(cols);
                     let lse = self.lse[r0 + r];

@@ -98,14 +98,17 @@ pub(crate) fn pack_into(
     }
 }
 
-/// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` over the packed tiles (`q` in blocks of [`ROWS`], `k` in
-/// blocks of [`keys::<M>()`](keys)); `s` is `[row blocks·ROWS, key blocks·keys]` row-major.
+/// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` for `q: [rows, d]` row-major (read in place: the product
+/// broadcasts one `q` value at a time, so it needs no packed copy) and `k` packed in blocks of
+/// [`keys::<M>()`](keys); `s` is `[⌈rows/ROWS⌉·ROWS, key blocks·keys]` row-major, its padding
+/// rows written with a repeat of the last row.
 /// With `accumulate` the scores start from what `s` holds (the bias); without, from zero.
 /// With `max`, each row's largest score over the whole tile (every key block) is written
 /// there as well, one per row of `qp` (the softmax's shift, without a pass over `s`).
 #[inline(always)]
 pub(crate) fn scores<M: Madd>(
-    qp: &[f32],
+    q: &[f32],
+    rows: usize,
     kp: &[f32],
     d: usize,
     s: &mut [f32],
@@ -115,7 +118,8 @@ pub(crate) fn scores<M: Madd>(
     if M::LANES >= 16 {
         let mut max = max;
         let done = pulp::Arch::new().dispatch(wide::Scores::<ROWS> {
-            qp,
+            q,
+            rows,
             kp,
             d,
             s,
@@ -124,17 +128,18 @@ pub(crate) fn scores<M: Madd>(
         });
         if !done {
             // Unreachable (M has 16 lanes only where the CPU does); correct if slow.
-            scores_blocked::<M, { wide::KEYS }>(qp, kp, d, s, accumulate, max);
+            scores_blocked::<M, { wide::KEYS }>(q, rows, kp, d, s, accumulate, max);
         }
     } else {
-        scores_blocked::<M, KEYS>(qp, kp, d, s, accumulate, max);
+        scores_blocked::<M, KEYS>(q, rows, kp, d, s, accumulate, max);
     }
 }
 
 /// [`scores`] with a [`ROWS`] × `K` block of scalars.
 #[inline(always)]
 fn scores_blocked<M: Madd, const K: usize>(
-    qp: &[f32],
+    q: &[f32],
+    rows: usize,
     kp: &[f32],
     d: usize,
     s: &mut [f32],
@@ -143,7 +148,11 @@ fn scores_blocked<M: Madd, const K: usize>(
 ) {
     let kblocks = kp.len() / (d * K);
     let stride = kblocks * K;
-    for (rb, qb) in qp.chunks_exact(d * ROWS).enumerate() {
+    for rb in 0..rows.div_ceil(ROWS) {
+        let qr: [&[f32]; ROWS] = std::array::from_fn(|r| {
+            let at = (rb * ROWS + r).min(rows - 1) * d;
+            &q[at..at + d]
+        });
         if let Some(max) = max.as_deref_mut() {
             max[rb * ROWS..(rb + 1) * ROWS].fill(f32::NEG_INFINITY);
         }
@@ -155,8 +164,8 @@ fn scores_blocked<M: Madd, const K: usize>(
                     a.copy_from_slice(&s[at..at + K]);
                 }
             }
-            for (qc, kc) in qb.chunks_exact(ROWS).zip(kblk.chunks_exact(K)) {
-                for (a, &qv) in acc.iter_mut().zip(qc) {
+            for (c, kc) in kblk.chunks_exact(K).enumerate() {
+                for (a, qv) in acc.iter_mut().zip(qr.map(|row| row[c])) {
                     for (x, &kv) in a.iter_mut().zip(kc) {
                         *x = M::madd(qv, kv, *x);
                     }

@@ -43,7 +43,9 @@ pub mod table;
 pub mod tile;
 mod wide;
 
-pub use attention::{attend, decode, fused_causal, fused_causal_lse, Shape};
+pub use attention::{
+    attend, decode, fused_causal, fused_causal_lse, fused_causal_lse_batch, Shape,
+};
 pub use backward::{fused_causal_backward, GradPlan, Gradients};
 pub use baselines::{alibi_slopes, t5_bucket, DistanceBias, DistanceEncoding};
 pub use compile::PiecewiseLinear;

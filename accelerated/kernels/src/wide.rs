@@ -24,7 +24,9 @@ pub(crate) const KEYS: usize = KEY_VECTORS * LANES;
 /// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` as [`crate::inner::scores`] states it, with `R` rows of
 /// [`KEYS`] keys per register block.
 pub(crate) struct Scores<'a, const R: usize> {
-    pub qp: &'a [f32],
+    /// `[rows, d]`, row-major.
+    pub q: &'a [f32],
+    pub rows: usize,
     pub kp: &'a [f32],
     pub d: usize,
     pub s: &'a mut [f32],
@@ -44,7 +46,8 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
             return false;
         }
         let Scores {
-            qp,
+            q,
+            rows,
             kp,
             d,
             s,
@@ -53,7 +56,13 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
         } = self;
         let stride = kp.len() / (d * KEYS) * KEYS;
         let want_max = max.is_some();
-        for (rb, qb) in qp.chunks_exact(d * R).enumerate() {
+        for rb in 0..rows.div_ceil(R) {
+            // Rows past the last are computed on a repeat of it (stored, never read as data),
+            // so the block size stays one the compiler knows.
+            let qr: [&[f32]; R] = core::array::from_fn(|r| {
+                let at = (rb * R + r).min(rows - 1) * d;
+                &q[at..at + d]
+            });
             let mut row_max = [simd.splat_f32s(f32::NEG_INFINITY); R];
             for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate() {
                 let mut acc = [[simd.splat_f32s(0.0); KEY_VECTORS]; R];
@@ -64,11 +73,11 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
                         a.copy_from_slice(&v[..KEY_VECTORS]);
                     }
                 }
-                for (qc, kc) in qb.chunks_exact(R).zip(kblk.chunks_exact(KEYS)) {
+                for (c, kc) in kblk.chunks_exact(KEYS).enumerate() {
                     let (kv, _) = S::as_simd_f32s(kc);
                     let kv: [S::f32s; KEY_VECTORS] = core::array::from_fn(|i| kv[i]);
-                    for (a, &qv) in acc.iter_mut().zip(qc) {
-                        let qv = simd.splat_f32s(qv);
+                    for (a, qr) in acc.iter_mut().zip(&qr) {
+                        let qv = simd.splat_f32s(qr[c]);
                         for (x, &k) in a.iter_mut().zip(&kv) {
                             *x = simd.mul_add_f32s(qv, k, *x);
                         }

@@ -216,23 +216,16 @@ impl FusedAttention {
             keys: n,
             head_dim: d,
         };
-        let per = h * n * d;
-        let mut out = Vec::with_capacity(b * per);
-        let mut lse = Vec::with_capacity(b * h * n);
-        for r in 0..b {
-            let (o, l) = kernels::fused_causal_lse(
-                &q[r * per..(r + 1) * per],
-                &k[r * per..(r + 1) * per],
-                &v[r * per..(r + 1) * per],
-                shape,
-                &positions,
-                &positions,
-                plan.as_deref().map(|p| p.as_bias()),
-            )?;
-            out.extend(o);
-            lse.extend(l);
-        }
-        Ok((out, lse))
+        kernels::fused_causal_lse_batch(
+            b,
+            q,
+            &k,
+            &v,
+            shape,
+            &positions,
+            &positions,
+            plan.as_deref().map(|p| p.as_bias()),
+        )
     }
 }
 

@@ -297,25 +297,17 @@ impl Block {
         let positions = self.positions(t);
         let source = self.kind.source(bias, t).map_err(msg)?;
         let plan = source.grad_plan(&positions).map_err(msg)?;
-        let shape = self.attention_shape(t);
-        let per = heads * t * (d / heads);
-        let mut out = Vec::with_capacity(n * d);
-        let mut lse = Vec::with_capacity(b * heads * t);
-        for r in 0..b {
-            let rows = r * per..(r + 1) * per;
-            let (o, l) = fire_kernels::fused_causal_lse(
-                &q[rows.clone()],
-                &k[rows.clone()],
-                &v[rows],
-                shape,
-                &positions,
-                &positions,
-                plan.as_deref().map(|p| p.as_bias()),
-            )
-            .map_err(msg)?;
-            out.extend(o);
-            lse.extend(l);
-        }
+        let (out, lse) = fire_kernels::fused_causal_lse_batch(
+            b,
+            &q,
+            &k,
+            &v,
+            self.attention_shape(t),
+            &positions,
+            &positions,
+            plan.as_deref().map(|p| p.as_bias()),
+        )
+        .map_err(msg)?;
         let mut a = Scratch::overwritten(n * d);
         from_heads(&out, &mut a, d, 0, t, heads, d);
         let mut x1 = Scratch::copy_of(x);

@@ -3,7 +3,9 @@ use nalgebra::DMatrix;
 use fire_vocabulary::Position;
 
 use super::{fire_pair, max_diff, random};
-use crate::attention::{attend, decode, fused_causal, Shape};
+use crate::attention::{
+    attend, decode, fused_causal, fused_causal_lse, fused_causal_lse_batch, Shape,
+};
 use crate::baselines::{alibi_slopes, DistanceBias, DistanceEncoding};
 use crate::fire::FireBias;
 use crate::materialised;
@@ -224,6 +226,37 @@ fn a_shared_plan_serves_every_layer() {
     }
 }
 
+/// A batched call is the rows' own calls side by side, bit for bit (outputs and log-sum-exps),
+/// with one plan shared by the rows; sizes that disagree with the batch are errors.
+#[test]
+fn a_batched_call_equals_one_call_per_row() {
+    let (_, mlp, params) = fire_pair(3, 32, 1, 6, 0.3);
+    let fire = FireBias::new(mlp, params, 300).unwrap();
+    let pos: Vec<Position> = (0..150).collect();
+    let plan = fire.plan(&pos, &pos).unwrap();
+    let rows: Vec<Case> = (0..3)
+        .map(|r| case(3, pos.clone(), pos.clone(), 32, 40 + r))
+        .collect();
+    let cat = |f: fn(&Case) -> &Vec<f32>| rows.iter().flat_map(|c| f(c).clone()).collect();
+    let (q, k, v): (Vec<f32>, Vec<f32>, Vec<f32>) = (cat(|c| &c.q), cat(|c| &c.k), cat(|c| &c.v));
+    let shape = rows[0].shape;
+    for bias in [None, Some(plan.as_ref())] {
+        let (out, lse) = fused_causal_lse_batch(3, &q, &k, &v, shape, &pos, &pos, bias).unwrap();
+        let (mut want_out, mut want_lse) = (Vec::new(), Vec::new());
+        for c in &rows {
+            let (o, l) = fused_causal_lse(&c.q, &c.k, &c.v, shape, &pos, &pos, bias).unwrap();
+            want_out.extend(o);
+            want_lse.extend(l);
+        }
+        assert_eq!(out, want_out);
+        assert_eq!(lse, want_lse);
+    }
+    assert!(fused_causal_lse_batch(0, &q, &k, &v, shape, &pos, &pos, None).is_err());
+    assert!(fused_causal_lse_batch(2, &q, &k, &v, shape, &pos, &pos, None).is_err());
+    let short = &q[..q.len() - 1];
+    assert!(fused_causal_lse_batch(3, short, &k, &v, shape, &pos, &pos, None).is_err());
+}
+
 #[test]
 fn bad_shapes_are_errors_not_panics() {
     let c = case(2, (0..10).collect(), (0..10).collect(), 8, 1);
@@ -266,21 +299,20 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     let mut rng = fire_vocabulary::SplitMix64::new(11 + (rows * 1000 + keys * 10 + d) as u64);
     let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
     let (q, k, v) = (fill(rows * d), fill(keys * d), fill(keys * d));
-    let (mut qp, mut kp) = (Vec::new(), Vec::new());
+    let mut kp = Vec::new();
     let block = crate::inner::keys::<M>();
-    pack(&q, rows, d, ROWS, 1.0, &mut qp);
     pack(&k, keys, d, block, 1.0, &mut kp);
     let stride = keys.div_ceil(block) * block;
     let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
     let mut max = vec![f32::NAN; rows.div_ceil(ROWS) * ROWS];
-    scores::<M>(&qp, &kp, d, &mut s, true, Some(&mut max));
+    scores::<M>(&q, rows, &kp, d, &mut s, true, Some(&mut max));
     // The maxima handed over are those of the whole stored rows, padding columns included.
     for (r, (row, &m)) in s.chunks_exact(stride).zip(&max).enumerate() {
         let want = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         assert_eq!(m, want, "max of row {r} at {rows}x{keys}x{d}");
     }
     let mut again = vec![0.5f32; s.len()];
-    scores::<M>(&qp, &kp, d, &mut again, true, None);
+    scores::<M>(&q, rows, &kp, d, &mut again, true, None);
     assert_eq!(
         again, s,
         "scores with and without the maxima at {rows}x{keys}x{d}"
