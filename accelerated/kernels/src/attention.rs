@@ -17,7 +17,7 @@ use fire_vocabulary::Position;
 use rayon::prelude::*;
 
 use crate::error::{shape, Error, Result};
-use crate::inner::{self, ROWS};
+use crate::inner::{self, Start, ROWS};
 use crate::simd::{self, Kernel, Madd};
 use crate::tile::{check_positions, BiasPlan, TileBias};
 
@@ -334,6 +334,7 @@ impl Task<'_> {
         };
         let mut s = Vec::new();
         let mut tile_max = Vec::new();
+        let mut affine = Vec::new();
         let mut max = vec![f32::NEG_INFINITY; rows];
         let mut sum = vec![0f32; rows];
         out.fill(0.0);
@@ -352,10 +353,21 @@ impl Task<'_> {
             // Not cleared: the bias fill and the score product write every entry read below
             // (rows `first..rows`, columns `..vis`; the rest of a row is zeroed).
             s.resize((rows_padded - first) * stride, 0.0);
-            if let Some(plan) = self.bias {
-                let r = self.first_row + first..self.first_row + rows;
-                plan.fill_causal(self.head, r, c0..c0 + cols, &mut s, stride);
-            }
+            affine.resize(rows - first, None);
+            let table = match self.bias {
+                Some(plan) => {
+                    let r = self.first_row + first..self.first_row + rows;
+                    plan.fill_causal_affine(
+                        self.head,
+                        r,
+                        c0..c0 + cols,
+                        &mut s,
+                        stride,
+                        &mut affine,
+                    )
+                }
+                None => &[],
+            };
             let kt = &kp[c0 * d..(c0 + stride) * d];
             // Where every row sees the whole tile and no column is padding, the product
             // hands over the rows' maxima; elsewhere they are taken over the visible part.
@@ -363,7 +375,14 @@ impl Task<'_> {
             tile_max.resize(rows_padded - first, 0.0);
             let tmax = whole.then_some(&mut tile_max[..]);
             let q = &self.q[first * d..];
-            inner::scores::<M>(q, rows - first, kt, d, &mut s, self.bias.is_some(), tmax);
+            let start = match self.bias {
+                Some(_) => Start::Bias {
+                    table,
+                    affine: &affine,
+                },
+                None => Start::Zero,
+            };
+            inner::scores::<M>(q, rows - first, kt, d, &mut s, start, tmax);
             for r in first..rows {
                 let vis = visible[r].saturating_sub(c0).min(cols);
                 let row = &mut s[(r - first) * stride..(r - first + 1) * stride];

@@ -33,7 +33,7 @@ use fire_vocabulary::Position;
 
 use crate::attention::Shape;
 use crate::error::{shape, Result};
-use crate::inner::{self, ROWS};
+use crate::inner::{self, Start, ROWS};
 use crate::simd::{self, Kernel, Madd};
 use crate::tile::BiasPlan;
 
@@ -231,10 +231,11 @@ impl HeadTask<'_> {
         // With the scores' 1/√d, as the forward packs them.
         inner::pack(self.k, nk, d, block, scale, &mut kp);
         inner::pack(self.v, nk, d, block, 1.0, &mut vp);
-        let (mut s, mut dp) = (Vec::new(), Vec::new());
+        let (mut s, mut dp, mut affine) = (Vec::new(), Vec::new(), Vec::new());
         for r0 in (0..nq).step_by(TILE_Q) {
             let rows = TILE_Q.min(nq - r0);
             let rows_padded = rows.div_ceil(ROWS) * ROWS;
+            affine.resize(rows, None);
             let qrows = &self.q[r0 * d..(r0 + rows) * d];
             let dorows = &self.dout[r0 * d..(r0 + rows) * d];
             let visible: Vec<usize> = self.queries[r0..r0 + rows]
@@ -248,22 +249,31 @@ impl HeadTask<'_> {
                 let ktile = &self.k[c0 * d..(c0 + cols) * d];
                 let kt = &kp[c0 * d..(c0 + stride) * d];
                 let vt = &vp[c0 * d..(c0 + stride) * d];
-                // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ).
-                s.clear();
+                // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ). Not
+                // cleared: the bias fill and the products write every entry read below (rows
+                // `..rows`, columns `..vis`; the rest of a row is zeroed).
                 s.resize(rows_padded * stride, 0.0);
-                if let Some(plan) = self.bias {
-                    plan.as_bias().fill_causal(
+                let table = match self.bias {
+                    Some(plan) => plan.as_bias().fill_causal_affine(
                         self.head,
                         r0..r0 + rows,
                         c0..c0 + cols,
                         &mut s,
                         stride,
-                    );
-                }
-                inner::scores::<M>(qrows, rows, kt, d, &mut s, self.bias.is_some(), None);
-                dp.clear();
+                        &mut affine,
+                    ),
+                    None => &[],
+                };
+                let start = match self.bias {
+                    Some(_) => Start::Bias {
+                        table,
+                        affine: &affine,
+                    },
+                    None => Start::Zero,
+                };
+                inner::scores::<M>(qrows, rows, kt, d, &mut s, start, None);
                 dp.resize(rows_padded * stride, 0.0);
-                inner::scores::<M>(dorows, rows, vt, d, &mut dp, false, None);
+                inner::scores::<M>(dorows, rows, vt, d, &mut dp, Start::Zero, None);
                 for r in 0..rows {
                     let vis = visible[r].saturating_sub(c0).min(cols);
                     let lse = self.lse[r0 + r];

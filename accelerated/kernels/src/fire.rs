@@ -28,7 +28,7 @@ use crate::device::{DeviceBias, DeviceTables};
 use crate::error::{finite, Error, Result};
 use crate::mlp::{Linear, Mlp};
 use crate::simd::{self, Kernel, Madd};
-use crate::tile::{check_positions, visible, BiasPlan, TileBias};
+use crate::tile::{check_positions, visible, AffineRow, BiasPlan, TileBias};
 
 /// FIRE's scalar parameters (f_θ is an [`Mlp`] of its own): with the MLP they are a whole FIRE
 /// module. spec: [fire.params]
@@ -431,8 +431,11 @@ impl FirePlan<'_> {
     /// [`BiasPlan::fill_causal`] for contiguous keys and a compiled f_θ, the training and
     /// prefill case: what depends on the tile only is looked up once, and a row that crosses
     /// no distance threshold (most rows away from the diagonal: a tile spans a narrow range of
-    /// x there) is one multiply-add loop over the ψ table, with no run bookkeeping.
+    /// x there) is one multiply-add loop over the ψ table, with no run bookkeeping — or, with
+    /// `affine` ([`BiasPlan::fill_causal_affine`]), is handed back as `(slope, intercept, ψ
+    /// offset)` when the ψ table holds its whole stride.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn fill_causal_compiled(
         &self,
         pl: &PiecewiseLinear,
@@ -441,12 +444,16 @@ impl FirePlan<'_> {
         cols: Range<usize>,
         out: &mut [f32],
         stride: usize,
+        mut affine: Option<&mut [Option<AffineRow>]>,
     ) {
         let (slopes, intercepts) = pl.head_pieces(head);
         let m = self.fire.capacity();
         let width = cols.len() as Position;
         let p0 = self.keys[cols.start];
         let mut scratch = [Vec::new(), Vec::new()];
+        if let Some(affine) = affine.as_deref_mut() {
+            affine.fill(None);
+        }
         for (r, q) in rows.enumerate() {
             let i = self.queries[q];
             // Contiguous keys: those up to `i` are a prefix of the tile.
@@ -467,11 +474,23 @@ impl FirePlan<'_> {
             let base = m - 1 - nhi;
             let psi = &self.fire.psi_rev[base..base + vis];
             let thr = &self.thresholds[q * self.count..(q + 1) * self.count];
-            let k = thr.partition_point(|&t| t as usize <= nhi);
-            if k == 0 || thr[k - 1] as usize <= nhi + 1 - vis {
+            // Far from the diagonal every threshold lies below the row's shortest distance:
+            // the last segment, without a search.
+            let lo = nhi + 1 - vis;
+            let k = match thr.last() {
+                Some(&t) if t as usize <= lo => thr.len(),
+                _ => thr.partition_point(|&t| t as usize <= nhi),
+            };
+            if k == 0 || thr[k - 1] as usize <= lo {
                 // Every distance of the row, nhi down to nhi + 1 − vis, is in one segment.
                 let seg = self.first + k;
                 let (a, c) = (slopes[seg] * inv, intercepts[seg]);
+                // Column t reads ψ_rev[base + t]: inside the table for every t < stride iff
+                // stride ≤ nhi + 1 (the padding columns continue to shorter distances).
+                if let (Some(affine), true) = (affine.as_deref_mut(), stride <= nhi + 1) {
+                    affine[r] = Some(AffineRow { a, c, offset: base });
+                    continue;
+                }
                 for (o, p) in row.iter_mut().zip(psi) {
                     *o = a * p + c;
                 }
@@ -529,7 +548,7 @@ impl BiasPlan for FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
     ) {
-        self.fill_rows(head, rows, cols, out, stride, false);
+        self.fill_rows(head, rows, cols, out, stride, false, None);
     }
 
     fn fill_causal(
@@ -540,8 +559,40 @@ impl BiasPlan for FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
     ) {
-        // The kernel calls this through `dyn BiasPlan`, outside its own SIMD dispatch: without
-        // one here the runs' multiply-add loop would be compiled for the baseline target.
+        self.dispatch_causal(head, rows, cols, out, stride, None);
+    }
+
+    fn fill_causal_affine(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        affine: &mut [Option<AffineRow>],
+    ) -> &[f32] {
+        self.dispatch_causal(head, rows, cols, out, stride, Some(affine));
+        &self.fire.psi_rev
+    }
+
+    fn bytes(&self) -> usize {
+        4 * (self.inv.len() + self.thresholds.len())
+    }
+}
+
+impl FirePlan<'_> {
+    /// The causal fill under the SIMD dispatch. The kernel calls it through `dyn BiasPlan`,
+    /// outside its own dispatch: without one here the multiply-add loops would be compiled for
+    /// the baseline target.
+    fn dispatch_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        affine: Option<&mut [Option<AffineRow>]>,
+    ) {
         struct Fill<'a, 'b> {
             plan: &'a FirePlan<'b>,
             head: usize,
@@ -549,6 +600,7 @@ impl BiasPlan for FirePlan<'_> {
             cols: Range<usize>,
             out: &'a mut [f32],
             stride: usize,
+            affine: Option<&'a mut [Option<AffineRow>]>,
         }
         impl Kernel for Fill<'_, '_> {
             type Output = ();
@@ -561,8 +613,9 @@ impl BiasPlan for FirePlan<'_> {
                     cols,
                     out,
                     stride,
+                    affine,
                 } = self;
-                plan.fill_rows(head, rows, cols, out, stride, true);
+                plan.fill_rows(head, rows, cols, out, stride, true, affine);
             }
         }
         simd::dispatch(Fill {
@@ -572,17 +625,14 @@ impl BiasPlan for FirePlan<'_> {
             cols,
             out,
             stride,
+            affine,
         });
     }
 
-    fn bytes(&self) -> usize {
-        4 * (self.inv.len() + self.thresholds.len())
-    }
-}
-
-impl FirePlan<'_> {
-    /// [`BiasPlan::fill`]; with `causal`, keys after the query are left as they are.
+    /// [`BiasPlan::fill`]; with `causal`, keys after the query are left as they are, and rows
+    /// may be handed back in `affine` (all `None` on the general path).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn fill_rows(
         &self,
         head: usize,
@@ -591,12 +641,16 @@ impl FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
         causal: bool,
+        affine: Option<&mut [Option<AffineRow>]>,
     ) {
         if let (true, true, FireFunction::Compiled(pl)) =
             (causal, self.contiguous, &self.fire.function)
         {
-            self.fill_causal_compiled(pl, head, rows, cols, out, stride);
+            self.fill_causal_compiled(pl, head, rows, cols, out, stride, affine);
             return;
+        }
+        if let Some(affine) = affine {
+            affine.fill(None);
         }
         let width = cols.len();
         let mut scratch = [Vec::new(), Vec::new()];

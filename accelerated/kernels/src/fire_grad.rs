@@ -39,7 +39,7 @@ use crate::compile::{intervals, representative, PiecewiseLinear};
 use crate::error::Result;
 use crate::fire::{FireBias, FireFunction, FirePlan};
 use crate::simd::{self, Kernel, Madd};
-use crate::tile::{visible, BiasPlan, TileBias};
+use crate::tile::{visible, AffineRow, BiasPlan, TileBias};
 
 /// `sign(y)` with `sign(0) = 0` ([grad.kinks]).
 fn sign(y: f64) -> f64 {
@@ -222,6 +222,19 @@ impl BiasPlan for FireGradPlan<'_> {
         stride: usize,
     ) {
         self.plan.fill_causal(head, rows, cols, out, stride);
+    }
+
+    fn fill_causal_affine(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        affine: &mut [Option<AffineRow>],
+    ) -> &[f32] {
+        self.plan
+            .fill_causal_affine(head, rows, cols, out, stride, affine)
     }
 
     fn bytes(&self) -> usize {

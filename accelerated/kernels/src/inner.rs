@@ -10,6 +10,7 @@
 
 use crate::simd::Madd;
 use crate::wide;
+pub(crate) use crate::wide::Start;
 
 /// Rows per register block of the score product (queries are padded to a multiple).
 pub(crate) const ROWS: usize = 4;
@@ -102,8 +103,8 @@ pub(crate) fn pack_into(
 /// broadcasts one `q` value at a time, so it needs no packed copy) and `k` packed in blocks of
 /// [`keys::<M>()`](keys); `s` is `[⌈rows/ROWS⌉·ROWS, key blocks·keys]` row-major, its padding
 /// rows written with a repeat of the last row.
-/// With `accumulate` the scores start from what `s` holds (the bias); without, from zero.
-/// With `max`, each row's largest score over the whole tile (every key block) is written
+/// The scores start from `start`: zero, or the bias (in `s`, or for some rows affine in a
+/// table, [`wide::Start`]). With `max`, each row's largest score over the whole tile (every key block) is written
 /// there as well, one per row of `qp` (the softmax's shift, without a pass over `s`).
 #[inline(always)]
 pub(crate) fn scores<M: Madd>(
@@ -112,7 +113,7 @@ pub(crate) fn scores<M: Madd>(
     kp: &[f32],
     d: usize,
     s: &mut [f32],
-    accumulate: bool,
+    start: Start<'_>,
     max: Option<&mut [f32]>,
 ) {
     if M::LANES >= 16 {
@@ -123,15 +124,15 @@ pub(crate) fn scores<M: Madd>(
             kp,
             d,
             s,
-            accumulate,
+            start,
             max: max.as_deref_mut(),
         });
         if !done {
             // Unreachable (M has 16 lanes only where the CPU does); correct if slow.
-            scores_blocked::<M, { wide::KEYS }>(q, rows, kp, d, s, accumulate, max);
+            scores_blocked::<M, { wide::KEYS }>(q, rows, kp, d, s, start, max);
         }
     } else {
-        scores_blocked::<M, KEYS>(q, rows, kp, d, s, accumulate, max);
+        scores_blocked::<M, KEYS>(q, rows, kp, d, s, start, max);
     }
 }
 
@@ -143,9 +144,10 @@ fn scores_blocked<M: Madd, const K: usize>(
     kp: &[f32],
     d: usize,
     s: &mut [f32],
-    accumulate: bool,
+    start: Start<'_>,
     mut max: Option<&mut [f32]>,
 ) {
+    let (accumulate, table, affine) = start.parts();
     let kblocks = kp.len() / (d * K);
     let stride = kblocks * K;
     for rb in 0..rows.div_ceil(ROWS) {
@@ -160,8 +162,15 @@ fn scores_blocked<M: Madd, const K: usize>(
             let mut acc = [[0f32; K]; ROWS];
             if accumulate {
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let at = (rb * ROWS + r) * stride + kb * K;
-                    a.copy_from_slice(&s[at..at + K]);
+                    let row = affine.get((rb * ROWS + r).min(rows - 1)).copied().flatten();
+                    if let Some(row) = row {
+                        for (t, x) in a.iter_mut().enumerate() {
+                            *x = row.at(table, kb * K + t);
+                        }
+                    } else {
+                        let at = (rb * ROWS + r) * stride + kb * K;
+                        a.copy_from_slice(&s[at..at + K]);
+                    }
                 }
             }
             for (c, kc) in kblk.chunks_exact(K).enumerate() {

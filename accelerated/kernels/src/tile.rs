@@ -54,8 +54,49 @@ pub trait BiasPlan: Send + Sync {
         self.fill(head, rows, cols, out, stride);
     }
 
+    /// [`Self::fill_causal`], except that a row may be handed back instead of written: where
+    /// `affine[r]` is set to `Some(row)`, every entry of row `r` of the tile, up to `stride`
+    /// (padding columns included), is `row.a · table[row.offset + t] + row.c` — a multiply
+    /// then an add, two roundings, exactly what the fill would have written — with `table` the
+    /// slice returned. The score product then starts such a row from the table (a
+    /// multiply-add per entry in registers, no pass over the tile in memory). The default
+    /// writes every row and returns no table.
+    fn fill_causal_affine(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        affine: &mut [Option<AffineRow>],
+    ) -> &[f32] {
+        affine.fill(None);
+        self.fill_causal(head, rows, cols, out, stride);
+        &[]
+    }
+
     /// Bytes this plan holds (its O(N) state), for the memory accounting of benchmarks.
     fn bytes(&self) -> usize;
+}
+
+/// A row of a bias tile that is affine in a table ([`BiasPlan::fill_causal_affine`]): entry `t`
+/// is `a · table[offset + t] + c`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AffineRow {
+    /// The slope.
+    pub a: f32,
+    /// The intercept.
+    pub c: f32,
+    /// Where column 0 reads the table.
+    pub offset: usize,
+}
+
+impl AffineRow {
+    /// Entry `t` of the row, as the fill computes it.
+    #[inline(always)]
+    pub fn at(&self, table: &[f32], t: usize) -> f32 {
+        self.a * table[self.offset + t] + self.c
+    }
 }
 
 /// Checks both position lists ([`check_keys`] for the keys) and that no position exceeds

@@ -14,6 +14,40 @@
 
 use pulp::{Simd, WithSimd};
 
+use crate::tile::AffineRow;
+
+/// Where the score product starts from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Start<'a> {
+    /// Zero: no bias.
+    Zero,
+    /// The bias: what `s` holds, except rows with `affine[r]` set, which start from
+    /// `a·table[offset + t] + c` ([`crate::tile::BiasPlan::fill_causal_affine`]; an empty list:
+    /// every row from `s`).
+    Bias {
+        table: &'a [f32],
+        affine: &'a [Option<AffineRow>],
+    },
+}
+
+impl<'a> Start<'a> {
+    /// The bias, all of it in `s`.
+    #[cfg(test)]
+    pub(crate) const STORED: Start<'static> = Start::Bias {
+        table: &[],
+        affine: &[],
+    };
+
+    /// `(accumulate, table, affine rows)`.
+    #[inline(always)]
+    pub(crate) fn parts(self) -> (bool, &'a [f32], &'a [Option<AffineRow>]) {
+        match self {
+            Start::Zero => (false, &[], &[]),
+            Start::Bias { table, affine } => (true, table, affine),
+        }
+    }
+}
+
 /// f32 lanes of an AVX-512 vector: the blocks below assume it.
 const LANES: usize = 16;
 /// Key vectors per score block: 4 × 16 = 64 keys, [`crate::inner::keys`] for 16 lanes.
@@ -30,7 +64,7 @@ pub(crate) struct Scores<'a, const R: usize> {
     pub kp: &'a [f32],
     pub d: usize,
     pub s: &'a mut [f32],
-    pub accumulate: bool,
+    pub start: Start<'a>,
     /// When given, receives each row's largest score over the whole tile (one per row of
     /// `qp`, padding rows included), taken from the registers as the blocks are stored.
     pub max: Option<&'a mut [f32]>,
@@ -51,9 +85,10 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
             kp,
             d,
             s,
-            accumulate,
+            start,
             mut max,
         } = self;
+        let (accumulate, table, affine) = start.parts();
         let stride = kp.len() / (d * KEYS) * KEYS;
         let want_max = max.is_some();
         for rb in 0..rows.div_ceil(R) {
@@ -63,14 +98,26 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
                 let at = (rb * R + r).min(rows - 1) * d;
                 &q[at..at + d]
             });
+            let aff: [Option<AffineRow>; R] =
+                core::array::from_fn(|r| affine.get((rb * R + r).min(rows - 1)).copied().flatten());
             let mut row_max = [simd.splat_f32s(f32::NEG_INFINITY); R];
             for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate() {
                 let mut acc = [[simd.splat_f32s(0.0); KEY_VECTORS]; R];
                 if accumulate {
                     for (r, a) in acc.iter_mut().enumerate() {
-                        let at = (rb * R + r) * stride + kb * KEYS;
-                        let (v, _) = S::as_simd_f32s(&s[at..at + KEYS]);
-                        a.copy_from_slice(&v[..KEY_VECTORS]);
+                        if let Some(row) = aff[r] {
+                            // a·table + c, a multiply then an add, as the fill writes it.
+                            let at = row.offset + kb * KEYS;
+                            let (t, _) = S::as_simd_f32s(&table[at..at + KEYS]);
+                            let (sa, sc) = (simd.splat_f32s(row.a), simd.splat_f32s(row.c));
+                            for (x, &t) in a.iter_mut().zip(t) {
+                                *x = simd.add_f32s(simd.mul_f32s(sa, t), sc);
+                            }
+                        } else {
+                            let at = (rb * R + r) * stride + kb * KEYS;
+                            let (v, _) = S::as_simd_f32s(&s[at..at + KEYS]);
+                            a.copy_from_slice(&v[..KEY_VECTORS]);
+                        }
                     }
                 }
                 for (c, kc) in kblk.chunks_exact(KEYS).enumerate() {

@@ -295,7 +295,8 @@ fn the_vectorised_exp_is_accurate_with_and_without_fma() {
 /// sizes that leave partial row, key and dimension blocks, and head dimensions that take each
 /// of the wide value blocks (multiples of 64 and of 32). Returns the scores and values.
 fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) -> Products {
-    use crate::inner::{pack, scores, weighted_values, ROWS};
+    use crate::inner::{pack, scores, weighted_values, Start, ROWS};
+    use crate::tile::AffineRow;
     let mut rng = fire_vocabulary::SplitMix64::new(11 + (rows * 1000 + keys * 10 + d) as u64);
     let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
     let (q, k, v) = (fill(rows * d), fill(keys * d), fill(keys * d));
@@ -303,20 +304,55 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     let block = crate::inner::keys::<M>();
     pack(&k, keys, d, block, 1.0, &mut kp);
     let stride = keys.div_ceil(block) * block;
+    // The bias: 0.5 written in `s`, except every third row, affine in a table and NaN in `s`
+    // (which the product must not read).
     let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
+    let table: Vec<f32> = (0..stride + 9).map(|j| j as f32 * 0.01).collect();
+    let affine: Vec<Option<AffineRow>> = (0..rows)
+        .map(|r| {
+            // A slope whose products round (so that a fused multiply-add would show).
+            (r % 3 == 1).then_some(AffineRow {
+                a: 0.37,
+                c: -0.61,
+                offset: r % 9,
+            })
+        })
+        .collect();
+    for (r, row) in affine.iter().enumerate() {
+        if row.is_some() {
+            s[r * stride..(r + 1) * stride].fill(f32::NAN);
+        }
+    }
     let mut max = vec![f32::NAN; rows.div_ceil(ROWS) * ROWS];
-    scores::<M>(&q, rows, &kp, d, &mut s, true, Some(&mut max));
+    let start = Start::Bias {
+        table: &table,
+        affine: &affine,
+    };
+    scores::<M>(&q, rows, &kp, d, &mut s, start, Some(&mut max));
     // The maxima handed over are those of the whole stored rows, padding columns included.
     for (r, (row, &m)) in s.chunks_exact(stride).zip(&max).enumerate() {
         let want = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         assert_eq!(m, want, "max of row {r} at {rows}x{keys}x{d}");
     }
+    // The same scores, bit for bit, from the bias written out in full and without the maxima.
     let mut again = vec![0.5f32; s.len()];
-    scores::<M>(&q, rows, &kp, d, &mut again, true, None);
+    for (r, row) in affine.iter().enumerate() {
+        if let Some(row) = row {
+            for (t, x) in again[r * stride..(r + 1) * stride].iter_mut().enumerate() {
+                *x = row.at(&table, t);
+            }
+        }
+    }
+    scores::<M>(&q, rows, &kp, d, &mut again, Start::STORED, None);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(
-        again, s,
-        "scores with and without the maxima at {rows}x{keys}x{d}"
+        bits(&again[..rows * stride]),
+        bits(&s[..rows * stride]),
+        "scores from affine rows and from written rows at {rows}x{keys}x{d}"
     );
+    let bias: Vec<f32> = (0..rows * keys)
+        .map(|i| affine[i / keys].map_or(0.5, |row| row.at(&table, i % keys)))
+        .collect();
     let mut acc = vec![0.25f32; rows * d];
     weighted_values::<M>(&s, (stride, 1), rows, &v, keys, d, &mut acc);
     // The transposed product (the backward's dV and dK), read through the strides.
@@ -331,6 +367,7 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
         k,
         v,
         s,
+        bias,
         acc,
         acc_t,
     }
@@ -341,6 +378,8 @@ struct Products {
     k: Vec<f32>,
     v: Vec<f32>,
     s: Vec<f32>,
+    /// The bias the scores started from, `[rows, keys]`.
+    bias: Vec<f32>,
     acc: Vec<f32>,
     acc_t: Vec<f32>,
 }
@@ -363,12 +402,14 @@ fn products_match_plain_loops<M: crate::simd::Madd>() {
             k,
             v,
             s,
+            bias,
             acc,
             acc_t,
         } = blocked_products::<M>(rows, keys, d);
         for r in 0..rows {
             for t in 0..keys {
-                let want: f32 = 0.5 + (0..d).map(|c| q[r * d + c] * k[t * d + c]).sum::<f32>();
+                let want: f32 =
+                    bias[r * keys + t] + (0..d).map(|c| q[r * d + c] * k[t * d + c]).sum::<f32>();
                 let got = s[r * keys + t];
                 assert!(
                     (got - want).abs() <= 1e-4 * (1.0 + want.abs()),

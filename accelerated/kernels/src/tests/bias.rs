@@ -6,6 +6,7 @@ use super::{fire_pair, max_diff};
 use crate::baselines::{alibi_slopes, t5_bucket, DistanceBias, DistanceEncoding};
 use crate::fire::FireBias;
 use crate::materialised;
+use crate::mlp::{Linear, Mlp};
 use crate::tile::TileBias;
 
 /// The reference's `[H, Q, K]` bias as f32.
@@ -86,15 +87,32 @@ fn compiled_fire_tiles_match_the_reference_and_the_materialised_mlp() {
 /// A causal tile holds the bias of every pair whose key is not after its query, exactly as the
 /// general fill writes it (the kernel masks the rest), whatever the tile's position: tiles of
 /// odd sizes over prefill, a chunk against a longer cache, distances past the ψ table with
-/// contiguous keys (entry by entry) and sparse keys.
+/// contiguous keys (entry by entry) and sparse keys. So do the rows handed back as affine in
+/// the ψ table, which must read inside it over the tile's whole stride.
 #[test]
 fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     let (_, mlp, params) = fire_pair(6, 32, 1, 4, 0.1);
-    let fast = FireBias::new(mlp, params, 1000).unwrap();
+    let random = FireBias::new(mlp, params, 1000).unwrap();
+    // f_θ with no breakpoint in (0, 1] (ReLU(w·x + b) with b > 2|w|): every causal row is one
+    // segment, up to the diagonal, where the handed-back rows meet the end of the ψ table.
+    let mut rng = SplitMix64::new(17);
+    let w: Vec<f64> = (0..32).map(|_| rng.normal()).collect();
+    let b: Vec<f64> = w.iter().map(|w| 2.0 * w.abs() + 0.1).collect();
+    let out: Vec<f64> = (0..6 * 32).map(|_| rng.normal()).collect();
+    let layers = vec![
+        Linear::new(w, b, 1, 32).unwrap(),
+        Linear::new(out, vec![0.25; 6], 32, 6).unwrap(),
+    ];
+    let straight = Mlp::new(layers, Activation::Relu, None).unwrap();
+    let straight = FireBias::new(straight, params, 1000).unwrap();
     let mut cases = position_cases();
     cases.push(((1100..1160).collect(), (0..1160).collect()));
-    for (queries, keys) in cases {
-        let plan = fast.plan(&queries, &keys).unwrap();
+    let mut affine_rows = 0;
+    for (fast, (queries, keys)) in [&random, &straight]
+        .into_iter()
+        .flat_map(|f| cases.iter().map(move |c| (f, c)))
+    {
+        let plan = fast.plan(queries, keys).unwrap();
         let (nq, nk) = (queries.len(), keys.len());
         for h in 0..fast.heads() {
             for r0 in (0..nq).step_by(13) {
@@ -102,22 +120,35 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
                     let (r1, c1) = ((r0 + 13).min(nq), (c0 + 29).min(nk));
                     let mut general = vec![f32::NAN; (r1 - r0) * 31];
                     let mut causal = general.clone();
+                    let mut handed = general.clone();
+                    let mut affine = vec![None; r1 - r0];
                     plan.fill(h, r0..r1, c0..c1, &mut general, 31);
                     plan.fill_causal(h, r0..r1, c0..c1, &mut causal, 31);
+                    let table =
+                        plan.fill_causal_affine(h, r0..r1, c0..c1, &mut handed, 31, &mut affine);
                     for (r, &i) in queries[r0..r1].iter().enumerate() {
+                        if let Some(row) = affine[r] {
+                            // The whole stride reads inside the table.
+                            assert!(row.offset + 31 <= table.len());
+                            affine_rows += 1;
+                        }
                         for (c, &j) in keys[c0..c1].iter().enumerate().filter(|(_, &j)| j <= i) {
                             let at = r * 31 + c;
-                            assert_eq!(
-                                causal[at].to_bits(),
-                                general[at].to_bits(),
-                                "head {h}, query {i}, key {j}"
-                            );
+                            let want = general[at].to_bits();
+                            let msg = format!("head {h}, query {i}, key {j}");
+                            assert_eq!(causal[at].to_bits(), want, "{msg}");
+                            let got = affine[r].map_or(handed[at], |row| row.at(table, c));
+                            assert_eq!(got.to_bits(), want, "{msg}, rows handed back");
                         }
                     }
                 }
             }
         }
     }
+    assert!(
+        affine_rows > 100,
+        "only {affine_rows} rows were handed back"
+    );
 }
 
 #[test]
