@@ -394,7 +394,11 @@ impl FirePlan<'_> {
     pub(crate) fn runs_of(&self, q: usize, nhi: usize, vis: usize) -> Runs<'_> {
         let thr = &self.thresholds[q * self.count..(q + 1) * self.count];
         Runs {
-            k: thr.partition_point(|&t| t as usize <= nhi),
+            // Away from the diagonal every threshold is at or below `nhi`: no search.
+            k: match thr.last() {
+                Some(&t) if t as usize <= nhi => thr.len(),
+                _ => thr.partition_point(|&t| t as usize <= nhi),
+            },
             thr,
             first: self.first,
             nhi,

@@ -165,39 +165,73 @@ impl FireGradPlan<'_> {
         stats[s + 1] -= dx * row.inv * row.inv * psi * row.dn_dm;
     }
 
-    /// One causal row on the fast path (compiled f_θ, contiguous keys, distances in the table).
-    #[allow(clippy::too_many_arguments)]
+    /// One causal row on the fast path (compiled f_θ, contiguous keys, distances in the table):
+    /// each run's lane-wise sums go into its segment's accumulators in `acc`.
     #[inline(always)]
-    fn fast_row(
-        &self,
-        pl: &PiecewiseLinear,
-        head: usize,
-        q: usize,
-        nhi: usize,
-        g: &[f32],
-        stats: &mut [f64],
-    ) {
+    fn fast_row(&self, q: usize, nhi: usize, g: &[f32], acc: &mut Lanes) {
         let fire = self.plan.fire;
         let base = fire.capacity() - 1 - nhi;
         let vis = g.len();
         let psi = &fire.psi_rev_slice()[base..base + vis];
         let dpsi = &self.dpsi_rev[base..base + vis];
         let row = &self.rows[q];
+        // The per-row factors of the four statistics (f32: they scale lane-wise sums).
+        let inv = row.inv as f32;
+        let dc1 = (row.inv * row.inv * row.dn_dc) as f32;
+        let dm1 = (row.inv * row.inv * row.dn_dm) as f32;
+        for (seg, start, end) in self.plan.runs_of(q, nhi, vis) {
+            pulp::Arch::new().dispatch(RunSums {
+                g: &g[start..end],
+                psi: &psi[start..end],
+                dpsi: &dpsi[start..end],
+                factors: (inv, dc1, dm1),
+                acc: &mut acc.segs[seg],
+            });
+            acc.touched[seg] = true;
+        }
+    }
+
+    /// Adds one tile's lane-wise accumulators into the statistics (f64), each segment's
+    /// `(Σ g, Σ g·x)` and, through its slope, `(dc, dm)`:
+    /// `dc += slope·Σ g·(ψ'/N − ψ·N'_c/N²)`, `dm −= slope·Σ g·ψ·N'_m/N²` ([grad.c], [grad.m]).
+    fn flush(&self, pl: &PiecewiseLinear, head: usize, acc: &Lanes, stats: &mut [f64]) {
         let segs = pl.segments();
         let (mut dc, mut dm) = (0.0, 0.0);
-        for (seg, start, end) in self.plan.runs_of(q, nhi, vis) {
-            let (a0, a1, a2) = sums(&g[start..end], &psi[start..end], &dpsi[start..end]);
-            let (a0, a1, a2) = (f64::from(a0), f64::from(a1), f64::from(a2));
+        for (seg, [s0, s1, c, m]) in acc.segs.iter().enumerate() {
+            if !acc.touched[seg] {
+                continue;
+            }
+            let total = |v: &[f32; PARTIALS]| v.iter().map(|&x| f64::from(x)).sum::<f64>();
             let at = (head * segs + seg) * 2;
-            stats[at] += a0;
-            stats[at + 1] += row.inv * a1;
+            stats[at] += total(s0);
+            stats[at + 1] += total(s1);
             let slope = pl.slope(head, seg);
-            dc += slope * (row.inv * a2 - row.inv * row.inv * row.dn_dc * a1);
-            dm -= slope * row.inv * row.inv * row.dn_dm * a1;
+            dc += slope * total(c);
+            dm -= slope * total(m);
         }
         let s = self.scalars();
         stats[s] += dc;
         stats[s + 1] += dm;
+    }
+}
+
+/// Lanes of the accumulators of the fast path ([`RunSums`]): the widest vector pulp knows.
+const PARTIALS: usize = 16;
+
+/// Per segment of f_θ, lane-wise accumulators over one tile: `Σ g`, `Σ g·x` (x = ψ/N) and the
+/// `c` and `m` terms before the segment's slope. Summed across lanes (in f64) once per tile, not
+/// once per run of a row.
+struct Lanes {
+    segs: Vec<[[f32; PARTIALS]; 4]>,
+    touched: Vec<bool>,
+}
+
+impl Lanes {
+    fn new(segments: usize) -> Self {
+        Self {
+            segs: vec![[[0.0; PARTIALS]; 4]; segments],
+            touched: vec![false; segments],
+        }
     }
 }
 
@@ -350,6 +384,11 @@ impl FireGradPlan<'_> {
         let fire = plan.fire;
         let m = fire.capacity() as u64;
         let mut scratch = vec![0f64; fire.heads()];
+        let compiled = match fire.function() {
+            FireFunction::Compiled(pl) => Some(pl),
+            FireFunction::Direct(_) => None,
+        };
+        let mut lanes = compiled.map(|pl| Lanes::new(pl.segments()));
         for (r, q) in rows.enumerate() {
             let i = plan.queries[q];
             let vis = visible(plan.keys, &cols, i, plan.contiguous);
@@ -366,9 +405,9 @@ impl FireGradPlan<'_> {
             }
             let g = &ds[r * stride..r * stride + vis];
             let p0 = plan.keys[cols.start];
-            match fire.function() {
-                FireFunction::Compiled(pl) if plan.contiguous && i - p0 < m => {
-                    self.fast_row(pl, head, q, (i - p0) as usize, g, stats);
+            match lanes.as_mut() {
+                Some(acc) if plan.contiguous && i - p0 < m => {
+                    self.fast_row(q, (i - p0) as usize, g, acc);
                 }
                 _ => {
                     let keys = &plan.keys[cols.start..cols.start + vis];
@@ -380,37 +419,77 @@ impl FireGradPlan<'_> {
                 }
             }
         }
+        if let (Some(pl), Some(acc)) = (compiled, &lanes) {
+            self.flush(pl, head, acc, stats);
+        }
     }
 }
 
-/// `(Σ g, Σ g·ψ, Σ g·ψ')` over one run of a row, in f32 with [`PARTIALS`] partial sums per
-/// total: a single running sum is a chain of dependent adds that cannot vectorise (measured:
-/// this loop was 9% of a FIRE forward-and-backward at 4 096 tokens).
-#[inline(always)]
-fn sums(g: &[f32], psi: &[f32], dpsi: &[f32]) -> (f32, f32, f32) {
-    const PARTIALS: usize = 8;
-    let (mut a0, mut a1, mut a2) = ([0f32; PARTIALS], [0f32; PARTIALS], [0f32; PARTIALS]);
-    let n = g.len() / PARTIALS * PARTIALS;
-    for ((g, p), dp) in g[..n]
-        .chunks_exact(PARTIALS)
-        .zip(psi[..n].chunks_exact(PARTIALS))
-        .zip(dpsi[..n].chunks_exact(PARTIALS))
-    {
-        for l in 0..PARTIALS {
-            a0[l] += g[l];
-            a1[l] += g[l] * p[l];
-            a2[l] += g[l] * dp[l];
+/// One run of a row into its segment's accumulators, in explicit vectors (pulp): with
+/// `a0 = Σ g`, `a1 = Σ g·ψ`, `a2 = Σ g·ψ'` lane-wise, `Σ g += a0`, `Σ g·x += a1/N`,
+/// `c-term += a2/N − a1·N'_c/N²`, `m-term += a1·N'_m/N²` (the factors per row). Written out
+/// because the autovectoriser interleaved the three running sums into shuffles (measured:
+/// 0.9 ns per entry of a tile before, 0.57 after).
+struct RunSums<'a> {
+    g: &'a [f32],
+    psi: &'a [f32],
+    dpsi: &'a [f32],
+    /// `(1/N, N'_c/N², N'_m/N²)`.
+    factors: (f32, f32, f32),
+    acc: &'a mut [[f32; PARTIALS]; 4],
+}
+
+impl pulp::WithSimd for RunSums<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let RunSums {
+            g,
+            psi,
+            dpsi,
+            factors: (inv, dc1, dm1),
+            acc,
+        } = self;
+        let n = g.len().min(psi.len()).min(dpsi.len());
+        let (gv, gt) = S::as_simd_f32s(&g[..n]);
+        let (pv, pt) = S::as_simd_f32s(&psi[..n]);
+        let (dv, dt) = S::as_simd_f32s(&dpsi[..n]);
+        let zero = simd.splat_f32s(0.0);
+        let (mut a0, mut a1, mut a2) = (zero, zero, zero);
+        for ((&g, &p), &d) in gv.iter().zip(pv).zip(dv) {
+            a0 = simd.add_f32s(a0, g);
+            a1 = simd.mul_add_f32s(g, p, a1);
+            a2 = simd.mul_add_f32s(g, d, a2);
         }
+        // The tail, zero-padded (a zero g adds nothing).
+        let (g, p, d) = (
+            simd.partial_load_f32s(gt),
+            simd.partial_load_f32s(pt),
+            simd.partial_load_f32s(dt),
+        );
+        a0 = simd.add_f32s(a0, g);
+        a1 = simd.mul_add_f32s(g, p, a1);
+        a2 = simd.mul_add_f32s(g, d, a2);
+        let [s0, s1, c, m] = acc;
+        let (inv, dc1, dm1) = (
+            simd.splat_f32s(inv),
+            simd.splat_f32s(-dc1),
+            simd.splat_f32s(dm1),
+        );
+        let v = first::<S>(s0);
+        *v = simd.add_f32s(*v, a0);
+        let v = first::<S>(s1);
+        *v = simd.mul_add_f32s(inv, a1, *v);
+        let v = first::<S>(c);
+        *v = simd.mul_add_f32s(dc1, a1, simd.mul_add_f32s(inv, a2, *v));
+        let v = first::<S>(m);
+        *v = simd.mul_add_f32s(dm1, a1, *v);
     }
-    let (mut t0, mut t1, mut t2) = (0f32, 0f32, 0f32);
-    for ((&g, &p), &dp) in g[n..].iter().zip(&psi[n..]).zip(&dpsi[n..]) {
-        t0 += g;
-        t1 += g * p;
-        t2 += g * dp;
-    }
-    (
-        a0.iter().sum::<f32>() + t0,
-        a1.iter().sum::<f32>() + t1,
-        a2.iter().sum::<f32>() + t2,
-    )
+}
+
+/// An accumulator's first vector, which takes the lanes ([`PARTIALS`] ≥ any `S`'s lanes).
+#[inline(always)]
+fn first<S: pulp::Simd>(x: &mut [f32; PARTIALS]) -> &mut S::f32s {
+    &mut S::as_mut_simd_f32s(&mut x[..]).0[0]
 }
