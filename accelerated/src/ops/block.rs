@@ -30,7 +30,7 @@ use fire_kernels::gemm::{matmul, Mat};
 use fire_kernels::Shape as KernelShape;
 use rayon::prelude::*;
 
-use super::gelu::{gelu_backward_rows, gelu_into};
+use super::gelu::{bias_gelu_into, gelu_backward_rows};
 use super::scratch::Scratch;
 use super::{layer_norm, rows_per_task, slice, sum_partials, with_f32};
 use crate::attention::fused_train::{bias_input, Kind};
@@ -220,15 +220,6 @@ fn from_heads(
         });
 }
 
-/// Each row of `dst` (rows of `b.len()`) set to `b`.
-fn fill_rows(dst: &mut [f32], b: &[f32]) {
-    dst.par_chunks_mut(rows_per_task(b.len()) * b.len())
-        .for_each(|c| {
-            c.chunks_exact_mut(b.len())
-                .for_each(|r| r.copy_from_slice(b))
-        });
-}
-
 /// Σ over rows of `x` (rows of `width`), in task order so the result does not depend on the
 /// thread count.
 fn column_sums(x: &[f32], width: usize) -> Vec<f32> {
@@ -315,12 +306,12 @@ impl Block {
         let mut h2 = Scratch::overwritten(n * d);
         layer_norm::forward(&x1, p.ln2_w, p.ln2_b, self.eps, &mut h2);
         let mut z = Scratch::overwritten(n * f);
-        fill_rows(&mut z, p.b1);
-        mm(&mut z, mat(&h2, n, d)?, mat(p.w1, f, d)?.t(), true)?;
+        mm(&mut z, mat(&h2, n, d)?, mat(p.w1, f, d)?.t(), false)?;
+        // z += b₁ (kept for the backward pass) and g = gelu(z), in one pass.
         let mut g = Scratch::overwritten(n * f);
         g.par_chunks_mut(rows_per_task(f) * f)
-            .zip(z.par_chunks(rows_per_task(f) * f))
-            .for_each(|(g, z)| gelu_into(z, g));
+            .zip(z.par_chunks_mut(rows_per_task(f) * f))
+            .for_each(|(g, z)| bias_gelu_into(z, p.b1, g));
         let mut y = vec![0f32; n * d];
         y.par_chunks_mut(rows_per_task(d) * d)
             .zip(x1.par_chunks(rows_per_task(d) * d))

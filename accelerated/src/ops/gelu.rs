@@ -71,21 +71,29 @@ pub(crate) fn gelu_grad(z: f32) -> f32 {
     cdf + z * INV_SQRT_2PI * e
 }
 
-/// `out = gelu(z)` elementwise, compiled for the CPU's widest vectors
-/// ([`fire_kernels::simd::dispatch`]): the loop is branch-free, so it becomes 16-wide under
-/// AVX-512 (the results are the same on every path: elementwise, no fused multiply-adds).
-pub(crate) fn gelu_into(z: &[f32], out: &mut [f32]) {
-    struct Run<'a>(&'a [f32], &'a mut [f32]);
+/// `z ← z + b` and `out = gelu(z)` over rows of `b.len()`, in one pass, compiled for the CPU's
+/// widest vectors ([`fire_kernels::simd::dispatch`]): the loop is branch-free, so it becomes
+/// 16-wide under AVX-512 (the results are the same on every path: elementwise, no fused
+/// multiply-adds).
+pub(crate) fn bias_gelu_into(z: &mut [f32], b: &[f32], out: &mut [f32]) {
+    struct Run<'a>(&'a mut [f32], &'a [f32], &'a mut [f32]);
     impl Kernel for Run<'_> {
         type Output = ();
         #[inline(always)]
         fn run<M: Madd>(self) {
-            for (o, &z) in self.1.iter_mut().zip(self.0) {
-                *o = gelu(z);
+            let Run(z, b, out) = self;
+            for (z, o) in z
+                .chunks_exact_mut(b.len())
+                .zip(out.chunks_exact_mut(b.len()))
+            {
+                for ((z, o), &b) in z.iter_mut().zip(o).zip(b) {
+                    *z += b;
+                    *o = gelu(*z);
+                }
             }
         }
     }
-    simd::dispatch(Run(z, out));
+    simd::dispatch(Run(z, b, out));
 }
 
 /// `dz ← dz·gelu′(z)` elementwise over rows of `db.len()`, adding each row into `db` (the bias
