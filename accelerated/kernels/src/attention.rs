@@ -335,6 +335,7 @@ impl Task<'_> {
         let mut s = Vec::new();
         let mut tile_max = Vec::new();
         let mut affine = Vec::new();
+        let mut lim = Vec::new();
         let mut max = vec![f32::NEG_INFINITY; rows];
         let mut sum = vec![0f32; rows];
         out.fill(0.0);
@@ -382,7 +383,11 @@ impl Task<'_> {
                 },
                 None => Start::Zero,
             };
-            inner::scores::<M>(q, rows - first, kt, d, &mut s, start, tmax);
+            // Each row's visible prefix of the tile: the products skip what no row of a block
+            // sees (the causal diagonal's upper half).
+            lim.clear();
+            lim.extend((first..rows).map(|r| visible[r].saturating_sub(c0).min(cols)));
+            inner::scores::<M>(q, rows - first, kt, d, &mut s, start, Some(&lim), tmax);
             for r in first..rows {
                 let vis = visible[r].saturating_sub(c0).min(cols);
                 let row = &mut s[(r - first) * stride..(r - first + 1) * stride];
@@ -414,6 +419,7 @@ impl Task<'_> {
                 &s,
                 (stride, 1),
                 rows - first,
+                Some(&lim),
                 v,
                 cols,
                 d,

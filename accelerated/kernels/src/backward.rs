@@ -232,6 +232,7 @@ impl HeadTask<'_> {
         inner::pack(self.k, nk, d, block, scale, &mut kp);
         inner::pack(self.v, nk, d, block, 1.0, &mut vp);
         let (mut s, mut dp, mut affine) = (Vec::new(), Vec::new(), Vec::new());
+        let mut lim = Vec::new();
         for r0 in (0..nq).step_by(TILE_Q) {
             let rows = TILE_Q.min(nq - r0);
             let rows_padded = rows.div_ceil(ROWS) * ROWS;
@@ -271,9 +272,14 @@ impl HeadTask<'_> {
                     },
                     None => Start::Zero,
                 };
-                inner::scores::<M>(qrows, rows, kt, d, &mut s, start, None);
+                // Each row's visible prefix of the tile: the products over rows skip what no
+                // row of a block sees.
+                lim.clear();
+                lim.extend(visible.iter().map(|&v| v.saturating_sub(c0).min(cols)));
+                let l = Some(&lim[..]);
+                inner::scores::<M>(qrows, rows, kt, d, &mut s, start, l, None);
                 dp.resize(rows_padded * stride, 0.0);
-                inner::scores::<M>(dorows, rows, vt, d, &mut dp, Start::Zero, None);
+                inner::scores::<M>(dorows, rows, vt, d, &mut dp, Start::Zero, l, None);
                 for r in 0..rows {
                     let vis = visible[r].saturating_sub(c0).min(cols);
                     let lse = self.lse[r0 + r];
@@ -289,12 +295,14 @@ impl HeadTask<'_> {
                 }
                 // Now `s` holds p and `dp` holds dS.
                 let pv = (stride, 1);
-                inner::weighted_values::<M>(&dp, pv, rows, ktile, cols, d, &mut dq[r0 * d..]);
+                inner::weighted_values::<M>(&dp, pv, rows, l, ktile, cols, d, &mut dq[r0 * d..]);
                 // dV += Pᵀ·dO and dK += dSᵀ·q: the same product over the transposed tiles,
                 // read in place through the strides.
                 let pt = (1, stride);
-                inner::weighted_values::<M>(&s, pt, cols, dorows, rows, d, &mut dv[c0 * d..]);
-                inner::weighted_values::<M>(&dp, pt, cols, qrows, rows, d, &mut dk[c0 * d..]);
+                let dv_t = &mut dv[c0 * d..];
+                inner::weighted_values::<M>(&s, pt, cols, None, dorows, rows, d, dv_t);
+                let dk_t = &mut dk[c0 * d..];
+                inner::weighted_values::<M>(&dp, pt, cols, None, qrows, rows, d, dk_t);
                 if let Some(plan) = self.bias {
                     plan.accumulate(
                         self.head,

@@ -104,9 +104,12 @@ pub(crate) fn pack_into(
 /// [`keys::<M>()`](keys); `s` is `[⌈rows/ROWS⌉·ROWS, key blocks·keys]` row-major, its padding
 /// rows written with a repeat of the last row.
 /// The scores start from `start`: zero, or the bias (in `s`, or for some rows affine in a
-/// table, [`wide::Start`]). With `max`, each row's largest score over the whole tile (every key block) is written
+/// table, [`wide::Start`]). With `limit` (per row, how many leading keys it sees), a block of
+/// rows skips the key blocks none of its rows sees: those entries are left as they were. With
+/// `max`, each row's largest score over the whole tile (every key block) is written
 /// there as well, one per row of `qp` (the softmax's shift, without a pass over `s`).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn scores<M: Madd>(
     q: &[f32],
     rows: usize,
@@ -114,6 +117,7 @@ pub(crate) fn scores<M: Madd>(
     d: usize,
     s: &mut [f32],
     start: Start<'_>,
+    limit: Option<&[usize]>,
     max: Option<&mut [f32]>,
 ) {
     if M::LANES >= 16 {
@@ -125,19 +129,21 @@ pub(crate) fn scores<M: Madd>(
             d,
             s,
             start,
+            limit,
             max: max.as_deref_mut(),
         });
         if !done {
             // Unreachable (M has 16 lanes only where the CPU does); correct if slow.
-            scores_blocked::<M, { wide::KEYS }>(q, rows, kp, d, s, start, max);
+            scores_blocked::<M, { wide::KEYS }>(q, rows, kp, d, s, start, limit, max);
         }
     } else {
-        scores_blocked::<M, KEYS>(q, rows, kp, d, s, start, max);
+        scores_blocked::<M, KEYS>(q, rows, kp, d, s, start, limit, max);
     }
 }
 
 /// [`scores`] with a [`ROWS`] × `K` block of scalars.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn scores_blocked<M: Madd, const K: usize>(
     q: &[f32],
     rows: usize,
@@ -145,6 +151,7 @@ fn scores_blocked<M: Madd, const K: usize>(
     d: usize,
     s: &mut [f32],
     start: Start<'_>,
+    limit: Option<&[usize]>,
     mut max: Option<&mut [f32]>,
 ) {
     let (accumulate, table, affine) = start.parts();
@@ -158,7 +165,9 @@ fn scores_blocked<M: Madd, const K: usize>(
         if let Some(max) = max.as_deref_mut() {
             max[rb * ROWS..(rb + 1) * ROWS].fill(f32::NEG_INFINITY);
         }
-        for (kb, kblk) in kp.chunks_exact(d * K).enumerate() {
+        let needed =
+            wide::block_limit(limit, rb * ROWS, ROWS, rows).map_or(kblocks, |k| k.div_ceil(K));
+        for (kb, kblk) in kp.chunks_exact(d * K).enumerate().take(needed) {
             let mut acc = [[0f32; K]; ROWS];
             if accumulate {
                 for (r, a) in acc.iter_mut().enumerate() {
@@ -195,12 +204,15 @@ fn scores_blocked<M: Madd, const K: usize>(
 
 /// `acc[r, :] += Σ_t p[r, t]·v[t, :]` for `rows` rows; `p[r, t]` is `p[r·stride.0 + t·stride.1]`
 /// (so a transposed `p` needs no copy), `v` is
-/// `[keys, d]` row-major, `acc` is `[rows, d]`.
+/// `[keys, d]` row-major, `acc` is `[rows, d]`. With `limit`, row `r`'s weights past its
+/// first `limit[r]` are zero and a block of rows stops at the largest of its limits.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn weighted_values<M: Madd>(
     p: &[f32],
     stride: (usize, usize),
     rows: usize,
+    limit: Option<&[usize]>,
     v: &[f32],
     keys: usize,
     d: usize,
@@ -212,6 +224,7 @@ pub(crate) fn weighted_values<M: Madd>(
                 p,
                 stride,
                 rows,
+                limit,
                 v,
                 keys,
                 d,
@@ -222,6 +235,7 @@ pub(crate) fn weighted_values<M: Madd>(
                 p,
                 stride,
                 rows,
+                limit,
                 v,
                 keys,
                 d,
@@ -234,8 +248,10 @@ pub(crate) fn weighted_values<M: Madd>(
         // Unreachable (M has 16 lanes only where the CPU does): the loops below are correct.
     }
     let full = d / DIMS * DIMS;
+    let all = keys;
     for r0 in (0..rows).step_by(ROWS) {
         let nr = ROWS.min(rows - r0);
+        let keys = wide::block_limit(limit, r0, ROWS, rows).map_or(all, |k| k.min(all));
         for c0 in (0..full).step_by(DIMS) {
             let mut a = [[0f32; DIMS]; ROWS];
             if nr == ROWS {

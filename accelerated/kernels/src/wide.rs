@@ -65,6 +65,9 @@ pub(crate) struct Scores<'a, const R: usize> {
     pub d: usize,
     pub s: &'a mut [f32],
     pub start: Start<'a>,
+    /// Per row of `q`, how many leading keys it needs (the causal mask's visible prefix):
+    /// a row block skips the key blocks none of its rows needs. `None`: every key.
+    pub limit: Option<&'a [usize]>,
     /// When given, receives each row's largest score over the whole tile (one per row of
     /// `qp`, padding rows included), taken from the registers as the blocks are stored.
     pub max: Option<&'a mut [f32]>,
@@ -86,9 +89,11 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
             d,
             s,
             start,
+            limit,
             mut max,
         } = self;
         let (accumulate, table, affine) = start.parts();
+        let kblocks = kp.len() / (d * KEYS);
         let stride = kp.len() / (d * KEYS) * KEYS;
         let want_max = max.is_some();
         for rb in 0..rows.div_ceil(R) {
@@ -101,7 +106,8 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
             let aff: [Option<AffineRow>; R] =
                 core::array::from_fn(|r| affine.get((rb * R + r).min(rows - 1)).copied().flatten());
             let mut row_max = [simd.splat_f32s(f32::NEG_INFINITY); R];
-            for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate() {
+            let needed = block_limit(limit, rb * R, R, rows).map_or(kblocks, |k| k.div_ceil(KEYS));
+            for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate().take(needed) {
                 let mut acc = [[simd.splat_f32s(0.0); KEY_VECTORS]; R];
                 if accumulate {
                     for (r, a) in acc.iter_mut().enumerate() {
@@ -158,6 +164,8 @@ pub(crate) struct Values<'a, const R: usize, const DV: usize> {
     /// `p[r, t]` is `p[r·stride.0 + t·stride.1]`.
     pub stride: (usize, usize),
     pub rows: usize,
+    /// Per row, how many leading `t` have a nonzero weight (the rest are skipped); `None`: all.
+    pub limit: Option<&'a [usize]>,
     pub v: &'a [f32],
     pub keys: usize,
     pub d: usize,
@@ -177,6 +185,7 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
             p,
             stride,
             rows,
+            limit,
             v,
             keys,
             d,
@@ -189,6 +198,7 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
             // Rows past the last are computed on a repeat of it and never stored: one code
             // path, whose block size the compiler knows, so the block stays in registers.
             let prow: [usize; R] = core::array::from_fn(|r| (r0 + r).min(rows - 1) * stride.0);
+            let keys = block_limit(limit, r0, R, rows).map_or(keys, |k| k.min(keys));
             for c0 in (0..full).step_by(dims) {
                 let mut a = [[simd.splat_f32s(0.0); DV]; R];
                 // Written out here, not in a closure or a helper taking the block by reference:
@@ -225,4 +235,21 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
         }
         true
     }
+}
+
+/// The largest `limit` over rows `r0..r0 + n` (clamped to `rows`), or `None` without limits.
+#[inline(always)]
+pub(crate) fn block_limit(
+    limit: Option<&[usize]>,
+    r0: usize,
+    n: usize,
+    rows: usize,
+) -> Option<usize> {
+    limit.map(|l| {
+        l[r0.min(rows)..(r0 + n).min(rows)]
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+    })
 }

@@ -328,7 +328,7 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
         table: &table,
         affine: &affine,
     };
-    scores::<M>(&q, rows, &kp, d, &mut s, start, Some(&mut max));
+    scores::<M>(&q, rows, &kp, d, &mut s, start, None, Some(&mut max));
     // The maxima handed over are those of the whole stored rows, padding columns included.
     for (r, (row, &m)) in s.chunks_exact(stride).zip(&max).enumerate() {
         let want = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -343,7 +343,7 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
             }
         }
     }
-    scores::<M>(&q, rows, &kp, d, &mut again, Start::STORED, None);
+    scores::<M>(&q, rows, &kp, d, &mut again, Start::STORED, None, None);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(
         bits(&again[..rows * stride]),
@@ -353,11 +353,27 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     let bias: Vec<f32> = (0..rows * keys)
         .map(|i| affine[i / keys].map_or(0.5, |row| row.at(&table, i % keys)))
         .collect();
+    // Causal-style limits (each row's visible prefix): the limited products agree bit for bit
+    // on what they compute, and skip only what is masked.
+    let lim: Vec<usize> = (0..rows).map(|r| (r * 7 + 3) % (keys + 1)).collect();
+    let (mut full, mut limited) = (vec![0f32; s.len()], vec![f32::NAN; s.len()]);
+    scores::<M>(&q, rows, &kp, d, &mut full, Start::Zero, None, None);
+    scores::<M>(&q, rows, &kp, d, &mut limited, Start::Zero, Some(&lim), None);
+    let mut masked = s.clone();
+    for (r, &l) in lim.iter().enumerate() {
+        let (f, g) = (&full[r * stride..r * stride + l], &limited[r * stride..r * stride + l]);
+        assert_eq!(bits(f), bits(g), "limited scores, row {r} at {rows}x{keys}x{d}");
+        masked[r * stride + l..(r + 1) * stride].fill(0.0);
+    }
+    let (mut all, mut some) = (vec![0.25f32; rows * d], vec![0.25f32; rows * d]);
+    weighted_values::<M>(&masked, (stride, 1), rows, None, &v, keys, d, &mut all);
+    weighted_values::<M>(&masked, (stride, 1), rows, Some(&lim), &v, keys, d, &mut some);
+    assert_eq!(bits(&all), bits(&some), "limited values at {rows}x{keys}x{d}");
     let mut acc = vec![0.25f32; rows * d];
-    weighted_values::<M>(&s, (stride, 1), rows, &v, keys, d, &mut acc);
+    weighted_values::<M>(&s, (stride, 1), rows, None, &v, keys, d, &mut acc);
     // The transposed product (the backward's dV and dK), read through the strides.
     let mut acc_t = vec![-0.5f32; keys * d];
-    weighted_values::<M>(&s, (1, stride), keys, &q, rows, d, &mut acc_t);
+    weighted_values::<M>(&s, (1, stride), keys, None, &q, rows, d, &mut acc_t);
     // The scores without the padding columns, so that blocks of any width compare.
     let s = (0..rows)
         .flat_map(|r| s[r * stride..r * stride + keys].to_vec())
