@@ -14,7 +14,8 @@ use fire_vocabulary::Position;
 
 use crate::backward::GradPlan;
 use crate::error::{shape, Error, Result};
-use crate::tile::{check_positions, BiasPlan, TileBias};
+use crate::simd::{self, Kernel, Madd};
+use crate::tile::{check_positions, visible, AffineRow, BiasPlan, TileBias};
 
 /// `T[h, n]` for `n < capacity`, f32, head-major.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,7 +59,7 @@ impl DistanceTable {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<Box<dyn GradPlan + 'a>> {
-        check_positions(queries, keys)?;
+        let contiguous = check_positions(queries, keys)?;
         let lo = queries.iter().chain(keys).copied().min().unwrap_or(0);
         let hi = queries.iter().chain(keys).copied().max().unwrap_or(0);
         if hi - lo >= self.capacity as u64 {
@@ -71,10 +72,22 @@ impl DistanceTable {
                 ),
             });
         }
+        // With contiguous keys a causal row of a tile reads consecutive distances downwards:
+        // a slice of the row reversed.
+        let rev = if contiguous {
+            self.table
+                .chunks_exact(self.capacity)
+                .flat_map(|row| row.iter().rev().copied())
+                .collect()
+        } else {
+            Vec::new()
+        };
         Ok(Box::new(TablePlan {
             table: self,
             queries,
             keys,
+            contiguous,
+            rev,
         }))
     }
 }
@@ -108,6 +121,28 @@ impl BiasPlan for Forward<'_> {
     ) {
         self.0.fill(head, rows, cols, out, stride);
     }
+    fn fill_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        self.0.fill_causal(head, rows, cols, out, stride);
+    }
+    fn fill_causal_affine(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        affine: &mut [Option<AffineRow>],
+    ) -> &[f32] {
+        self.0
+            .fill_causal_affine(head, rows, cols, out, stride, affine)
+    }
     fn bytes(&self) -> usize {
         self.0.bytes()
     }
@@ -117,12 +152,125 @@ struct TablePlan<'a> {
     table: &'a DistanceTable,
     queries: &'a [Position],
     keys: &'a [Position],
+    /// Whether the keys are contiguous (`keys[t] = keys[0] + t`).
+    contiguous: bool,
+    /// With contiguous keys, each head's row reversed: `rev[h·cap + cap − 1 − n] = T[h, n]`.
+    rev: Vec<f32>,
 }
 
 impl TablePlan<'_> {
     fn row(&self, head: usize) -> &[f32] {
         let cap = self.table.capacity;
         &self.table.table[head * cap..(head + 1) * cap]
+    }
+
+    /// The causal fill with contiguous keys: row `r` (query `i`, `nhi = i − keys[cols.start]`)
+    /// is `rev[h·cap + cap − 1 − nhi ..]` over its visible prefix. With `affine`, a row whose
+    /// whole stride the reversed row holds (`stride ≤ nhi + 1`) is handed back as
+    /// `1·rev[offset + t] + (−0)` — exactly `rev[offset + t]`, signed zeros included — and
+    /// not written.
+    fn fill_contiguous(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        mut affine: Option<&mut [Option<AffineRow>]>,
+    ) {
+        let cap = self.table.capacity;
+        let p0 = self.keys[cols.start];
+        for (r, q) in rows.enumerate() {
+            let i = self.queries[q];
+            let vis = visible(self.keys, &cols, i, true);
+            if let Some(affine) = affine.as_deref_mut() {
+                affine[r] = None;
+            }
+            if vis == 0 {
+                continue;
+            }
+            // The plan holds every distance of the positions (checked when it was built).
+            let nhi = (i - p0) as usize;
+            let offset = head * cap + cap - 1 - nhi;
+            if let (Some(affine), true) = (affine.as_deref_mut(), stride <= nhi + 1) {
+                affine[r] = Some(AffineRow {
+                    a: 1.0,
+                    c: -0.0,
+                    offset,
+                });
+                continue;
+            }
+            out[r * stride..r * stride + vis].copy_from_slice(&self.rev[offset..offset + vis]);
+        }
+    }
+
+    /// [`GradPlan::accumulate`] with contiguous keys, for the causal part: each row adds its
+    /// `dS` into a tile-local buffer over the tile's distances (reversed, so a row is one
+    /// vector add), which goes into the f64 statistics once per tile; keys after the query
+    /// (zero in causal training) one at a time at `|i − j|`.
+    #[inline(always)]
+    fn accumulate_contiguous(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        ds: &[f32],
+        stride: usize,
+        stats: &mut [f64],
+    ) {
+        let cap = self.table.capacity;
+        let acc = &mut stats[head * cap..(head + 1) * cap];
+        let p0 = self.keys[cols.start];
+        let queries = &self.queries[rows];
+        // Distances of the visible pairs lie in (lo, hi]: the buffer holds hi − d at index d'.
+        let seen = || {
+            queries
+                .iter()
+                .filter(|&&i| i >= p0)
+                .map(|&i| (i - p0) as usize)
+        };
+        let (Some(hi), Some(low)) = (seen().max(), seen().min()) else {
+            return self.accumulate_future(acc, queries, cols, ds, stride);
+        };
+        let mut buf = vec![0f32; hi - low + cols.len()];
+        for (r, &i) in queries.iter().enumerate() {
+            let vis = visible(self.keys, &cols, i, true);
+            if vis == 0 {
+                continue;
+            }
+            let at = hi - (i - p0) as usize;
+            let g = &ds[r * stride..r * stride + vis];
+            for (b, &g) in buf[at..at + vis].iter_mut().zip(g) {
+                *b += g;
+            }
+        }
+        for (k, &b) in buf.iter().enumerate().filter(|(k, _)| *k <= hi) {
+            acc[hi - k] += f64::from(b);
+        }
+        self.accumulate_future(acc, queries, cols, ds, stride);
+    }
+
+    /// The pairs whose key is after the query, one at a time (at `|i − j|`, [conv.future]).
+    fn accumulate_future(
+        &self,
+        acc: &mut [f64],
+        queries: &[Position],
+        cols: Range<usize>,
+        ds: &[f32],
+        stride: usize,
+    ) {
+        for (r, &i) in queries.iter().enumerate() {
+            let vis = visible(self.keys, &cols, i, true);
+            let keys = &self.keys[cols.start + vis..cols.end];
+            for (&g, &j) in ds[r * stride + vis..r * stride + cols.len()]
+                .iter()
+                .zip(keys)
+            {
+                if g != 0.0 {
+                    acc[(j - i) as usize] += f64::from(g);
+                }
+            }
+        }
     }
 }
 
@@ -146,8 +294,41 @@ impl BiasPlan for TablePlan<'_> {
         }
     }
 
+    fn fill_causal(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        if self.contiguous {
+            self.fill_contiguous(head, rows, cols, out, stride, None);
+        } else {
+            self.fill(head, rows, cols, out, stride);
+        }
+    }
+
+    fn fill_causal_affine(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut [f32],
+        stride: usize,
+        affine: &mut [Option<AffineRow>],
+    ) -> &[f32] {
+        if !self.contiguous {
+            affine.fill(None);
+            self.fill(head, rows, cols, out, stride);
+            return &[];
+        }
+        self.fill_contiguous(head, rows, cols, out, stride, Some(affine));
+        &self.rev
+    }
+
     fn bytes(&self) -> usize {
-        0
+        4 * self.rev.len()
     }
 }
 
@@ -169,6 +350,43 @@ impl GradPlan for TablePlan<'_> {
         stride: usize,
         stats: &mut [f64],
     ) {
+        if self.contiguous {
+            // Under the SIMD dispatch: the row adds are its vector loop.
+            struct Run<'a, 'b> {
+                plan: &'a TablePlan<'b>,
+                head: usize,
+                rows: Range<usize>,
+                cols: Range<usize>,
+                ds: &'a [f32],
+                stride: usize,
+                stats: &'a mut [f64],
+            }
+            impl Kernel for Run<'_, '_> {
+                type Output = ();
+                #[inline(always)]
+                fn run<M: Madd>(self) {
+                    let Run {
+                        plan,
+                        head,
+                        rows,
+                        cols,
+                        ds,
+                        stride,
+                        stats,
+                    } = self;
+                    plan.accumulate_contiguous(head, rows, cols, ds, stride, stats);
+                }
+            }
+            return simd::dispatch(Run {
+                plan: self,
+                head,
+                rows,
+                cols,
+                ds,
+                stride,
+                stats,
+            });
+        }
         let cap = self.table.capacity;
         let acc = &mut stats[head * cap..(head + 1) * cap];
         for (r, q) in rows.enumerate() {

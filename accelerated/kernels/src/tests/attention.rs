@@ -358,17 +358,46 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     let lim: Vec<usize> = (0..rows).map(|r| (r * 7 + 3) % (keys + 1)).collect();
     let (mut full, mut limited) = (vec![0f32; s.len()], vec![f32::NAN; s.len()]);
     scores::<M>(&q, rows, &kp, d, &mut full, Start::Zero, None, None);
-    scores::<M>(&q, rows, &kp, d, &mut limited, Start::Zero, Some(&lim), None);
+    scores::<M>(
+        &q,
+        rows,
+        &kp,
+        d,
+        &mut limited,
+        Start::Zero,
+        Some(&lim),
+        None,
+    );
     let mut masked = s.clone();
     for (r, &l) in lim.iter().enumerate() {
-        let (f, g) = (&full[r * stride..r * stride + l], &limited[r * stride..r * stride + l]);
-        assert_eq!(bits(f), bits(g), "limited scores, row {r} at {rows}x{keys}x{d}");
+        let (f, g) = (
+            &full[r * stride..r * stride + l],
+            &limited[r * stride..r * stride + l],
+        );
+        assert_eq!(
+            bits(f),
+            bits(g),
+            "limited scores, row {r} at {rows}x{keys}x{d}"
+        );
         masked[r * stride + l..(r + 1) * stride].fill(0.0);
     }
     let (mut all, mut some) = (vec![0.25f32; rows * d], vec![0.25f32; rows * d]);
     weighted_values::<M>(&masked, (stride, 1), rows, None, &v, keys, d, &mut all);
-    weighted_values::<M>(&masked, (stride, 1), rows, Some(&lim), &v, keys, d, &mut some);
-    assert_eq!(bits(&all), bits(&some), "limited values at {rows}x{keys}x{d}");
+    weighted_values::<M>(
+        &masked,
+        (stride, 1),
+        rows,
+        Some(&lim),
+        &v,
+        keys,
+        d,
+        &mut some,
+    );
+    assert_eq!(
+        bits(&all),
+        bits(&some),
+        "limited values at {rows}x{keys}x{d}"
+    );
     let mut acc = vec![0.25f32; rows * d];
     weighted_values::<M>(&s, (stride, 1), rows, None, &v, keys, d, &mut acc);
     // The transposed product (the backward's dV and dK), read through the strides.

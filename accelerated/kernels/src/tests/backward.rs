@@ -127,6 +127,52 @@ fn distance_table_gradient_is_the_cotangent_summed_per_distance() {
     assert!(short.grad_plan(&positions, &positions).is_err());
 }
 
+/// The same sums through tiles of odd sizes, for a chunk of queries against a longer cache,
+/// with a cotangent on every pair (keys after the query too, at `|i − j|`): contiguous keys
+/// take the reversed-row path, every other key list the pair-by-pair one.
+#[test]
+fn distance_table_gradient_over_tiles_with_future_keys() {
+    let table = DistanceTable::new(3, 100, random(300, 5)).unwrap();
+    let sparse: Vec<Position> = (0..90).step_by(3).collect();
+    for (queries, keys) in [
+        (
+            (30..70).collect::<Vec<Position>>(),
+            (0..80).collect::<Vec<Position>>(),
+        ),
+        ((0..40).rev().collect(), (0..40).collect()),
+        ((40..70).collect(), sparse),
+    ] {
+        let (nq, nk) = (queries.len(), keys.len());
+        let g = random(3 * nq * nk, 11);
+        let plan = table.grad_plan(&queries, &keys).unwrap();
+        let mut stats = vec![0f64; plan.stats_len()];
+        for h in 0..3 {
+            for r0 in (0..nq).step_by(13) {
+                for c0 in (0..nk).step_by(29) {
+                    let (r1, c1) = ((r0 + 13).min(nq), (c0 + 29).min(nk));
+                    let mut tile = vec![f32::NAN; (r1 - r0) * 31];
+                    for r in r0..r1 {
+                        for c in c0..c1 {
+                            tile[(r - r0) * 31 + c - c0] = g[(h * nq + r) * nk + c];
+                        }
+                    }
+                    plan.accumulate(h, r0..r1, c0..c1, &tile, 31, &mut stats);
+                }
+            }
+        }
+        let got = plan.gradient(&stats).unwrap();
+        let mut want = vec![0f64; 300];
+        for h in 0..3 {
+            for (r, &i) in queries.iter().enumerate() {
+                for (c, &j) in keys.iter().enumerate() {
+                    want[h * 100 + i.abs_diff(j) as usize] += f64::from(g[(h * nq + r) * nk + c]);
+                }
+            }
+        }
+        assert_close("table over tiles", &got, &want);
+    }
+}
+
 #[test]
 fn backward_rejects_mismatched_buffers() {
     let shape = Shape {

@@ -7,6 +7,7 @@ use crate::baselines::{alibi_slopes, t5_bucket, DistanceBias, DistanceEncoding};
 use crate::fire::FireBias;
 use crate::materialised;
 use crate::mlp::{Linear, Mlp};
+use crate::table::DistanceTable;
 use crate::tile::TileBias;
 
 /// The reference's `[H, Q, K]` bias as f32.
@@ -105,19 +106,28 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     ];
     let straight = Mlp::new(layers, Activation::Relu, None).unwrap();
     let straight = FireBias::new(straight, params, 1000).unwrap();
+    // A distance table (Kerple-log's form, −0 at distance 0) over every distance of the cases.
+    let values: Vec<f32> = (0..6 * 3200)
+        .map(|k| -0.3 * (1.0 + 0.1 * (k % 3200) as f32).ln())
+        .collect();
+    assert!(values[0].to_bits() == (-0.0f32).to_bits());
+    let table = DistanceTable::new(6, 3200, values).unwrap();
     let mut cases = position_cases();
     cases.push(((1100..1160).collect(), (0..1160).collect()));
     let mut affine_rows = 0;
-    for (fast, (queries, keys)) in [&random, &straight]
+    let sources: [&dyn TileBias; 3] = [&random, &straight, &table];
+    for (fast, (queries, keys)) in sources
         .into_iter()
         .flat_map(|f| cases.iter().map(move |c| (f, c)))
     {
         let plan = fast.plan(queries, keys).unwrap();
         let (nq, nk) = (queries.len(), keys.len());
-        for h in 0..fast.heads() {
+        // Tiles narrower than their stride, and as wide (where a row handed back reaches the
+        // diagonal, distance 0).
+        for (h, width) in (0..fast.heads()).flat_map(|h| [(h, 29), (h, 31)]) {
             for r0 in (0..nq).step_by(13) {
-                for c0 in (0..nk).step_by(29) {
-                    let (r1, c1) = ((r0 + 13).min(nq), (c0 + 29).min(nk));
+                for c0 in (0..nk).step_by(width) {
+                    let (r1, c1) = ((r0 + 13).min(nq), (c0 + width).min(nk));
                     let mut general = vec![f32::NAN; (r1 - r0) * 31];
                     let mut causal = general.clone();
                     let mut handed = general.clone();
