@@ -70,6 +70,69 @@ pub trait GradPlan: BiasPlan {
     fn gradient(&self, stats: &[f64]) -> Result<Vec<f64>>;
 }
 
+/// A plan's [`GradPlan::accumulate`] as loops for [`dispatch_accumulate`] to compile at the
+/// CPU's width: `accumulate_rows` must be `#[inline(always)]`.
+pub(crate) trait AccumulateRows: Sync {
+    /// The sums of [`GradPlan::accumulate`].
+    fn accumulate_rows(
+        &self,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        ds: &[f32],
+        stride: usize,
+        stats: &mut [f64],
+    );
+}
+
+/// Runs `plan.accumulate_rows` under [`simd::dispatch`]. A plan is called through
+/// `dyn GradPlan`, outside the kernel's own dispatch: without one here its loops would be
+/// compiled for the baseline target.
+pub(crate) fn dispatch_accumulate<P: AccumulateRows>(
+    plan: &P,
+    head: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+    ds: &[f32],
+    stride: usize,
+    stats: &mut [f64],
+) {
+    struct Run<'a, P> {
+        plan: &'a P,
+        head: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        ds: &'a [f32],
+        stride: usize,
+        stats: &'a mut [f64],
+    }
+    impl<P: AccumulateRows> Kernel for Run<'_, P> {
+        type Output = ();
+        #[inline(always)]
+        fn run<M: Madd>(self) {
+            let Run {
+                plan,
+                head,
+                rows,
+                cols,
+                ds,
+                stride,
+                stats,
+            } = self;
+            plan.accumulate_rows(head, rows, cols, ds, stride, stats);
+        }
+    }
+    simd::dispatch(Run {
+        plan,
+        head,
+        rows,
+        cols,
+        ds,
+        stride,
+        stats,
+    });
+}
+
 /// The gradients of one backward call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gradients {

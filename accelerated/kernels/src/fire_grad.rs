@@ -34,11 +34,10 @@ use std::ops::Range;
 
 use fire_vocabulary::{Position, Transform};
 
-use crate::backward::GradPlan;
+use crate::backward::{dispatch_accumulate, AccumulateRows, GradPlan};
 use crate::compile::{intervals, representative, PiecewiseLinear};
 use crate::error::Result;
 use crate::fire::{FireBias, FireFunction, FirePlan};
-use crate::simd::{self, Kernel, Madd};
 use crate::tile::{visible, AffineRow, BiasPlan, TileBias};
 
 /// `sign(y)` with `sign(0) = 0` ([grad.kinks]).
@@ -294,42 +293,7 @@ impl GradPlan for FireGradPlan<'_> {
         stride: usize,
         stats: &mut [f64],
     ) {
-        // Called through `dyn GradPlan`, outside the kernel's own SIMD dispatch: without one
-        // here the runs' sums would be compiled for the baseline target.
-        struct Accumulate<'a, 'b> {
-            plan: &'a FireGradPlan<'b>,
-            head: usize,
-            rows: Range<usize>,
-            cols: Range<usize>,
-            ds: &'a [f32],
-            stride: usize,
-            stats: &'a mut [f64],
-        }
-        impl Kernel for Accumulate<'_, '_> {
-            type Output = ();
-            #[inline(always)]
-            fn run<M: Madd>(self) {
-                let Accumulate {
-                    plan,
-                    head,
-                    rows,
-                    cols,
-                    ds,
-                    stride,
-                    stats,
-                } = self;
-                plan.accumulate_rows(head, rows, cols, ds, stride, stats);
-            }
-        }
-        simd::dispatch(Accumulate {
-            plan: self,
-            head,
-            rows,
-            cols,
-            ds,
-            stride,
-            stats,
-        });
+        dispatch_accumulate(self, head, rows, cols, ds, stride, stats);
     }
 
     fn gradient(&self, stats: &[f64]) -> Result<Vec<f64>> {
@@ -368,8 +332,7 @@ impl GradPlan for FireGradPlan<'_> {
     }
 }
 
-impl FireGradPlan<'_> {
-    /// [`GradPlan::accumulate`], inlined into the SIMD dispatch.
+impl AccumulateRows for FireGradPlan<'_> {
     #[inline(always)]
     fn accumulate_rows(
         &self,

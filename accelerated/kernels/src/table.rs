@@ -12,9 +12,8 @@ use std::ops::Range;
 
 use fire_vocabulary::Position;
 
-use crate::backward::GradPlan;
+use crate::backward::{dispatch_accumulate, AccumulateRows, GradPlan};
 use crate::error::{shape, Error, Result};
-use crate::simd::{self, Kernel, Madd};
 use crate::tile::{check_positions, visible, AffineRow, BiasPlan, TileBias};
 
 /// `T[h, n]` for `n < capacity`, f32, head-major.
@@ -59,6 +58,15 @@ impl DistanceTable {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<Box<dyn GradPlan + 'a>> {
+        Ok(Box::new(self.table_plan(queries, keys)?))
+    }
+
+    /// The plan behind both [`Self::grad_plan`] and [`TileBias::plan`].
+    fn table_plan<'a>(
+        &'a self,
+        queries: &'a [Position],
+        keys: &'a [Position],
+    ) -> Result<TablePlan<'a>> {
         let contiguous = check_positions(queries, keys)?;
         let lo = queries.iter().chain(keys).copied().min().unwrap_or(0);
         let hi = queries.iter().chain(keys).copied().max().unwrap_or(0);
@@ -82,13 +90,13 @@ impl DistanceTable {
         } else {
             Vec::new()
         };
-        Ok(Box::new(TablePlan {
+        Ok(TablePlan {
             table: self,
             queries,
             keys,
             contiguous,
             rev,
-        }))
+        })
     }
 }
 
@@ -102,49 +110,7 @@ impl TileBias for DistanceTable {
         queries: &'a [Position],
         keys: &'a [Position],
     ) -> Result<Box<dyn BiasPlan + 'a>> {
-        let plan = self.grad_plan(queries, keys)?;
-        Ok(Box::new(Forward(plan)))
-    }
-}
-
-/// A grad plan used as a forward plan only.
-struct Forward<'a>(Box<dyn GradPlan + 'a>);
-
-impl BiasPlan for Forward<'_> {
-    fn fill(
-        &self,
-        head: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        out: &mut [f32],
-        stride: usize,
-    ) {
-        self.0.fill(head, rows, cols, out, stride);
-    }
-    fn fill_causal(
-        &self,
-        head: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        out: &mut [f32],
-        stride: usize,
-    ) {
-        self.0.fill_causal(head, rows, cols, out, stride);
-    }
-    fn fill_causal_affine(
-        &self,
-        head: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        out: &mut [f32],
-        stride: usize,
-        affine: &mut [Option<AffineRow>],
-    ) -> &[f32] {
-        self.0
-            .fill_causal_affine(head, rows, cols, out, stride, affine)
-    }
-    fn bytes(&self) -> usize {
-        self.0.bytes()
+        Ok(Box::new(self.table_plan(queries, keys)?))
     }
 }
 
@@ -204,12 +170,37 @@ impl TablePlan<'_> {
         }
     }
 
-    /// [`GradPlan::accumulate`] with contiguous keys, for the causal part: each row adds its
-    /// `dS` into a tile-local buffer over the tile's distances (reversed, so a row is one
-    /// vector add), which goes into the f64 statistics once per tile; keys after the query
-    /// (zero in causal training) one at a time at `|i − j|`.
+    /// The pairs whose key is after the query, one at a time (at `|i − j|`, [conv.future]).
+    fn accumulate_future(
+        &self,
+        acc: &mut [f64],
+        queries: &[Position],
+        cols: Range<usize>,
+        ds: &[f32],
+        stride: usize,
+    ) {
+        for (r, &i) in queries.iter().enumerate() {
+            let vis = visible(self.keys, &cols, i, true);
+            let keys = &self.keys[cols.start + vis..cols.end];
+            for (&g, &j) in ds[r * stride + vis..r * stride + cols.len()]
+                .iter()
+                .zip(keys)
+            {
+                if g != 0.0 {
+                    acc[(j - i) as usize] += f64::from(g);
+                }
+            }
+        }
+    }
+}
+
+/// [`GradPlan::accumulate`] with contiguous keys, for the causal part: each row adds its `dS`
+/// into a tile-local buffer over the tile's distances (reversed, so a row is one vector add),
+/// which goes into the f64 statistics once per tile; keys after the query (zero in causal
+/// training) one at a time at `|i − j|`.
+impl AccumulateRows for TablePlan<'_> {
     #[inline(always)]
-    fn accumulate_contiguous(
+    fn accumulate_rows(
         &self,
         head: usize,
         rows: Range<usize>,
@@ -248,29 +239,6 @@ impl TablePlan<'_> {
             acc[hi - k] += f64::from(b);
         }
         self.accumulate_future(acc, queries, cols, ds, stride);
-    }
-
-    /// The pairs whose key is after the query, one at a time (at `|i − j|`, [conv.future]).
-    fn accumulate_future(
-        &self,
-        acc: &mut [f64],
-        queries: &[Position],
-        cols: Range<usize>,
-        ds: &[f32],
-        stride: usize,
-    ) {
-        for (r, &i) in queries.iter().enumerate() {
-            let vis = visible(self.keys, &cols, i, true);
-            let keys = &self.keys[cols.start + vis..cols.end];
-            for (&g, &j) in ds[r * stride + vis..r * stride + cols.len()]
-                .iter()
-                .zip(keys)
-            {
-                if g != 0.0 {
-                    acc[(j - i) as usize] += f64::from(g);
-                }
-            }
-        }
     }
 }
 
@@ -352,40 +320,7 @@ impl GradPlan for TablePlan<'_> {
     ) {
         if self.contiguous {
             // Under the SIMD dispatch: the row adds are its vector loop.
-            struct Run<'a, 'b> {
-                plan: &'a TablePlan<'b>,
-                head: usize,
-                rows: Range<usize>,
-                cols: Range<usize>,
-                ds: &'a [f32],
-                stride: usize,
-                stats: &'a mut [f64],
-            }
-            impl Kernel for Run<'_, '_> {
-                type Output = ();
-                #[inline(always)]
-                fn run<M: Madd>(self) {
-                    let Run {
-                        plan,
-                        head,
-                        rows,
-                        cols,
-                        ds,
-                        stride,
-                        stats,
-                    } = self;
-                    plan.accumulate_contiguous(head, rows, cols, ds, stride, stats);
-                }
-            }
-            return simd::dispatch(Run {
-                plan: self,
-                head,
-                rows,
-                cols,
-                ds,
-                stride,
-                stats,
-            });
+            return dispatch_accumulate(self, head, rows, cols, ds, stride, stats);
         }
         let cap = self.table.capacity;
         let acc = &mut stats[head * cap..(head + 1) * cap];
