@@ -389,7 +389,7 @@ impl Task<'_> {
             lim.extend((first..rows).map(|r| visible[r].saturating_sub(c0).min(cols)));
             inner::scores::<M>(q, rows - first, kt, d, &mut s, start, Some(&lim), tmax);
             for r in first..rows {
-                let vis = visible[r].saturating_sub(c0).min(cols);
+                let vis = lim[r - first];
                 let row = &mut s[(r - first) * stride..(r - first + 1) * stride];
                 if vis == 0 {
                     row.fill(0.0);

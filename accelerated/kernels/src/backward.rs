@@ -344,7 +344,7 @@ impl HeadTask<'_> {
                 dp.resize(rows_padded * stride, 0.0);
                 inner::scores::<M>(dorows, rows, vt, d, &mut dp, Start::Zero, l, None);
                 for r in 0..rows {
-                    let vis = visible[r].saturating_sub(c0).min(cols);
+                    let vis = lim[r];
                     let lse = self.lse[r0 + r];
                     let srow = &mut s[r * stride..(r + 1) * stride];
                     let dprow = &mut dp[r * stride..(r + 1) * stride];
