@@ -3,11 +3,25 @@
 //! checks that keep the unsafe call inside its slices.
 
 use super::random;
-use crate::gemm::{matmul, matmul_twin, Mat};
+use crate::gemm::{matmul, matmul_threaded, matmul_twin, Mat, Threading};
 
 /// `a (m×k, or its transpose stored k×m) · b (k×n, or stored n×k)` both ways; the error bound
 /// is f32's rounding of a k-term dot product, `k·2⁻²³·Σ|a||b|` (with Σ|a||b| ≤ k here).
 fn agree(m: usize, k: usize, n: usize, ta: bool, tb: bool, accumulate: bool, seed: u64) {
+    agree_with(Threading::Bands, m, k, n, ta, tb, accumulate, seed);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn agree_with(
+    threading: Threading,
+    m: usize,
+    k: usize,
+    n: usize,
+    ta: bool,
+    tb: bool,
+    accumulate: bool,
+    seed: u64,
+) {
     let a_data = random(m * k, seed);
     let b_data = random(k * n, seed + 1);
     let a = if ta {
@@ -22,13 +36,13 @@ fn agree(m: usize, k: usize, n: usize, ta: bool, tb: bool, accumulate: bool, see
     };
     let start = random(m * n, seed + 2);
     let (mut fast, mut slow) = (start.clone(), start);
-    matmul(&mut fast, a, b, accumulate).unwrap();
+    matmul_threaded(&mut fast, a, b, accumulate, threading).unwrap();
     matmul_twin(&mut slow, a, b, accumulate).unwrap();
     let bound = (k as f32 + 2.0) * (k as f32 + 2.0) * f32::EPSILON;
     let worst = super::max_diff(&fast, &slow);
     assert!(
         worst <= bound,
-        "{m}×{k}·{k}×{n} (ta {ta}, tb {tb}, accumulate {accumulate}): off by {worst} > {bound}"
+        "{m}×{k}·{k}×{n} ({threading:?}, ta {ta}, tb {tb}, accumulate {accumulate}): off by {worst} > {bound}"
     );
 }
 
@@ -52,6 +66,33 @@ fn every_layout_matches_the_triple_loop() {
                 }
             }
         }
+    }
+}
+
+/// The bands of rows and of columns, on pools of 2 and 3 threads (uneven last bands, a band
+/// count that is not the thread count), and `gemm`'s own split: each must write exactly its
+/// part of the output, all of it, and add to it only when asked.
+#[test]
+fn every_threading_matches_the_triple_loop() {
+    let mut seed = 100;
+    for threads in [2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            // Row bands (m/threads ≥ 64, n small), column bands (n/threads ≥ 256), neither.
+            for (m, k, n) in [(203, 37, 21), (150, 19, 800), (9, 70, 30)] {
+                for threading in [Threading::Bands, Threading::Gemm] {
+                    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                        for accumulate in [false, true] {
+                            seed += 3;
+                            agree_with(threading, m, k, n, ta, tb, accumulate, seed);
+                        }
+                    }
+                }
+            }
+        });
     }
 }
 
