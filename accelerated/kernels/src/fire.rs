@@ -355,6 +355,9 @@ fn partition(m: usize, below: impl Fn(usize) -> bool) -> usize {
     lo
 }
 
+/// Columns per vector step of [`FirePlan::runs`]: an AVX-512 register of f32 (two of AVX2's).
+const SPAN: usize = 16;
+
 /// One call's FIRE state: per-query reciprocal normalisers and, for compiled f_θ, the
 /// distance at which each row crosses each breakpoint in `(0, 1]`.
 pub(crate) struct FirePlan<'a> {
@@ -421,10 +424,28 @@ impl FirePlan<'_> {
     ) {
         let inv = self.inv[q];
         let (slopes, intercepts) = pl.head_pieces(head);
-        for (seg, start, end) in self.runs_of(q, nhi, psi.len()) {
+        let vis = psi.len().min(row.len());
+        for (seg, start, end) in self.runs_of(q, nhi, vis) {
             let a = slopes[seg] * inv;
             let c = intercepts[seg];
-            for (o, p) in row[start..end].iter_mut().zip(&psi[start..end]) {
+            // Whole vectors while they stay inside the row's visible part: a run's last one
+            // spills into the next run's columns, which that run then overwrites (runs come
+            // in column order). Near the diagonal the runs are a few columns long, and a
+            // loop per run would be mostly its scalar remainder.
+            let mut t = start;
+            while t < end {
+                let (Some(o), Some(p)) = (
+                    row[t..vis].first_chunk_mut::<SPAN>(),
+                    psi[t..vis].first_chunk::<SPAN>(),
+                ) else {
+                    break;
+                };
+                for l in 0..SPAN {
+                    o[l] = a * p[l] + c;
+                }
+                t += SPAN;
+            }
+            for (o, p) in row[t.min(end)..end].iter_mut().zip(&psi[t.min(end)..end]) {
                 *o = a * p + c;
             }
         }
