@@ -17,7 +17,8 @@
 //!   [`baselines`]: NoPE, Alibi, Kerple, T5, Sandwich, tabulated per distance; [`table`]: any
 //!   distance-only bias given as a table, for training.
 //! - [`simd`]: safe runtime dispatch of the hot loops (AVX2 + FMA, AVX-512, NEON); [`gemm`]:
-//!   matrix products on slices (the crate's one `unsafe` call, bounds-checked).
+//!   matrix products on slices, one band of the output per thread (the crate's one module
+//!   with `unsafe`: the bounds-checked `gemm` call and the bands' disjoint writes).
 //! - [`attention`]: the fused causal kernel and the decoding step; [`backward`]: its backward
 //!   pass, with the bias parameters' gradients ([`fire_grad`] for FIRE, [`table`] otherwise).
 //! - [`device`]: the bias as flat tables for a device kernel, that kernel's algorithm in Rust,
