@@ -17,6 +17,9 @@ process, torch's `scaled_dot_product_attention` without a bias (causal) forward 
 each side makes `--calls` calls per repeat and keeps its fastest, so neither side's figure holds
 a first call's one-off costs (thread-pool start, first-touch page faults), then the table gives
 the median over repeats.
+"CPU stolen" is the median share of the machine's CPU time that the hypervisor gave to other
+guests while each side's processes ran (/proc/stat's steal): on a shared VM, runs under
+different steal are not comparable, and a side hit by more of it is slowed more.
 Ratios in bold meet the targets of the speed issue: a training step no slower than torch's,
 attention within 1.1× of torch's SDPA, FIRE within 1.05× of NoPE.
 Both sides use `--threads` threads (RAYON_NUM_THREADS for ours, torch.set_num_threads).
@@ -36,8 +39,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def cpu_ticks():
+    """(steal, total) jiffies of all CPUs so far, from /proc/stat; None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal guest guest_nice; guest time is already
+    # counted in user and nice.
+    return fields[7], sum(fields[:8])
+
+
 def run(cmd, env):
-    """Runs cmd; returns (stdout, peak RSS in MB of that process alone)."""
+    """Runs cmd; returns (stdout, peak RSS in MB of that process alone, the share of the
+    machine's CPU time the hypervisor stole while it ran, or None where unknown)."""
+    before = cpu_ticks()
     with tempfile.TemporaryFile() as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
         _, status, usage = os.wait4(p.pid, 0)
@@ -46,7 +63,11 @@ def run(cmd, env):
         if status != 0:
             sys.exit(f"{' '.join(map(str, cmd))} failed:\n{err}")
         out.seek(0)
-        return out.read().decode(), usage.ru_maxrss / 1024.0
+        after = cpu_ticks()
+        stolen = None
+        if before and after and after[1] > before[1]:
+            stolen = (after[0] - before[0]) / (after[1] - before[1])
+        return out.read().decode(), usage.ru_maxrss / 1024.0, stolen
 
 
 def ours_train(a, enc, env):
@@ -62,11 +83,11 @@ def ours_train(a, enc, env):
         ]
         if a.corpus:
             cmd += ["--corpus", a.corpus]
-        _, rss = run(cmd, env)
+        _, rss, stolen = run(cmd, env)
         lines = [json.loads(x) for x in (Path(d) / "run" / "metrics.jsonl").read_text().split()]
     elapsed = [m["elapsed_s"] for m in lines]
     per_step = [b - c for b, c in zip(elapsed[1:], elapsed[:-1])][a.skip:]
-    return statistics.median(per_step), lines[0]["loss"], lines[-1]["loss"], rss
+    return statistics.median(per_step), lines[0]["loss"], lines[-1]["loss"], rss, stolen
 
 
 def torch_train(a, enc, env):
@@ -76,9 +97,9 @@ def torch_train(a, enc, env):
         "--d-ff", str(a.d_ff), "--seq-len", str(a.seq_len), "--batch", str(a.batch),
         "--steps", str(a.steps), "--skip", str(a.skip), "--threads", str(a.threads),
     ]
-    out, rss = run(cmd, env)
+    out, rss, stolen = run(cmd, env)
     r = json.loads(out.strip().splitlines()[-1])
-    return r["s_per_step"], r["first_loss"], r["last_loss"], rss
+    return r["s_per_step"], r["first_loss"], r["last_loss"], rss, stolen
 
 
 def training(a, env):
@@ -87,8 +108,9 @@ def training(a, env):
           f"batch {a.batch} × {a.seq_len}; median s/step over steps {a.skip + 1}..{a.steps}, "
           f"{a.rounds} rounds round-robin over the encodings, {a.threads} threads each\n")
     print("| encoding | torch s/step (tok/s) | ours s/step (tok/s) | ours ÷ torch time "
-          "| peak RSS torch / ours (MB) | losses torch / ours (first → last) |")
-    print("|---|---|---|---|---|---|")
+          "| peak RSS torch / ours (MB) | CPU stolen torch / ours | "
+          "losses torch / ours (first → last) |")
+    print("|---|---|---|---|---|---|---|")
     encodings = a.encodings.split(",")
     ours = {enc: [] for enc in encodings}
     theirs = {enc: [] for enc in encodings}
@@ -106,8 +128,15 @@ def training(a, env):
         first_t, first_o = theirs[enc][0], ours[enc][0]
         print(f"| {enc} | {t:.4f} ({tokens / t:,.0f}) | {o:.4f} ({tokens / o:,.0f}) | "
               f"{mark(o / t, 1.0)} | {max(r[3] for r in theirs[enc]):.0f} / "
-              f"{max(r[3] for r in ours[enc]):.0f} | {first_t[1]:.2f} → {first_t[2]:.2f} / "
+              f"{max(r[3] for r in ours[enc]):.0f} | {stolen(theirs[enc])} / "
+              f"{stolen(ours[enc])} | {first_t[1]:.2f} → {first_t[2]:.2f} / "
               f"{first_o[1]:.2f} → {first_o[2]:.2f} |", flush=True)
+
+
+def stolen(runs):
+    """The median share of CPU time the hypervisor stole during `runs`, as a percentage."""
+    shares = [r[4] for r in runs if r[4] is not None]
+    return f"{100 * statistics.median(shares):.0f} %" if shares else "?"
 
 
 def mark(ratio, target):
@@ -148,7 +177,7 @@ def attention(a, env):
         torch_t = {"forward": [], "backward": []}
         simd = "?"
         for _ in range(a.repeats):
-            out, _ = run([str(example), str(n), str(a.heads_k), str(a.head_dim),
+            out, _, _ = run([str(example), str(n), str(a.heads_k), str(a.head_dim),
                           "nope,fire,fire-s", str(a.calls)], env)
             for line in out.splitlines():
                 r = json.loads(line)

@@ -260,7 +260,8 @@ fn run_train(a: &TrainArgs) -> Result<()> {
         storage: None,
         on_note: Some(|note| eprintln!("note: {note}")),
     };
-    let out = train::train(&m, &t, &opts, &dev).map_err(faults::explain)?;
+    let out =
+        threads::with_rayon_awake(|| train::train(&m, &t, &opts, &dev)).map_err(faults::explain)?;
     let last = out.losses.last().map_or(f32::NAN, |l| l.1);
     println!(
         "trained {} steps to loss {last:.4} at {:.0} tokens/s; checkpoint {}",
