@@ -1,5 +1,5 @@
 //! The threads of a training run: candle's own pool told not to spin long beside rayon's, and
-//! rayon's kept awake between parallel regions ([`with_rayon_awake`]).
+//! rayon's kept awake between parallel regions (`with_rayon_awake`).
 //!
 //! candle (0.11) runs its elementwise CPU ops on a pool of its own (`candle-bp-*` threads, one
 //! fewer than the cores) whose workers spin 25 000 times after each op before they park, while
