@@ -24,9 +24,18 @@ pub struct Block {
 }
 
 impl Block {
-    /// The block's parameters flattened in [`ops::block`]'s order, or `None` when its shape is
-    /// not the one that op computes (biases on the attention projections, none on the MLP).
-    fn flat_params(&self) -> Result<Option<Tensor>> {
+    /// The block's parameters in [`ops::block`]'s order, concatenated, or `None` when its
+    /// shape is not the one that op computes (biases on the attention projections, none on the
+    /// MLP).
+    ///
+    /// As rows of `D` values where every part divides into them (the op reads only the order):
+    /// the weights that are `[·, D]` already (`W_q, W_k, W_v, W_o, W₁`, three quarters of the
+    /// values) then enter the `cat` as they are. Each reshape is a node of candle's autograd,
+    /// and candle gives every node's input its gradient as a fresh zero tensor plus the
+    /// incoming one (two passes over memory), so a flattened weight costs its gradient twice
+    /// that, once for the `cat` and once for the reshape. Otherwise (`F` not a multiple of
+    /// `D`) every part is flattened.
+    fn flat_params(&self, d: usize) -> Result<Option<Tensor>> {
         let [q, k, v, o] = self.attn.projections();
         let (Some(b1), Some(b2)) = (&self.fc1.bias, &self.fc2.bias) else {
             return Ok(None);
@@ -47,15 +56,19 @@ impl Block {
             b1,
             &self.fc2.weight,
             b2,
-        ]
-        .into_iter()
-        .map(|t| t.flatten_all())
-        .collect::<candle_core::Result<Vec<_>>>()?;
+        ];
+        let rows_of_d = d > 0 && parts.iter().all(|t| t.elem_count() % d == 0);
+        let parts = parts
+            .into_iter()
+            .map(|t| match t.dims() {
+                [_, cols] if rows_of_d && *cols == d => Ok(t.clone()),
+                _ if rows_of_d => t.reshape((t.elem_count() / d, d)),
+                _ => t.flatten_all(),
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Some(Tensor::cat(&parts, 0)?))
     }
 
-    /// The whole block as one fused op ([`ops::block`]) when training through the fused
-    /// attention on the CPU; `None` where that op does not apply.
     fn fused(
         &self,
         x: &Tensor,
@@ -67,7 +80,7 @@ impl Block {
         if !ops::fusable(x) {
             return Ok(None);
         }
-        let Some(params) = self.flat_params()? else {
+        let Some(params) = self.flat_params(cfg.d_model)? else {
             return Ok(None);
         };
         let dims = ops::block::Dims {

@@ -248,12 +248,23 @@ fn run_blocks(model: &mut Model, store: &ParamStore, fused_blocks: bool, start: 
 /// 1e-4 of its largest entry (the two sum in different orders; measured ~1e-6), and every
 /// block parameter's gradient of real size (so a gradient the op forgot would show).
 fn check_blocks(label: &str, encoding: EncodingConfig, init: InitScheme, start: u64) {
+    check_blocks_with_ff(label, encoding, init, start, 64);
+}
+
+/// [`check_blocks`] with an MLP width of `d_ff` (against `d_model` 32).
+fn check_blocks_with_ff(
+    label: &str,
+    encoding: EncodingConfig,
+    init: InitScheme,
+    start: u64,
+    d_ff: usize,
+) {
     let cfg = ModelConfig {
         init,
         d_model: 32,
         n_layers: 2,
         n_heads: 4,
-        d_ff: 64,
+        d_ff,
         ..ModelConfig::tiny(encoding)
     };
     let mut store = ParamStore::fresh(&Device::Cpu, 5);
@@ -318,5 +329,19 @@ fn fused_blocks_match_with_position_offsets_and_gpt2_init() {
         EncodingConfig::KerpleLog,
         InitScheme::Gpt2,
         300,
+    );
+}
+
+/// The model hands the block its parameters as rows of `D` where every part divides into them
+/// (`d_ff` 64 above) and flattened otherwise: the second way, with `d_ff` 48, against the
+/// candle block.
+#[test]
+fn fused_blocks_match_when_the_mlp_width_is_no_multiple_of_d_model() {
+    check_blocks_with_ff(
+        "fire, d_ff 48",
+        EncodingConfig::Fire(fire(|_| {})),
+        InitScheme::FanIn,
+        0,
+        48,
     );
 }
