@@ -245,6 +245,10 @@ fn run_train(a: &TrainArgs) -> Result<()> {
     let dev = device(&a.device)?;
     let (m, t) = (model_config(a)?, train_config(a)?);
     faults::check_train_config(&t)?;
+    if t.attention == AttentionPath::Fused && dev.is_cpu() {
+        // Still before any candle op or thread of ours.
+        threads::single_threaded_candle_ops();
+    }
     if a.keep_checkpoints == 0 {
         bail!("--keep-checkpoints must be at least 1 (the newest checkpoint is always kept)");
     }
