@@ -178,18 +178,20 @@ fn msg(e: impl std::fmt::Display) -> candle_core::Error {
     candle_core::Error::Msg(format!("transformer block: {e}"))
 }
 
-/// Rows `[N, width]` (columns `offset..offset + D` of each) → heads `[B, H, T, D/H]`.
+/// Rows `[N, width]` (columns `offset..offset + D` of each) → heads `[B, H, T, D/H]`, row by
+/// row: each source row is read once, in order, and written to the `H` heads' rows as `H`
+/// sequential streams (see [`from_heads`] for why).
 fn to_heads(src: &[f32], width: usize, offset: usize, t: usize, heads: usize, d: usize) -> Scratch {
     let dh = d / heads;
     // Every row of every head is copied in: written in full.
     let mut dst = Scratch::overwritten(src.len() / width * d);
     dst.par_chunks_mut(heads * t * dh)
-        .enumerate()
-        .for_each(|(b, dst)| {
-            for (h, dst) in dst.chunks_exact_mut(t * dh).enumerate() {
-                for (i, row) in dst.chunks_exact_mut(dh).enumerate() {
-                    let at = (b * t + i) * width + offset + h * dh;
-                    row.copy_from_slice(&src[at..at + dh]);
+        .zip(src.par_chunks(t * width))
+        .for_each(|(dst, src)| {
+            for (i, row) in src.chunks_exact(width).enumerate() {
+                for (h, part) in row[offset..offset + d].chunks_exact(dh).enumerate() {
+                    let at = (h * t + i) * dh;
+                    dst[at..at + dh].copy_from_slice(part);
                 }
             }
         });
@@ -197,7 +199,12 @@ fn to_heads(src: &[f32], width: usize, offset: usize, t: usize, heads: usize, d:
 }
 
 /// The inverse of [`to_heads`]: heads `[B, H, T, D/H]` into columns `offset..offset + D` of
-/// rows `[N, width]`.
+/// rows `[N, width]`, row by row: each destination row's `D` columns are written in order,
+/// the heads read as `H` sequential streams. Head by head instead, every destination row is
+/// visited `H` times, `width` floats apart, and at the larger model's `[2048, 768]` gradient
+/// of `q, k, v` a buffer that outgrows the cache has its lines fetched again for each head:
+/// `fire-lm train` at d 256, 6 layers, 4 × 512 (3 runs each), these copies of the backward
+/// pass 8.0–11.0 → 7.1–7.7 ms a step (at d 128, 16 × 128: 2.3–2.6 → 1.6–2.0 ms).
 fn from_heads(
     src: &[f32],
     dst: &mut [f32],
@@ -211,10 +218,10 @@ fn from_heads(
     dst.par_chunks_mut(t * width)
         .zip(src.par_chunks(heads * t * dh))
         .for_each(|(dst, src)| {
-            for (h, src) in src.chunks_exact(t * dh).enumerate() {
-                for (i, row) in src.chunks_exact(dh).enumerate() {
-                    let at = i * width + offset + h * dh;
-                    dst[at..at + dh].copy_from_slice(row);
+            for (i, row) in dst.chunks_exact_mut(width).enumerate() {
+                for (h, part) in row[offset..offset + d].chunks_exact_mut(dh).enumerate() {
+                    let at = (h * t + i) * dh;
+                    part.copy_from_slice(&src[at..at + dh]);
                 }
             }
         });
