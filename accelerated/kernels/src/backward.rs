@@ -164,6 +164,118 @@ pub fn fused_causal_backward(
     keys: &[Position],
     bias: Option<&dyn GradPlan>,
 ) -> Result<Gradients> {
+    let (tasks, dparams) =
+        backward_tasks(batch, q, k, v, out, lse, dout, shape_, queries, keys, bias)?;
+    let (pq, pk) = (
+        shape_.heads * shape_.queries * shape_.head_dim,
+        shape_.heads * shape_.keys * shape_.head_dim,
+    );
+    let mut grads = Gradients {
+        dq: Vec::with_capacity(batch * pq),
+        dk: Vec::with_capacity(batch * pk),
+        dv: Vec::with_capacity(batch * pk),
+        dparams,
+    };
+    for (dq, dk, dv) in tasks {
+        grads.dq.extend(dq);
+        grads.dk.extend(dk);
+        grads.dv.extend(dv);
+    }
+    Ok(grads)
+}
+
+/// Where [`fused_causal_backward_into_rows`] writes `dq`, `dk`, `dv`: rows of `width` values,
+/// one per batch row and position (`[B·N, width]`, row-major), each gradient's heads merged
+/// (`[H·d]`, head `h` at columns `h·d..(h + 1)·d`) from its column in `offsets` — the layout
+/// of a fused `q, k, v` projection's output, `[B·N, 3·H·d]` with offsets `0, H·d, 2·H·d`.
+#[derive(Debug)]
+pub struct MergedRows<'a> {
+    /// `[B·N, width]`.
+    pub rows: &'a mut [f32],
+    /// Values per row.
+    pub width: usize,
+    /// The first column of `dq`, `dk` and `dv`.
+    pub offsets: [usize; 3],
+}
+
+/// [`fused_causal_backward`] for self-attention (as many queries as keys), writing `dq`, `dk`,
+/// `dv` straight into rows with the heads merged ([`MergedRows`]) instead of returning them
+/// as `[B, H, N, d]` buffers; returns the bias's parameter gradient. What a Transformer block
+/// does next with the three gradients is a product with its fused projection, which wants
+/// them side by side in rows: done here in one parallel pass from the tasks' own buffers,
+/// where [`fused_causal_backward`] concatenates them on one thread and the caller then copies
+/// them once more. Entries of `rows` outside the three gradients' columns are left as they
+/// are.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_causal_backward_into_rows(
+    batch: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    dout: &[f32],
+    shape_: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    bias: Option<&dyn GradPlan>,
+    dst: MergedRows<'_>,
+) -> Result<Vec<f64>> {
+    let Shape {
+        heads,
+        queries: nq,
+        keys: nk,
+        head_dim: d,
+    } = shape_;
+    if nq != nk {
+        return Err(shape("keys (merged rows need self-attention)", nq, nk));
+    }
+    let merged = heads * d;
+    if let Some(&o) = dst.offsets.iter().find(|&&o| o + merged > dst.width) {
+        return Err(shape(
+            "merged rows' width (offset + heads × head dim)",
+            o + merged,
+            dst.width,
+        ));
+    }
+    if dst.rows.len() != batch * nq * dst.width {
+        return Err(shape("merged rows", batch * nq * dst.width, dst.rows.len()));
+    }
+    let (tasks, dparams) =
+        backward_tasks(batch, q, k, v, out, lse, dout, shape_, queries, keys, bias)?;
+    let width = dst.width;
+    dst.rows
+        .par_chunks_mut(nq * width)
+        .zip(tasks.par_chunks(heads))
+        .for_each(|(rows, tasks)| {
+            for (i, row) in rows.chunks_exact_mut(width).enumerate() {
+                for (h, (dq, dk, dv)) in tasks.iter().enumerate() {
+                    for (&offset, g) in dst.offsets.iter().zip([dq, dk, dv]) {
+                        let at = offset + h * d;
+                        row[at..at + d].copy_from_slice(&g[i * d..(i + 1) * d]);
+                    }
+                }
+            }
+        });
+    Ok(dparams)
+}
+
+/// The tasks of a backward call, one per batch row × head in that order, each with its own
+/// `(dq, dk, dv)` (`[N, d]` each), and the bias's parameter gradient.
+#[allow(clippy::too_many_arguments)]
+fn backward_tasks(
+    batch: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    dout: &[f32],
+    shape_: Shape,
+    queries: &[Position],
+    keys: &[Position],
+    bias: Option<&dyn GradPlan>,
+) -> Result<(Vec<TaskGradients>, Vec<f64>)> {
     let Shape {
         heads,
         queries: nq,
@@ -191,7 +303,7 @@ pub fn fused_causal_backward(
     // The forward's own checks (positions, causal visibility) on the first row.
     shape_.check(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
     let stats_len = bias.map_or(0, GradPlan::stats_len);
-    let tasks: Vec<HeadGradients> = (0..batch * heads)
+    let results: Vec<HeadGradients> = (0..batch * heads)
         .into_par_iter()
         .map(|t| {
             let (b, h) = (t / heads, t % heads);
@@ -213,24 +325,21 @@ pub fn fused_causal_backward(
             task.run(stats_len)
         })
         .collect();
-    let mut grads = Gradients {
-        dq: Vec::with_capacity(batch * pq),
-        dk: Vec::with_capacity(batch * pk),
-        dv: Vec::with_capacity(batch * pk),
-        dparams: Vec::new(),
-    };
     let mut stats = vec![0f64; stats_len];
-    for (dq, dk, dv, st) in tasks {
-        grads.dq.extend(dq);
-        grads.dk.extend(dk);
-        grads.dv.extend(dv);
+    let mut tasks = Vec::with_capacity(results.len());
+    for (dq, dk, dv, st) in results {
         stats.iter_mut().zip(&st).for_each(|(a, b)| *a += b);
+        tasks.push((dq, dk, dv));
     }
-    if let Some(plan) = bias {
-        grads.dparams = plan.gradient(&stats)?;
-    }
-    Ok(grads)
+    let dparams = match bias {
+        Some(plan) => plan.gradient(&stats)?,
+        None => Vec::new(),
+    };
+    Ok((tasks, dparams))
 }
+
+/// One task's `(dq, dk, dv)`.
+type TaskGradients = (Vec<f32>, Vec<f32>, Vec<f32>);
 
 /// One task's `(dq, dk, dv, bias statistics)`.
 type HeadGradients = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f64>);

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use fire_kernels::gemm::{matmul, Mat};
+use fire_kernels::MergedRows;
 use fire_kernels::Shape as KernelShape;
 use rayon::prelude::*;
 
@@ -396,7 +397,10 @@ impl Block {
         let positions = self.positions(t);
         let source = self.kind.source(bias, t).map_err(msg)?;
         let plan = source.grad_plan(&positions).map_err(msg)?;
-        let g = fire_kernels::fused_causal_backward(
+        // dq, dk, dv side by side in rows, as the fused projection's product wants them: every
+        // column of every row is written.
+        let mut dqkv = Scratch::overwritten(n * 3 * d);
+        let dbias = fire_kernels::fused_causal_backward_into_rows(
             b,
             &s.q,
             &s.k,
@@ -408,12 +412,13 @@ impl Block {
             &positions,
             &positions,
             plan.as_deref(),
+            MergedRows {
+                rows: &mut dqkv,
+                width: 3 * d,
+                offsets: [0, d, 2 * d],
+            },
         )
         .map_err(msg)?;
-        let mut dqkv = Scratch::overwritten(n * 3 * d);
-        for (i, part) in [&g.dq, &g.dk, &g.dv].into_iter().enumerate() {
-            from_heads(part, &mut dqkv, 3 * d, i * d, t, heads, d);
-        }
         let mut dwqkv = Scratch::overwritten(3 * d * d);
         mm(
             &mut dwqkv,
@@ -446,7 +451,7 @@ impl Block {
         ] {
             dparams.extend_from_slice(part);
         }
-        Ok((dx, dparams, g.dparams))
+        Ok((dx, dparams, dbias))
     }
 }
 

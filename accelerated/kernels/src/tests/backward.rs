@@ -192,3 +192,150 @@ fn backward_rejects_mismatched_buffers() {
         fused_causal_backward(2, &x, &x, &x, &x, &[0.0; 8], &x, shape, &pos, &pos, None);
     assert!(wrong_batch.is_err());
 }
+
+/// The merged-rows variant writes exactly `fused_causal_backward`'s `dq`, `dk`, `dv`, bit for
+/// bit, each head's `d` values at its column of its gradient's block, into every row of every
+/// batch row, leaves the other columns alone, and returns the same bias gradient.
+#[test]
+fn merged_rows_hold_the_split_gradients_bit_for_bit() {
+    use crate::attention::fused_causal_lse_batch;
+    use crate::backward::{fused_causal_backward_into_rows, MergedRows};
+    let (batch, heads, n, d) = (2, 3, 37, 4);
+    let shape = Shape {
+        heads,
+        queries: n,
+        keys: n,
+        head_dim: d,
+    };
+    let pos: Vec<Position> = (0..n as Position).collect();
+    let len = batch * heads * n * d;
+    let (q, k, v, dout) = (
+        random(len, 1),
+        random(len, 2),
+        random(len, 3),
+        random(len, 4),
+    );
+    let (_, mlp, params) = fire_pair(heads, 8, 1, 5, 20.0 / 512.0);
+    let fire = FireBias::new(mlp, params, n).unwrap();
+    let plan = fire.grad_plan(&pos, &pos).unwrap();
+    let (out, lse) =
+        fused_causal_lse_batch(batch, &q, &k, &v, shape, &pos, &pos, Some(plan.as_bias())).unwrap();
+    let split = fused_causal_backward(
+        batch,
+        &q,
+        &k,
+        &v,
+        &out,
+        &lse,
+        &dout,
+        shape,
+        &pos,
+        &pos,
+        Some(plan.as_ref()),
+    )
+    .unwrap();
+    // Rows wider than the three gradients, in another order, with a gap and a tail.
+    let (width, offsets) = (3 * heads * d + 5, [2 * heads * d + 3, 0, heads * d + 1]);
+    let mut rows = vec![-7.0f32; batch * n * width];
+    let dparams = fused_causal_backward_into_rows(
+        batch,
+        &q,
+        &k,
+        &v,
+        &out,
+        &lse,
+        &dout,
+        shape,
+        &pos,
+        &pos,
+        Some(plan.as_ref()),
+        MergedRows {
+            rows: &mut rows,
+            width,
+            offsets,
+        },
+    )
+    .unwrap();
+    assert_eq!(dparams, split.dparams);
+    let mut written = vec![false; width];
+    for (g, &offset) in [&split.dq, &split.dk, &split.dv].into_iter().zip(&offsets) {
+        for b in 0..batch {
+            for h in 0..heads {
+                for i in 0..n {
+                    let want = &g[((b * heads + h) * n + i) * d..][..d];
+                    let at = (b * n + i) * width + offset + h * d;
+                    assert_eq!(&rows[at..at + d], want, "batch {b}, head {h}, row {i}");
+                }
+            }
+        }
+        written[offset..offset + heads * d].fill(true);
+    }
+    for (c, _) in written.iter().enumerate().filter(|(_, w)| !**w) {
+        assert!(
+            rows.iter().skip(c).step_by(width).all(|&x| x == -7.0),
+            "column {c}"
+        );
+    }
+}
+
+#[test]
+fn merged_rows_refuse_what_they_cannot_hold() {
+    use crate::backward::{fused_causal_backward_into_rows, MergedRows};
+    let shape = Shape {
+        heads: 2,
+        queries: 4,
+        keys: 4,
+        head_dim: 3,
+    };
+    let pos: Vec<Position> = (0..4).collect();
+    let x = random(24, 1);
+    let run = |rows: &mut [f32], width: usize, offsets: [usize; 3], shape: Shape| {
+        fused_causal_backward_into_rows(
+            1,
+            &x,
+            &x,
+            &x,
+            &x,
+            &[0.0; 8],
+            &x,
+            shape,
+            &pos,
+            &pos,
+            None,
+            MergedRows {
+                rows,
+                width,
+                offsets,
+            },
+        )
+        .map_err(|e| e.to_string())
+    };
+    assert!(run(&mut [0.0; 72], 18, [0, 6, 12], shape).is_ok());
+    let past_the_row = run(&mut [0.0; 72], 18, [0, 6, 13], shape).unwrap_err();
+    assert!(past_the_row.contains("width"), "{past_the_row}");
+    let short = run(&mut [0.0; 71], 18, [0, 6, 12], shape).unwrap_err();
+    assert!(short.contains("merged rows"), "{short}");
+    let cross = Shape { keys: 2, ..shape };
+    let k2 = random(12, 2);
+    let not_self = fused_causal_backward_into_rows(
+        1,
+        &x,
+        &k2,
+        &k2,
+        &x,
+        &[0.0; 8],
+        &x,
+        cross,
+        &pos,
+        &pos[..2],
+        None,
+        MergedRows {
+            rows: &mut [0.0; 72],
+            width: 18,
+            offsets: [0, 6, 12],
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(not_self.contains("self-attention"), "{not_self}");
+}
