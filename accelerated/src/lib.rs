@@ -5,7 +5,8 @@
 //! plots, on the fast kernels of `fire-kernels` (re-exported as [`kernels`]).
 //!
 //! Layers, bottom up (each module uses only those above it):
-//! - [`error`], [`config`] (the model's serde configuration), [`params`] (named parameters),
+//! - [`error`], [`config`] (the model's serde configuration), [`timing`] (where a training
+//!   step's time goes, by part), [`params`] (named parameters),
 //!   [`ops`] (fused CPU ops with backward passes), [`nn`] (differentiable building blocks),
 //!   [`optim`];
 //! - [`encodings`]: one module per positional encoding, the additive ones sharing one
@@ -36,6 +37,7 @@ pub mod optim;
 pub mod params;
 pub mod plot;
 pub mod throughput;
+pub mod timing;
 pub mod tokenizer;
 pub mod train;
 

@@ -114,6 +114,12 @@ struct TrainArgs {
     /// before stopping as diverged; 0 (the default) stops at the first.
     #[arg(long, value_name = "N", default_value_t = 0)]
     skip_nonfinite: u64,
+    /// After training, print where the steps after the first W went (to stderr, a markdown
+    /// table): seconds per step for each part — the step's phases (batch, forward, loss,
+    /// backward, clipping, AdamW, the finite check) and, through the fused block, its products,
+    /// attention, head-layout copies, bias + GeLU and LayerNorms; checkpoints apart.
+    #[arg(long, value_name = "W")]
+    timings: Option<u64>,
     /// Model config (YAML or JSON); otherwise built from the model flags below (--encoding
     /// to --d-ff), which are then refused rather than silently ignored.
     #[arg(long)]
@@ -263,9 +269,19 @@ fn run_train(a: &TrainArgs) -> Result<()> {
         skip_nonfinite: a.skip_nonfinite,
         storage: None,
         on_note: Some(|note| eprintln!("note: {note}")),
+        timings_after: a.timings,
     };
     let out =
         threads::with_rayon_awake(|| train::train(&m, &t, &opts, &dev)).map_err(faults::explain)?;
+    match (&out.timings, a.timings) {
+        (Some((steps, parts)), _) => eprintln!(
+            "where the {steps} steps after the first {} went:\n\n{}",
+            a.timings.unwrap_or(0),
+            fire_accelerated::timing::table(parts, *steps, "step")
+        ),
+        (None, Some(w)) => eprintln!("note: --timings {w}: no step ran after the first {w}"),
+        (None, None) => {}
+    }
     let last = out.losses.last().map_or(f32::NAN, |l| l.1);
     println!(
         "trained {} steps to loss {last:.4} at {:.0} tokens/s; checkpoint {}",

@@ -284,15 +284,22 @@ impl Block {
         // Every buffer below is written in full before it is read (matrix products without
         // accumulation, row-wise passes, copies), hence `Scratch::overwritten`.
         let mut h1 = Scratch::overwritten(n * d);
-        layer_norm::forward(x, p.ln1_w, p.ln1_b, self.eps, &mut h1);
+        crate::timing::time("block forward: LayerNorms", || {
+            layer_norm::forward(x, p.ln1_w, p.ln1_b, self.eps, &mut h1)
+        });
         let mut qkv = Scratch::overwritten(n * 3 * d);
-        mm(&mut qkv, mat(&h1, n, d)?, mat(p.wqkv, 3 * d, d)?.t(), false)?;
-        let (q, k, v) = (
-            to_heads(&qkv, 3 * d, 0, t, heads, d),
-            to_heads(&qkv, 3 * d, d, t, heads, d),
-            to_heads(&qkv, 3 * d, 2 * d, t, heads, d),
-        );
+        crate::timing::time("block forward: products", || {
+            mm(&mut qkv, mat(&h1, n, d)?, mat(p.wqkv, 3 * d, d)?.t(), false)
+        })?;
+        let (q, k, v) = crate::timing::time("block forward: head-layout copies", || {
+            (
+                to_heads(&qkv, 3 * d, 0, t, heads, d),
+                to_heads(&qkv, 3 * d, d, t, heads, d),
+                to_heads(&qkv, 3 * d, 2 * d, t, heads, d),
+            )
+        });
         drop(qkv);
+        let attention_start = std::time::Instant::now();
         let positions = self.positions(t);
         let source = self.kind.source(bias, t).map_err(msg)?;
         let plan = source.grad_plan(&positions).map_err(msg)?;
@@ -307,19 +314,33 @@ impl Block {
             plan.as_deref().map(|p| p.as_bias()),
         )
         .map_err(msg)?;
+        crate::timing::add(
+            "block forward: attention",
+            attention_start.elapsed().as_secs_f64(),
+        );
         let mut a = Scratch::overwritten(n * d);
-        from_heads(&out, &mut a, d, 0, t, heads, d);
+        crate::timing::time("block forward: head-layout copies", || {
+            from_heads(&out, &mut a, d, 0, t, heads, d)
+        });
         let mut x1 = Scratch::copy_of(x);
-        mm(&mut x1, mat(&a, n, d)?, mat(p.wo, d, d)?.t(), true)?;
+        crate::timing::time("block forward: products", || {
+            mm(&mut x1, mat(&a, n, d)?, mat(p.wo, d, d)?.t(), true)
+        })?;
         let mut h2 = Scratch::overwritten(n * d);
-        layer_norm::forward(&x1, p.ln2_w, p.ln2_b, self.eps, &mut h2);
+        crate::timing::time("block forward: LayerNorms", || {
+            layer_norm::forward(&x1, p.ln2_w, p.ln2_b, self.eps, &mut h2)
+        });
         let mut z = Scratch::overwritten(n * f);
-        mm(&mut z, mat(&h2, n, d)?, mat(p.w1, f, d)?.t(), false)?;
+        crate::timing::time("block forward: products", || {
+            mm(&mut z, mat(&h2, n, d)?, mat(p.w1, f, d)?.t(), false)
+        })?;
         // z += b₁ (kept for the backward pass) and g = gelu(z), in one pass.
         let mut g = Scratch::overwritten(n * f);
-        g.par_chunks_mut(rows_per_task(f) * f)
-            .zip(z.par_chunks_mut(rows_per_task(f) * f))
-            .for_each(|(g, z)| bias_gelu_into(z, p.b1, g));
+        crate::timing::time("block forward: bias + GeLU", || {
+            g.par_chunks_mut(rows_per_task(f) * f)
+                .zip(z.par_chunks_mut(rows_per_task(f) * f))
+                .for_each(|(g, z)| bias_gelu_into(z, p.b1, g))
+        });
         let mut y = vec![0f32; n * d];
         y.par_chunks_mut(rows_per_task(d) * d)
             .zip(x1.par_chunks(rows_per_task(d) * d))
@@ -330,7 +351,9 @@ impl Block {
                     }
                 }
             });
-        mm(&mut y, mat(&g, n, f)?, mat(p.w2, d, f)?.t(), true)?;
+        crate::timing::time("block forward: products", || {
+            mm(&mut y, mat(&g, n, f)?, mat(p.w2, d, f)?.t(), true)
+        })?;
         let saved = Saved {
             h1,
             q,
@@ -364,36 +387,55 @@ impl Block {
         } = self.dims;
         let n = b * t;
         // The MLP: y = x₁ + gelu(z)·W₂ᵀ + b₂.
-        let db2 = column_sums(dy, d);
+        let db2 = crate::timing::time("block backward: bias + GeLU", || column_sums(dy, d));
         let mut dw2 = Scratch::overwritten(d * f);
-        mm(&mut dw2, mat(dy, n, d)?.t(), mat(&s.f, n, f)?, false)?;
+        crate::timing::time("block backward: products", || {
+            mm(&mut dw2, mat(dy, n, d)?.t(), mat(&s.f, n, f)?, false)
+        })?;
         let mut dz = Scratch::overwritten(n * f);
-        mm(&mut dz, mat(dy, n, d)?, mat(p.w2, d, f)?, false)?;
+        crate::timing::time("block backward: products", || {
+            mm(&mut dz, mat(dy, n, d)?, mat(p.w2, d, f)?, false)
+        })?;
         let chunk = rows_per_task(f) * f;
-        let partials = dz
-            .par_chunks_mut(chunk)
-            .zip(s.z.par_chunks(chunk))
-            .map(|(dz, z)| {
-                let mut db = vec![0f32; f];
-                gelu_backward_rows(z, dz, &mut db);
-                db
-            })
-            .collect();
-        let db1 = sum_partials(partials, f);
+        let db1 = crate::timing::time("block backward: bias + GeLU", || {
+            let partials = dz
+                .par_chunks_mut(chunk)
+                .zip(s.z.par_chunks(chunk))
+                .map(|(dz, z)| {
+                    let mut db = vec![0f32; f];
+                    gelu_backward_rows(z, dz, &mut db);
+                    db
+                })
+                .collect();
+            sum_partials(partials, f)
+        });
         let mut dw1 = Scratch::overwritten(f * d);
-        mm(&mut dw1, mat(&dz, n, f)?.t(), mat(&s.h2, n, d)?, false)?;
+        crate::timing::time("block backward: products", || {
+            mm(&mut dw1, mat(&dz, n, f)?.t(), mat(&s.h2, n, d)?, false)
+        })?;
         let mut dh2 = Scratch::overwritten(n * d);
-        mm(&mut dh2, mat(&dz, n, f)?, mat(p.w1, f, d)?, false)?;
+        crate::timing::time("block backward: products", || {
+            mm(&mut dh2, mat(&dz, n, f)?, mat(p.w1, f, d)?, false)
+        })?;
         drop(dz);
-        let (mut dx1, dln2_w, dln2_b) = layer_norm::backward(&s.x1, p.ln2_w, &dh2, d, self.eps)?;
+        let (mut dx1, dln2_w, dln2_b) = crate::timing::time("block backward: LayerNorms", || {
+            layer_norm::backward(&s.x1, p.ln2_w, &dh2, d, self.eps)
+        })?;
         dx1.iter_mut().zip(dy).for_each(|(a, b)| *a += b);
         // The attention: x₁ = x + a·W_oᵀ.
         let mut dwo = Scratch::overwritten(d * d);
-        mm(&mut dwo, mat(&dx1, n, d)?.t(), mat(&s.a, n, d)?, false)?;
+        crate::timing::time("block backward: products", || {
+            mm(&mut dwo, mat(&dx1, n, d)?.t(), mat(&s.a, n, d)?, false)
+        })?;
         let mut da = Scratch::overwritten(n * d);
-        mm(&mut da, mat(&dx1, n, d)?, mat(p.wo, d, d)?, false)?;
-        let dout = to_heads(&da, d, 0, t, heads, d);
+        crate::timing::time("block backward: products", || {
+            mm(&mut da, mat(&dx1, n, d)?, mat(p.wo, d, d)?, false)
+        })?;
+        let dout = crate::timing::time("block backward: head-layout copies", || {
+            to_heads(&da, d, 0, t, heads, d)
+        });
         drop(da);
+        let attention_start = std::time::Instant::now();
         let positions = self.positions(t);
         let source = self.kind.source(bias, t).map_err(msg)?;
         let plan = source.grad_plan(&positions).map_err(msg)?;
@@ -419,22 +461,32 @@ impl Block {
             },
         )
         .map_err(msg)?;
+        crate::timing::add(
+            "block backward: attention",
+            attention_start.elapsed().as_secs_f64(),
+        );
         let mut dwqkv = Scratch::overwritten(3 * d * d);
-        mm(
-            &mut dwqkv,
-            mat(&dqkv, n, 3 * d)?.t(),
-            mat(&s.h1, n, d)?,
-            false,
-        )?;
+        crate::timing::time("block backward: products", || {
+            mm(
+                &mut dwqkv,
+                mat(&dqkv, n, 3 * d)?.t(),
+                mat(&s.h1, n, d)?,
+                false,
+            )
+        })?;
         let mut dh1 = Scratch::overwritten(n * d);
-        mm(
-            &mut dh1,
-            mat(&dqkv, n, 3 * d)?,
-            mat(p.wqkv, 3 * d, d)?,
-            false,
-        )?;
+        crate::timing::time("block backward: products", || {
+            mm(
+                &mut dh1,
+                mat(&dqkv, n, 3 * d)?,
+                mat(p.wqkv, 3 * d, d)?,
+                false,
+            )
+        })?;
         drop(dqkv);
-        let (mut dx, dln1_w, dln1_b) = layer_norm::backward(x, p.ln1_w, &dh1, d, self.eps)?;
+        let (mut dx, dln1_w, dln1_b) = crate::timing::time("block backward: LayerNorms", || {
+            layer_norm::backward(x, p.ln1_w, &dh1, d, self.eps)
+        })?;
         dx.iter_mut().zip(&dx1).for_each(|(a, b)| *a += b);
         let mut dparams = Vec::with_capacity(self.dims.params());
         for part in [
@@ -473,7 +525,8 @@ impl CustomOp3 for Block {
         let x = slice(s1, l1, "transformer block: x")?;
         let params = Params::split(slice(s2, l2, "transformer block: parameters")?, self.dims)?;
         let bias = slice(s3, l3, "transformer block: bias parameters")?;
-        let (y, saved) = self.forward(x, &params, bias, (b, t))?;
+        let (y, saved) =
+            crate::timing::time("block forward", || self.forward(x, &params, bias, (b, t)))?;
         *self.saved.lock().map_err(msg)? = Some(saved);
         Ok((CpuStorage::F32(y), l1.shape().clone()))
     }
@@ -498,7 +551,9 @@ impl CustomOp3 for Block {
                             Some(s) => s,
                             None => self.forward(xs, &p, bs, (b, t))?.1,
                         };
-                        self.backward(xs, &p, bs, &s, dy, (b, t))
+                        crate::timing::time("block backward", || {
+                            self.backward(xs, &p, bs, &s, dy, (b, t))
+                        })
                     })
                 })
             })

@@ -73,6 +73,10 @@ pub struct Options {
     /// Receives notes a user should see (a checkpoint loaded without a manifest, checkpoints
     /// set aside by `resume_from`, a skipped step); `None` drops them.
     pub on_note: Option<fn(&str)>,
+    /// Time each part of every step after the first `w` of this process ([`crate::timing`]:
+    /// the step's phases and the fused block's parts) and return the sums in
+    /// [`Outcome::timings`]. The timers are process-wide: time one run at a time.
+    pub timings_after: Option<u64>,
 }
 
 /// The checkpoints a run keeps by default: the newest and two to fall back to.
@@ -91,6 +95,7 @@ impl Default for Options {
             skip_nonfinite: 0,
             storage: None,
             on_note: None,
+            timings_after: None,
         }
     }
 }
@@ -149,6 +154,9 @@ pub struct Outcome {
     pub checkpoint: PathBuf,
     /// Throughput of this process.
     pub tokens_per_s: f64,
+    /// With [`Options::timings_after`]: the steps timed and each part's totals over them
+    /// (`step` is the whole step).
+    pub timings: Option<(u64, Vec<crate::timing::Part>)>,
 }
 
 fn read_config(run: &Path) -> Result<(ModelConfig, TrainConfig)> {
@@ -266,23 +274,41 @@ pub fn train(
     let mut losses = Vec::new();
     let mut last_ckpt = resumed.as_ref().map(|c| c.dir.clone());
     let mut skipped_in_a_row = 0u64;
+    let timed_from = opts.timings_after.map(|w| start.saturating_add(w));
+    if timed_from.is_some() {
+        crate::timing::reset();
+    }
+    // Turns the timers off however the loop ends.
+    let _timers = Timers::on(timed_from.is_some_and(|from| from < end));
     for step in start..end {
         let done = step + 1;
-        let (x, y) = batcher.next(&mut rng, device)?;
+        if Some(step) == timed_from {
+            crate::timing::reset();
+        }
+        let step_start = Instant::now();
+        let (x, y) = crate::timing::time("step: batch", || batcher.next(&mut rng, device))?;
         if let Some(r) = &mut recorder {
             r.write(&x, &y)?;
         }
-        let logits = model.forward_at(&x, &backend, cfg.position_offset_at(step))?;
+        let logits = crate::timing::time("step: forward", || {
+            model.forward_at(&x, &backend, cfg.position_offset_at(step))
+        })?;
         let v = model_cfg.vocab_size;
-        let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
-        let loss_value: f32 = loss.to_scalar()?;
+        let (loss, loss_value) = crate::timing::time("step: loss", || -> Result<(Tensor, f32)> {
+            let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
+            let value: f32 = loss.to_scalar()?;
+            Ok((loss, value))
+        })?;
         let lr = learning_rate(step, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr_ratio);
         // A non-finite loss still gets its gradient norm where one can be computed, for the
         // message; a failure to compute it is then part of the divergence, not a new error.
-        let gradients = loss
-            .backward()
+        let gradients = crate::timing::time("step: backward", || loss.backward())
             .map_err(Error::from)
-            .and_then(|g| clipped_gradients(&params, &g, cfg.clip));
+            .and_then(|g| {
+                crate::timing::time("step: clipping", || {
+                    clipped_gradients(&params, &g, cfg.clip)
+                })
+            });
         let (grads, norm) = match gradients {
             Ok(g) => g,
             Err(_) if !loss_value.is_finite() => (Default::default(), f64::NAN),
@@ -308,11 +334,13 @@ pub fn train(
         );
         if loss_value.is_finite() && norm.is_finite() {
             skipped_in_a_row = 0;
-            opt.update(&params, &grads, lr)?;
+            crate::timing::time("step: AdamW", || opt.update(&params, &grads, lr))?;
             // Before the next forward pass and before any save: a weight the update made
             // non-finite stops the run here, by name.
             let current = params.iter().map(|(n, p)| (n.as_str(), p.as_tensor()));
-            if let Some(bad) = first_nonfinite(current)? {
+            if let Some(bad) =
+                crate::timing::time("step: finite check", || first_nonfinite(current))?
+            {
                 m.fault = Some(format!("diverged ({values} / {bad})"));
                 log(&m)?;
                 return Err(Error::Diverged {
@@ -344,6 +372,9 @@ pub fn train(
             b.set_position(done);
             b.set_message(format!("loss {loss_value:.4}  {tps:.0} tok/s"));
         }
+        // Checkpoints are timed on their own, outside the step: a few per run, each costing
+        // many steps' time.
+        crate::timing::add("step", step_start.elapsed().as_secs_f64());
         if done.is_multiple_of(cfg.checkpoint_every.max(1)) || done == end {
             let state = State {
                 step: done,
@@ -364,13 +395,18 @@ pub fn train(
                     last_good: last_good(),
                 });
             }
-            last_ckpt = Some(checkpoint::save_with(
-                run,
-                &state,
-                &dict,
-                &moments,
-                opts.keep_checkpoints,
-                storage,
+            last_ckpt = Some(crate::timing::time(
+                "checkpoints (outside the step)",
+                || {
+                    checkpoint::save_with(
+                        run,
+                        &state,
+                        &dict,
+                        &moments,
+                        opts.keep_checkpoints,
+                        storage,
+                    )
+                },
             )?);
         }
     }
@@ -379,11 +415,35 @@ pub fn train(
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let checkpoint = last_ckpt.ok_or_else(|| Error::Config("no step was run".into()))?;
+    let timings = timed_from
+        .filter(|&from| from < end)
+        .map(|from| (end - from, crate::timing::parts()));
     Ok(Outcome {
         tokens_per_s: (end.saturating_sub(start)) as f64 * tokens_per_step / elapsed.max(1e-9),
         losses,
         checkpoint,
+        timings,
     })
+}
+
+/// The timers on for a timed run, off again when dropped (also on an early return or a panic).
+struct Timers(bool);
+
+impl Timers {
+    fn on(on: bool) -> Self {
+        if on {
+            crate::timing::enable(true);
+        }
+        Self(on)
+    }
+}
+
+impl Drop for Timers {
+    fn drop(&mut self) {
+        if self.0 {
+            crate::timing::enable(false);
+        }
+    }
 }
 
 /// A directory's last component (`step-0000040`).
