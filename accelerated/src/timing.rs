@@ -5,17 +5,19 @@
 //! A profiler attributes samples to functions, and in an optimised build the block's parts are
 //! inlined into one or two of them (the products, the copies and the row-wise passes all show
 //! as `rayon`'s or `pulp`'s closures); these timers name the parts as the block's code does.
-//! Off, a part costs one relaxed atomic load. The state is process-wide: one timed run at a
-//! time (a second run in the same process while one is timed adds its parts to the same sums).
+//! The timers belong to a thread: a training run times the parts it runs on its own thread,
+//! which is every part (candle calls the block's forward and backward on the caller's thread;
+//! their parallel work is inside the timed calls), and runs on other threads neither see nor
+//! disturb them. Off, a part costs a thread-local flag check.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
-
-/// The parts in the order they were first timed: (name, seconds, calls).
-static PARTS: Mutex<Vec<(&'static str, f64, u64)>> = Mutex::new(Vec::new());
+thread_local! {
+    static ENABLED: Cell<bool> = const { Cell::new(false) };
+    /// This thread's parts in the order they were first timed: (name, seconds, calls).
+    static PARTS: RefCell<Vec<(&'static str, f64, u64)>> = const { RefCell::new(Vec::new()) };
+}
 
 /// One part's totals since the last [`reset`].
 #[derive(Debug, Clone, PartialEq)]
@@ -28,17 +30,17 @@ pub struct Part {
     pub calls: u64,
 }
 
-/// Turns the timers on or off for the whole process.
+/// Turns this thread's timers on or off.
 pub fn enable(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
+    ENABLED.with(|e| e.set(on));
 }
 
-/// Whether the timers are on.
+/// Whether this thread's timers are on.
 pub fn enabled() -> bool {
-    ENABLED.load(Ordering::Relaxed)
+    ENABLED.with(Cell::get)
 }
 
-/// Runs `f`, adding its wall-clock time to `part` when the timers are on.
+/// Runs `f`, adding its wall-clock time to `part` when this thread's timers are on.
 #[inline]
 pub fn time<R>(part: &'static str, f: impl FnOnce() -> R) -> R {
     if !enabled() {
@@ -50,39 +52,41 @@ pub fn time<R>(part: &'static str, f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Adds `seconds` and one call to `part` (when the timers are on).
+/// Adds `seconds` and one call to `part` (when this thread's timers are on).
 pub fn add(part: &'static str, seconds: f64) {
     if !enabled() {
         return;
     }
-    // A poisoned lock only means a panic elsewhere while adding: the sums are still sums.
-    let mut parts = PARTS.lock().unwrap_or_else(|e| e.into_inner());
-    match parts.iter_mut().find(|(name, _, _)| *name == part) {
-        Some((_, s, n)) => {
-            *s += seconds;
-            *n += 1;
+    PARTS.with(|parts| {
+        let mut parts = parts.borrow_mut();
+        match parts.iter_mut().find(|(name, _, _)| *name == part) {
+            Some((_, s, n)) => {
+                *s += seconds;
+                *n += 1;
+            }
+            None => parts.push((part, seconds, 1)),
         }
-        None => parts.push((part, seconds, 1)),
-    }
+    });
 }
 
-/// Forgets every part's totals.
+/// Forgets this thread's totals.
 pub fn reset() {
-    PARTS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    PARTS.with(|parts| parts.borrow_mut().clear());
 }
 
-/// Every part's totals since the last [`reset`], in the order they were first timed.
+/// This thread's totals since the last [`reset`], in the order the parts were first timed.
 pub fn parts() -> Vec<Part> {
-    PARTS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|&(name, seconds, calls)| Part {
-            name,
-            seconds,
-            calls,
-        })
-        .collect()
+    PARTS.with(|parts| {
+        parts
+            .borrow()
+            .iter()
+            .map(|&(name, seconds, calls)| Part {
+                name,
+                seconds,
+                calls,
+            })
+            .collect()
+    })
 }
 
 /// The parts as a markdown table per step: seconds, share of the part named `whole` (the step),
@@ -121,8 +125,6 @@ pub fn table(parts: &[Part], steps: u64, whole: &str) -> String {
 mod tests {
     use super::*;
 
-    /// One test drives the process-wide switch; other tests of this binary may time their own
-    /// parts meanwhile, so only this test's parts are looked at.
     #[test]
     fn parts_are_summed_in_first_seen_order_only_while_enabled() {
         let mine = |p: Vec<Part>| -> Vec<Part> {
@@ -155,6 +157,19 @@ mod tests {
         );
         reset();
         assert!(mine(parts()).is_empty());
+        // Another thread has timers of its own, off.
+        enable(true);
+        add("timing test: here", 1.0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(!enabled());
+                add("timing test: there", 1.0);
+                assert!(parts().is_empty());
+            });
+        });
+        assert_eq!(mine(parts()).len(), 1);
+        enable(false);
+        reset();
     }
 
     #[test]

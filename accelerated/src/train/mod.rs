@@ -75,7 +75,7 @@ pub struct Options {
     pub on_note: Option<fn(&str)>,
     /// Time each part of every step after the first `w` of this process ([`crate::timing`]:
     /// the step's phases and the fused block's parts) and return the sums in
-    /// [`Outcome::timings`]. The timers are process-wide: time one run at a time.
+    /// [`Outcome::timings`]. The timers are the training thread's own.
     pub timings_after: Option<u64>,
 }
 
