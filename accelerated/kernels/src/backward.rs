@@ -164,8 +164,20 @@ pub fn fused_causal_backward(
     keys: &[Position],
     bias: Option<&dyn GradPlan>,
 ) -> Result<Gradients> {
-    let (tasks, dparams) =
-        backward_tasks(batch, q, k, v, out, lse, dout, shape_, queries, keys, bias)?;
+    let inputs = BackwardInputs {
+        batch,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        dout,
+        shape: shape_,
+        queries,
+        keys,
+        bias,
+    };
+    let (tasks, dparams) = backward_tasks(&inputs)?;
     let (pq, pk) = (
         shape_.heads * shape_.queries * shape_.head_dim,
         shape_.heads * shape_.keys * shape_.head_dim,
@@ -182,6 +194,43 @@ pub fn fused_causal_backward(
         grads.dv.extend(dv);
     }
     Ok(grads)
+}
+
+/// One backward call's inputs, as [`fused_causal_backward`] takes them (the same layouts).
+#[derive(Clone, Copy)]
+pub struct BackwardInputs<'a> {
+    /// `B`.
+    pub batch: usize,
+    /// `[B, H, Nq, d]`.
+    pub q: &'a [f32],
+    /// `[B, H, Nk, d]`.
+    pub k: &'a [f32],
+    /// `[B, H, Nk, d]`.
+    pub v: &'a [f32],
+    /// The forward's output, `[B, H, Nq, d]`.
+    pub out: &'a [f32],
+    /// The forward's log-sum-exp, `[B, H, Nq]`.
+    pub lse: &'a [f32],
+    /// The output's cotangent, `[B, H, Nq, d]`.
+    pub dout: &'a [f32],
+    /// The sizes of one batch row.
+    pub shape: Shape,
+    /// Query positions (shared by the batch rows).
+    pub queries: &'a [Position],
+    /// Key positions (shared by the batch rows).
+    pub keys: &'a [Position],
+    /// The bias's plan, if any.
+    pub bias: Option<&'a dyn GradPlan>,
+}
+
+impl std::fmt::Debug for BackwardInputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackwardInputs")
+            .field("batch", &self.batch)
+            .field("shape", &self.shape)
+            .field("bias", &self.bias.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where [`fused_causal_backward_into_rows`] writes `dq`, `dk`, `dv`: rows of `width` values,
@@ -206,21 +255,15 @@ pub struct MergedRows<'a> {
 /// where [`fused_causal_backward`] concatenates them on one thread and the caller then copies
 /// them once more. Entries of `rows` outside the three gradients' columns are left as they
 /// are.
-#[allow(clippy::too_many_arguments)]
 pub fn fused_causal_backward_into_rows(
-    batch: usize,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    out: &[f32],
-    lse: &[f32],
-    dout: &[f32],
-    shape_: Shape,
-    queries: &[Position],
-    keys: &[Position],
-    bias: Option<&dyn GradPlan>,
+    inputs: BackwardInputs<'_>,
     dst: MergedRows<'_>,
 ) -> Result<Vec<f64>> {
+    let BackwardInputs {
+        batch,
+        shape: shape_,
+        ..
+    } = inputs;
     let Shape {
         heads,
         queries: nq,
@@ -241,8 +284,7 @@ pub fn fused_causal_backward_into_rows(
     if dst.rows.len() != batch * nq * dst.width {
         return Err(shape("merged rows", batch * nq * dst.width, dst.rows.len()));
     }
-    let (tasks, dparams) =
-        backward_tasks(batch, q, k, v, out, lse, dout, shape_, queries, keys, bias)?;
+    let (tasks, dparams) = backward_tasks(&inputs)?;
     let width = dst.width;
     dst.rows
         .par_chunks_mut(nq * width)
@@ -262,20 +304,23 @@ pub fn fused_causal_backward_into_rows(
 
 /// The tasks of a backward call, one per batch row × head in that order, each with its own
 /// `(dq, dk, dv)` (`[N, d]` each), and the bias's parameter gradient.
-#[allow(clippy::too_many_arguments)]
-fn backward_tasks(
-    batch: usize,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    out: &[f32],
-    lse: &[f32],
-    dout: &[f32],
-    shape_: Shape,
-    queries: &[Position],
-    keys: &[Position],
-    bias: Option<&dyn GradPlan>,
-) -> Result<(Vec<TaskGradients>, Vec<f64>)> {
+fn backward_tasks(inputs: &BackwardInputs<'_>) -> Result<(Vec<TaskGradients>, Vec<f64>)> {
+    let BackwardInputs {
+        batch,
+        shape: shape_,
+        queries,
+        keys,
+        bias,
+        ..
+    } = *inputs;
+    let (q, k, v, out, lse, dout) = (
+        inputs.q,
+        inputs.k,
+        inputs.v,
+        inputs.out,
+        inputs.lse,
+        inputs.dout,
+    );
     let Shape {
         heads,
         queries: nq,

@@ -48,7 +48,8 @@ pub use attention::{
     attend, decode, fused_causal, fused_causal_lse, fused_causal_lse_batch, Shape,
 };
 pub use backward::{
-    fused_causal_backward, fused_causal_backward_into_rows, GradPlan, Gradients, MergedRows,
+    fused_causal_backward, fused_causal_backward_into_rows, BackwardInputs, GradPlan, Gradients,
+    MergedRows,
 };
 pub use baselines::{alibi_slopes, t5_bucket, DistanceBias, DistanceEncoding};
 pub use compile::PiecewiseLinear;

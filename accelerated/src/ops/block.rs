@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use fire_kernels::gemm::{matmul, Mat};
-use fire_kernels::MergedRows;
 use fire_kernels::Shape as KernelShape;
+use fire_kernels::{BackwardInputs, MergedRows};
 use rayon::prelude::*;
 
 use super::gelu::{bias_gelu_into, gelu_backward_rows};
@@ -443,17 +443,19 @@ impl Block {
         // column of every row is written.
         let mut dqkv = Scratch::overwritten(n * 3 * d);
         let dbias = fire_kernels::fused_causal_backward_into_rows(
-            b,
-            &s.q,
-            &s.k,
-            &s.v,
-            &s.out,
-            &s.lse,
-            &dout,
-            self.attention_shape(t),
-            &positions,
-            &positions,
-            plan.as_deref(),
+            BackwardInputs {
+                batch: b,
+                q: &s.q,
+                k: &s.k,
+                v: &s.v,
+                out: &s.out,
+                lse: &s.lse,
+                dout: &dout,
+                shape: self.attention_shape(t),
+                queries: &positions,
+                keys: &positions,
+                bias: plan.as_deref(),
+            },
             MergedRows {
                 rows: &mut dqkv,
                 width: 3 * d,

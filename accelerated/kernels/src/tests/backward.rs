@@ -199,7 +199,7 @@ fn backward_rejects_mismatched_buffers() {
 #[test]
 fn merged_rows_hold_the_split_gradients_bit_for_bit() {
     use crate::attention::fused_causal_lse_batch;
-    use crate::backward::{fused_causal_backward_into_rows, MergedRows};
+    use crate::backward::{fused_causal_backward_into_rows, BackwardInputs, MergedRows};
     let (batch, heads, n, d) = (2, 3, 37, 4);
     let shape = Shape {
         heads,
@@ -238,17 +238,19 @@ fn merged_rows_hold_the_split_gradients_bit_for_bit() {
     let (width, offsets) = (3 * heads * d + 5, [2 * heads * d + 3, 0, heads * d + 1]);
     let mut rows = vec![-7.0f32; batch * n * width];
     let dparams = fused_causal_backward_into_rows(
-        batch,
-        &q,
-        &k,
-        &v,
-        &out,
-        &lse,
-        &dout,
-        shape,
-        &pos,
-        &pos,
-        Some(plan.as_ref()),
+        BackwardInputs {
+            batch,
+            q: &q,
+            k: &k,
+            v: &v,
+            out: &out,
+            lse: &lse,
+            dout: &dout,
+            shape,
+            queries: &pos,
+            keys: &pos,
+            bias: Some(plan.as_ref()),
+        },
         MergedRows {
             rows: &mut rows,
             width,
@@ -280,7 +282,7 @@ fn merged_rows_hold_the_split_gradients_bit_for_bit() {
 
 #[test]
 fn merged_rows_refuse_what_they_cannot_hold() {
-    use crate::backward::{fused_causal_backward_into_rows, MergedRows};
+    use crate::backward::{fused_causal_backward_into_rows, BackwardInputs, MergedRows};
     let shape = Shape {
         heads: 2,
         queries: 4,
@@ -288,54 +290,40 @@ fn merged_rows_refuse_what_they_cannot_hold() {
         head_dim: 3,
     };
     let pos: Vec<Position> = (0..4).collect();
-    let x = random(24, 1);
-    let run = |rows: &mut [f32], width: usize, offsets: [usize; 3], shape: Shape| {
-        fused_causal_backward_into_rows(
-            1,
-            &x,
-            &x,
-            &x,
-            &x,
-            &[0.0; 8],
-            &x,
-            shape,
-            &pos,
-            &pos,
-            None,
-            MergedRows {
-                rows,
-                width,
-                offsets,
-            },
-        )
-        .map_err(|e| e.to_string())
+    let (x, k2) = (random(24, 1), random(12, 2));
+    let inputs = BackwardInputs {
+        batch: 1,
+        q: &x,
+        k: &x,
+        v: &x,
+        out: &x,
+        lse: &[0.0; 8],
+        dout: &x,
+        shape,
+        queries: &pos,
+        keys: &pos,
+        bias: None,
     };
-    assert!(run(&mut [0.0; 72], 18, [0, 6, 12], shape).is_ok());
-    let past_the_row = run(&mut [0.0; 72], 18, [0, 6, 13], shape).unwrap_err();
+    let run = |inputs, rows: &mut [f32], width: usize, offsets: [usize; 3]| {
+        let dst = MergedRows {
+            rows,
+            width,
+            offsets,
+        };
+        fused_causal_backward_into_rows(inputs, dst).map_err(|e| e.to_string())
+    };
+    assert!(run(inputs, &mut [0.0; 72], 18, [0, 6, 12]).is_ok());
+    let past_the_row = run(inputs, &mut [0.0; 72], 18, [0, 6, 13]).unwrap_err();
     assert!(past_the_row.contains("width"), "{past_the_row}");
-    let short = run(&mut [0.0; 71], 18, [0, 6, 12], shape).unwrap_err();
+    let short = run(inputs, &mut [0.0; 71], 18, [0, 6, 12]).unwrap_err();
     assert!(short.contains("merged rows"), "{short}");
-    let cross = Shape { keys: 2, ..shape };
-    let k2 = random(12, 2);
-    let not_self = fused_causal_backward_into_rows(
-        1,
-        &x,
-        &k2,
-        &k2,
-        &x,
-        &[0.0; 8],
-        &x,
-        cross,
-        &pos,
-        &pos[..2],
-        None,
-        MergedRows {
-            rows: &mut [0.0; 72],
-            width: 18,
-            offsets: [0, 6, 12],
-        },
-    )
-    .unwrap_err()
-    .to_string();
+    let cross = BackwardInputs {
+        k: &k2,
+        v: &k2,
+        shape: Shape { keys: 2, ..shape },
+        keys: &pos[..2],
+        ..inputs
+    };
+    let not_self = run(cross, &mut [0.0; 72], 18, [0, 6, 12]).unwrap_err();
     assert!(not_self.contains("self-attention"), "{not_self}");
 }
