@@ -73,8 +73,8 @@ pub trait GradPlan: BiasPlan {
 /// A plan's [`GradPlan::accumulate`] as loops for [`dispatch_accumulate`] to compile at the
 /// CPU's width: `accumulate_rows` must be `#[inline(always)]`.
 pub(crate) trait AccumulateRows: Sync {
-    /// The sums of [`GradPlan::accumulate`].
-    fn accumulate_rows(
+    /// The sums of [`GradPlan::accumulate`], with `M`'s multiply-adds.
+    fn accumulate_rows<M: Madd>(
         &self,
         head: usize,
         rows: Range<usize>,
@@ -119,7 +119,7 @@ pub(crate) fn dispatch_accumulate<P: AccumulateRows>(
                 stride,
                 stats,
             } = self;
-            plan.accumulate_rows(head, rows, cols, ds, stride, stats);
+            plan.accumulate_rows::<M>(head, rows, cols, ds, stride, stats);
         }
     }
     simd::dispatch(Run {

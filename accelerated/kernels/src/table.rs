@@ -14,6 +14,7 @@ use fire_vocabulary::Position;
 
 use crate::backward::{dispatch_accumulate, AccumulateRows, GradPlan};
 use crate::error::{shape, Error, Result};
+use crate::simd::Madd;
 use crate::tile::{check_positions, visible, AffineRow, BiasPlan, TileBias};
 
 /// `T[h, n]` for `n < capacity`, f32, head-major.
@@ -159,11 +160,7 @@ impl TablePlan<'_> {
             let nhi = (i - p0) as usize;
             let offset = head * cap + cap - 1 - nhi;
             if let (Some(affine), true) = (affine.as_deref_mut(), stride <= nhi + 1) {
-                affine[r] = Some(AffineRow {
-                    a: 1.0,
-                    c: -0.0,
-                    offset,
-                });
+                affine[r] = Some(AffineRow::whole(1.0, -0.0, offset));
                 continue;
             }
             out[r * stride..r * stride + vis].copy_from_slice(&self.rev[offset..offset + vis]);
@@ -200,7 +197,7 @@ impl TablePlan<'_> {
 /// training) one at a time at `|i − j|`.
 impl AccumulateRows for TablePlan<'_> {
     #[inline(always)]
-    fn accumulate_rows(
+    fn accumulate_rows<M: Madd>(
         &self,
         head: usize,
         rows: Range<usize>,

@@ -56,8 +56,8 @@ pub trait BiasPlan: Send + Sync {
 
     /// [`Self::fill_causal`], except that a row may be handed back instead of written: where
     /// `affine[r]` is set to `Some(row)`, every entry of row `r` of the tile, up to `stride`
-    /// (padding columns included), is `row.a · table[row.offset + t] + row.c` — a multiply
-    /// then an add, two roundings, exactly what the fill would have written — with `table` the
+    /// (padding columns included), is [`AffineRow::at`]`(table, t)` — a multiply then an add,
+    /// two roundings, exactly what the fill would have written — with `table` the
     /// slice returned. The score product then starts such a row from the table (a
     /// multiply-add per entry in registers, no pass over the tile in memory). The default
     /// writes every row and returns no table.
@@ -79,23 +79,55 @@ pub trait BiasPlan: Send + Sync {
     fn bytes(&self) -> usize;
 }
 
-/// A row of a bias tile that is affine in a table ([`BiasPlan::fill_causal_affine`]): entry `t`
-/// is `a · table[offset + t] + c`.
+/// A row of a bias tile that is affine in a table ([`BiasPlan::fill_causal_affine`]), in up to
+/// two pieces: entry `t` is `a · table[offset + t] + c` before column `split` and
+/// `a2 · table[offset + t] + c2` from it on. Two pieces because a causal FIRE row away from the
+/// diagonal crosses at most one breakpoint of f_θ in a tile in most cases: handed back rather
+/// than written, such a row costs the score product one multiply-add per entry in registers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AffineRow {
-    /// The slope.
+    /// The slope before `split`.
     pub a: f32,
-    /// The intercept.
+    /// The intercept before `split`.
     pub c: f32,
     /// Where column 0 reads the table.
     pub offset: usize,
+    /// The first column of the second piece; `usize::MAX` for a row of one piece.
+    pub split: usize,
+    /// The slope from `split` on.
+    pub a2: f32,
+    /// The intercept from `split` on.
+    pub c2: f32,
 }
 
 impl AffineRow {
-    /// Entry `t` of the row, as the fill computes it.
+    /// A row of one piece: `a · table[offset + t] + c` for every `t`.
+    pub fn whole(a: f32, c: f32, offset: usize) -> Self {
+        Self {
+            a,
+            c,
+            offset,
+            split: usize::MAX,
+            a2: a,
+            c2: c,
+        }
+    }
+
+    /// The slope and intercept of column `t`.
+    #[inline(always)]
+    pub fn piece(&self, t: usize) -> (f32, f32) {
+        if t < self.split {
+            (self.a, self.c)
+        } else {
+            (self.a2, self.c2)
+        }
+    }
+
+    /// Entry `t` of the row, as the fill computes it (a multiply, then an add).
     #[inline(always)]
     pub fn at(&self, table: &[f32], t: usize) -> f32 {
-        self.a * table[self.offset + t] + self.c
+        let (a, c) = self.piece(t);
+        a * table[self.offset + t] + c
     }
 }
 

@@ -113,11 +113,26 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
                     for (r, a) in acc.iter_mut().enumerate() {
                         if let Some(row) = aff[r] {
                             // a·table + c, a multiply then an add, as the fill writes it.
-                            let at = row.offset + kb * KEYS;
+                            let b0 = kb * KEYS;
+                            let at = row.offset + b0;
                             let (t, _) = S::as_simd_f32s(&table[at..at + KEYS]);
-                            let (sa, sc) = (simd.splat_f32s(row.a), simd.splat_f32s(row.c));
-                            for (x, &t) in a.iter_mut().zip(t) {
-                                *x = simd.add_f32s(simd.mul_f32s(sa, t), sc);
+                            if b0 + KEYS <= row.split || b0 >= row.split {
+                                let (ra, rc) = row.piece(b0);
+                                let (sa, sc) = (simd.splat_f32s(ra), simd.splat_f32s(rc));
+                                for (x, &t) in a.iter_mut().zip(t) {
+                                    *x = simd.add_f32s(simd.mul_f32s(sa, t), sc);
+                                }
+                            } else {
+                                // The block that holds the split: each lane's piece.
+                                let pieces: [[f32; KEYS]; 2] = [
+                                    core::array::from_fn(|l| row.piece(b0 + l).0),
+                                    core::array::from_fn(|l| row.piece(b0 + l).1),
+                                ];
+                                let (av, _) = S::as_simd_f32s(&pieces[0]);
+                                let (cv, _) = S::as_simd_f32s(&pieces[1]);
+                                for (((x, &t), &sa), &sc) in a.iter_mut().zip(t).zip(av).zip(cv) {
+                                    *x = simd.add_f32s(simd.mul_f32s(sa, t), sc);
+                                }
                             }
                         } else {
                             let at = (rb * R + r) * stride + kb * KEYS;

@@ -305,17 +305,24 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     pack(&k, keys, d, block, 1.0, &mut kp);
     let stride = keys.div_ceil(block) * block;
     // The bias: 0.5 written in `s`, except every third row, affine in a table and NaN in `s`
-    // (which the product must not read).
+    // (which the product must not read): one piece, or two split at a column that moves
+    // across the key blocks (at a block's edge, inside one, past the row).
     let mut s = vec![0.5f32; rows.div_ceil(ROWS) * ROWS * stride];
     let table: Vec<f32> = (0..stride + 9).map(|j| j as f32 * 0.01).collect();
     let affine: Vec<Option<AffineRow>> = (0..rows)
         .map(|r| {
-            // A slope whose products round (so that a fused multiply-add would show).
-            (r % 3 == 1).then_some(AffineRow {
-                a: 0.37,
-                c: -0.61,
-                offset: r % 9,
-            })
+            // Slopes whose products round (so that a fused multiply-add would show).
+            let row = AffineRow::whole(0.37, -0.61, r % 9);
+            match r % 6 {
+                1 => Some(row),
+                4 => Some(AffineRow {
+                    split: (r * 7) % (keys + 3),
+                    a2: -1.13,
+                    c2: 0.29,
+                    ..row
+                }),
+                _ => None,
+            }
         })
         .collect();
     for (r, row) in affine.iter().enumerate() {

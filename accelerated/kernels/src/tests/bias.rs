@@ -90,6 +90,37 @@ fn compiled_fire_tiles_match_the_reference_and_the_materialised_mlp() {
 /// odd sizes over prefill, a chunk against a longer cache, distances past the ψ table with
 /// contiguous keys (entry by entry) and sparse keys. So do the rows handed back as affine in
 /// the ψ table, which must read inside it over the tile's whole stride.
+/// The count of thresholds a row has crossed at a distance is the same from any starting
+/// hint (the fill and the gradient step it from the previous row's), and the thresholds the
+/// plan keeps per row include every one a causal pair of that row can reach.
+#[test]
+fn threshold_crossings_do_not_depend_on_the_hint() {
+    let (_, mlp, params) = fire_pair(3, 32, 1, 4, 0.1);
+    let fire = FireBias::new(mlp, params, 400).unwrap();
+    let positions: Vec<Position> = (30..330).collect();
+    let plan = fire.fire_plan(&positions, &positions).unwrap();
+    let mut crossing_rows = 0;
+    for (q, &i) in positions.iter().enumerate() {
+        let all = plan.thresholds_of(q);
+        let longest = (i - positions[0]) as usize;
+        for nhi in 0..=longest {
+            let want = all.partition_point(|&t| t as usize <= nhi);
+            for hint in 0..=all.len() + 1 {
+                assert_eq!(
+                    plan.crossed(q, nhi, hint),
+                    want,
+                    "query {i}, distance {nhi}, hint {hint}"
+                );
+            }
+        }
+        crossing_rows += usize::from(plan.crossed(q, longest, 0) > 0);
+    }
+    assert!(
+        crossing_rows > 200,
+        "only {crossing_rows} rows cross a breakpoint"
+    );
+}
+
 #[test]
 fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     let (_, mlp, params) = fire_pair(6, 32, 1, 4, 0.1);
@@ -114,7 +145,7 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     let table = DistanceTable::new(6, 3200, values).unwrap();
     let mut cases = position_cases();
     cases.push(((1100..1160).collect(), (0..1160).collect()));
-    let mut affine_rows = 0;
+    let (mut affine_rows, mut split_rows) = (0, 0);
     let sources: [&dyn TileBias; 3] = [&random, &straight, &table];
     for (fast, (queries, keys)) in sources
         .into_iter()
@@ -141,6 +172,7 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
                             // The whole stride reads inside the table.
                             assert!(row.offset + 31 <= table.len());
                             affine_rows += 1;
+                            split_rows += usize::from(row.split < 31);
                         }
                         for (c, &j) in keys[c0..c1].iter().enumerate().filter(|(_, &j)| j <= i) {
                             let at = r * 31 + c;
@@ -158,6 +190,10 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     assert!(
         affine_rows > 100,
         "only {affine_rows} rows were handed back"
+    );
+    assert!(
+        split_rows > 20,
+        "only {split_rows} rows were handed back in two pieces"
     );
 }
 
