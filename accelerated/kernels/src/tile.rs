@@ -57,8 +57,9 @@ pub trait BiasPlan: Send + Sync {
     /// [`Self::fill_causal`], except that a row may be handed back instead of written: where
     /// `affine[r]` is set to `Some(row)`, every entry of row `r` of the tile, up to `stride`
     /// (padding columns included), is [`AffineRow::at`]`(table, t)` — a multiply then an add,
-    /// two roundings, exactly what the fill would have written — with `table` the
-    /// slice returned. The score product then starts such a row from the table (a
+    /// two roundings, exactly what the fill would have written — with `table` the slice
+    /// returned; the row's [`AffineRow::written`] columns up to its last visible one are
+    /// written as well. The score product then starts such a row from the table (a
     /// multiply-add per entry in registers, no pass over the tile in memory). The default
     /// writes every row and returns no table.
     fn fill_causal_affine(
@@ -79,11 +80,18 @@ pub trait BiasPlan: Send + Sync {
     fn bytes(&self) -> usize;
 }
 
+/// Columns of the block of a two-piece [`AffineRow`] that holds its split, which the fill
+/// writes out ([`BiasPlan::fill_causal_affine`]): every key block of the score product (16 or
+/// 64 columns) lies inside one such block, so the product takes each of its blocks either
+/// whole from one piece or from what the fill wrote, never lane by lane.
+pub const SPLIT_BLOCK: usize = 64;
+
 /// A row of a bias tile that is affine in a table ([`BiasPlan::fill_causal_affine`]), in up to
 /// two pieces: entry `t` is `a · table[offset + t] + c` before column `split` and
 /// `a2 · table[offset + t] + c2` from it on. Two pieces because a causal FIRE row away from the
 /// diagonal crosses at most one breakpoint of f_θ in a tile in most cases: handed back rather
-/// than written, such a row costs the score product one multiply-add per entry in registers.
+/// than written, such a row costs the score product one multiply-add per entry in registers,
+/// except in the [`SPLIT_BLOCK`] columns around its split, which the fill writes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AffineRow {
     /// The slope before `split`.
@@ -121,6 +129,23 @@ impl AffineRow {
         } else {
             (self.a2, self.c2)
         }
+    }
+
+    /// Whether `cols` holds the split with columns of both pieces (the score product then
+    /// reads those columns from the tile instead).
+    #[inline(always)]
+    pub fn splits(&self, cols: Range<usize>) -> bool {
+        cols.start < self.split && self.split < cols.end
+    }
+
+    /// The columns the fill writes out for this row: the [`SPLIT_BLOCK`]-aligned block holding
+    /// the split, up to `end` (none for one piece).
+    pub fn written(&self, end: usize) -> Range<usize> {
+        if self.split >= end {
+            return end..end;
+        }
+        let start = self.split / SPLIT_BLOCK * SPLIT_BLOCK;
+        start..(start + SPLIT_BLOCK).min(end)
     }
 
     /// Entry `t` of the row, as the fill computes it (a multiply, then an add).

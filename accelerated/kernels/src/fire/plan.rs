@@ -299,14 +299,28 @@ impl FirePlan<'_> {
                 // to the distance where x reaches it, first + k − 1 after ([`Runs`]).
                 let split = nhi + 1 - self.crossable(q)[k - 1] as usize;
                 let (before, after) = (self.first + k, self.first + k - 1);
-                affine[r] = Some(AffineRow {
+                let two = AffineRow {
                     a: slopes[before] * inv,
                     c: intercepts[before],
                     offset: base,
                     split,
                     a2: slopes[after] * inv,
                     c2: intercepts[after],
-                });
+                };
+                // The block around the split, which the product reads from the tile.
+                let cols = two.written(vis);
+                let (a, c) = (two.a, two.c);
+                for (o, p) in row[cols.start..split]
+                    .iter_mut()
+                    .zip(&psi[cols.start..split])
+                {
+                    *o = a * p + c;
+                }
+                let (a, c) = (two.a2, two.c2);
+                for (o, p) in row[split..cols.end].iter_mut().zip(&psi[split..cols.end]) {
+                    *o = a * p + c;
+                }
+                affine[r] = Some(two);
             } else {
                 self.runs(pl, head, q, k, nhi, psi, row);
             }

@@ -326,8 +326,13 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
         })
         .collect();
     for (r, row) in affine.iter().enumerate() {
-        if row.is_some() {
+        if let Some(row) = row {
+            // NaN except the block around a split, which the product reads from `s` (here
+            // through the padding columns too, so that the rows compare whole).
             s[r * stride..(r + 1) * stride].fill(f32::NAN);
+            for t in row.written(stride) {
+                s[r * stride + t] = row.at(&table, t);
+            }
         }
     }
     let mut max = vec![f32::NAN; rows.div_ceil(ROWS) * ROWS];

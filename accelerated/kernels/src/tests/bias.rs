@@ -181,6 +181,11 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
                             assert_eq!(causal[at].to_bits(), want, "{msg}");
                             let got = affine[r].map_or(handed[at], |row| row.at(table, c));
                             assert_eq!(got.to_bits(), want, "{msg}, rows handed back");
+                            // The block around a split is written out as well.
+                            let vis = keys[c0..c1].iter().filter(|&&j| j <= i).count();
+                            if affine[r].is_some_and(|row| row.written(vis).contains(&c)) {
+                                assert_eq!(handed[at].to_bits(), want, "{msg}, split block");
+                            }
                         }
                     }
                 }
