@@ -338,6 +338,10 @@ impl Task<'_> {
         let mut lim = Vec::new();
         let mut max = vec![f32::NEG_INFINITY; rows];
         let mut sum = vec![0f32; rows];
+        // `out` arrives zeroed, but the pass stays: it brings the tile's output rows into the
+        // cache (and faults their pages in) before the products accumulate into them
+        // (measured without it: the forward 1.10x slower, 512 x 32 x 32, one thread, median
+        // of 60 paired runs).
         out.fill(0.0);
         // With queries in increasing order (the usual case) the rows that see no key of a
         // tile form a prefix of the query tile: its row blocks are skipped, which keeps the
