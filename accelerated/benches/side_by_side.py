@@ -28,7 +28,12 @@ to run; the interval says whether the rounds decide. Verdict against the targets
 issue (a training step no slower than torch's, attention within 1.1× of torch's SDPA, FIRE
 within 1.05× of NoPE): **bold** where the whole interval meets the target, "(?)" where the
 interval straddles it (more rounds needed), plain where the whole interval misses.
-Both sides use `--threads` threads (RAYON_NUM_THREADS for ours, torch.set_num_threads).
+Both sides use `--threads` threads (RAYON_NUM_THREADS for ours, torch.set_num_threads), and
+the same allocator settings: glibc's mmap threshold at 32 MiB and trim threshold at 1 GiB,
+what `fire-lm` sets for itself (`src/bin/fire-lm/malloc.rs`), given to every process of both
+sides (MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_, and `mallopt` in this process, where
+torch's attention runs), so that neither side's figure holds page faults the other is spared;
+`--glibc-defaults` leaves both sides on glibc's own (where `fire-lm` still sets its own).
 A measurement, not a test; torch is not a dependency of the repository.
 """
 
@@ -188,6 +193,23 @@ def mark(ratios, target):
     return text
 
 
+# fire-lm's own allocator settings (src/bin/fire-lm/malloc.rs), given to both sides.
+MMAP_THRESHOLD = 32 << 20
+TRIM_THRESHOLD = 1 << 30
+FIRE_LM_MALLOC = "mmap threshold 32 MiB, trim threshold 1 GiB (fire-lm's)"
+
+
+def tune_this_process():
+    """fire-lm's allocator settings in this process, where torch's attention runs (glibc reads
+    the MALLOC_* variables only at start-up)."""
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    if not (libc.mallopt(m_trim_threshold, TRIM_THRESHOLD)
+            and libc.mallopt(m_mmap_threshold, MMAP_THRESHOLD)):
+        sys.exit("mallopt refused fire-lm's allocator settings")
+
+
 def torch_attention(n, heads, d, threads, calls):
     """The fastest of `calls` forward and backward passes (each timed on its own)."""
     import torch
@@ -265,6 +287,8 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="interleaved attention repeats")
     p.add_argument("--calls", type=int, default=3,
                    help="attention calls per repeat and side (the fastest counts)")
+    p.add_argument("--glibc-defaults", action="store_true",
+                   help="leave both sides on glibc's allocator defaults (fire-lm still sets its own)")
     p.add_argument("--confidence", type=float, default=CONFIDENCE,
                    help="coverage of the ratios' intervals (distribution-free, for the median)")
     a = p.parse_args()
@@ -272,7 +296,12 @@ def main():
         p.error("--confidence must lie strictly between 0 and 1")
     globals()["CONFIDENCE"] = a.confidence
     env = dict(os.environ, RAYON_NUM_THREADS=str(a.threads), OMP_NUM_THREADS=str(a.threads))
-    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    if not a.glibc_defaults:
+        env.update(MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD),
+                   MALLOC_TRIM_THRESHOLD_=str(TRIM_THRESHOLD))
+        tune_this_process()
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
+          f"allocator: {'glibc defaults' if a.glibc_defaults else FIRE_LM_MALLOC} on both sides")
     if a.encodings:
         training(a, env)
     if a.lengths:
