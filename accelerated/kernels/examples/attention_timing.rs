@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Arguments: N, heads, head dim, variants (`nope`, `fire`, `fire-s`), repeats (default 1; the
-//! fastest is reported; the variants take turns within each repeat). Prints one JSON line per
+//! fastest is reported; the variants take turns within each repeat, in an order that rotates
+//! from repeat to repeat, so each goes first, second and third alike). Prints one JSON line per
 //! variant and pass: `{"variant", "pass", "n", "seconds", "simd"}`. The forward of `fire`
 //! builds FIRE's plan inside the call (one module per layer); `fire-s` uses a plan built once
 //! (shared by the layers). The backward times [`fire_kernels::fused_causal_backward`] alone,
@@ -37,10 +38,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("unknown variant {other}").into());
     }
     // (forward, backward) per variant, the fastest so far. The variants take turns within each
-    // repeat, so a slow spell of the machine falls on all of them rather than on one's block.
+    // repeat, so a slow spell of the machine falls on all of them rather than on one's block,
+    // and the turn order rotates from repeat to repeat: in a fixed order FIRE-S, always third,
+    // ran 5-8 % behind FIRE on the very same backward (the same plan, the same work).
     let mut best = vec![(f64::INFINITY, f64::INFINITY); variants.len()];
-    for _ in 0..repeats.max(1) {
-        for (&variant, (forward, backward)) in variants.iter().zip(best.iter_mut()) {
+    for repeat in 0..repeats.max(1) {
+        for turn in 0..variants.len() {
+            let slot = (turn + repeat) % variants.len();
+            let variant = variants[slot];
+            let (forward, backward) = &mut best[slot];
             let t = Instant::now();
             let (out, lse) = match variant {
                 "fire" => {
