@@ -244,14 +244,47 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
                 // a closure is not compiled with the dispatch's target features (its
                 // intrinsics stay calls, measured 10x slower), and a block behind a reference
                 // was stored to memory every step.
-                for t in 0..keys {
-                    let (vt, _) = S::as_simd_f32s(&v[t * d + c0..t * d + c0 + dims]);
-                    let vt: [S::f32s; DV] = core::array::from_fn(|i| vt[i]);
-                    let pt = t * stride.1;
-                    for r in 0..R {
-                        let w = simd.splat_f32s(p[prow[r] + pt]);
-                        for j in 0..DV {
-                            a[r][j] = simd.mul_add_f32s(w, vt[j], a[r][j]);
+                if stride.1 == 1 {
+                    // Rows of `p` in place (the forward's and dq's case): each row a slice of
+                    // `keys` weights and `v` walked row by row, so the loop holds no index
+                    // arithmetic or bounds checks it would have to keep registers for (with
+                    // them, its integers spilled to the stack inside the loop).
+                    let pr: [&[f32]; R] = core::array::from_fn(|r| &p[prow[r]..prow[r] + keys]);
+                    for (t, vrow) in (0..keys).zip(v.chunks_exact(d)) {
+                        let (vt, _) = S::as_simd_f32s(&vrow[c0..c0 + dims]);
+                        let vt: [S::f32s; DV] = core::array::from_fn(|i| vt[i]);
+                        for r in 0..R {
+                            let w = simd.splat_f32s(pr[r][t]);
+                            for j in 0..DV {
+                                a[r][j] = simd.mul_add_f32s(w, vt[j], a[r][j]);
+                            }
+                        }
+                    }
+                } else if stride.0 == 1 && nr == R && rows <= stride.1 {
+                    // `p` transposed in place (the backward's dV and dK): the block's `R`
+                    // weights for `t` lie side by side in `p`'s row `t`.
+                    let rows_t = p.chunks(stride.1).zip(v.chunks_exact(d)).take(keys);
+                    for (prow_t, vrow) in rows_t {
+                        let (vt, _) = S::as_simd_f32s(&vrow[c0..c0 + dims]);
+                        let vt: [S::f32s; DV] = core::array::from_fn(|i| vt[i]);
+                        let w = &prow_t[r0..r0 + R];
+                        for r in 0..R {
+                            let w = simd.splat_f32s(w[r]);
+                            for j in 0..DV {
+                                a[r][j] = simd.mul_add_f32s(w, vt[j], a[r][j]);
+                            }
+                        }
+                    }
+                } else {
+                    for t in 0..keys {
+                        let (vt, _) = S::as_simd_f32s(&v[t * d + c0..t * d + c0 + dims]);
+                        let vt: [S::f32s; DV] = core::array::from_fn(|i| vt[i]);
+                        let pt = t * stride.1;
+                        for r in 0..R {
+                            let w = simd.splat_f32s(p[prow[r] + pt]);
+                            for j in 0..DV {
+                                a[r][j] = simd.mul_add_f32s(w, vt[j], a[r][j]);
+                            }
                         }
                     }
                 }
