@@ -97,7 +97,7 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
         // start, so that what the start needs cannot cost it registers (measured: a start that
         // picked two-piece rows' pieces lane by lane spilled the accumulators of both, the
         // NoPE forward 1.5x and the FIRE one 1.8x slower).
-        let bias = Bias { table, affine };
+        let bias = (table, affine);
         if accumulate {
             scores_with::<S, R, true>(simd, q, rows, kp, d, s, bias, limit, max);
         } else {
@@ -107,14 +107,8 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
     }
 }
 
-/// The bias a score product starts from ([`Start::Bias`]).
-#[derive(Clone, Copy)]
-struct Bias<'a> {
-    table: &'a [f32],
-    affine: &'a [Option<AffineRow>],
-}
-
-/// [`Scores`]' loops; with `BIAS`, each block starts from the bias.
+/// [`Scores`]' loops; with `BIAS`, each block starts from the bias, `(table, affine)` as
+/// [`Start::Bias`] holds them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
@@ -124,7 +118,7 @@ fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
     kp: &[f32],
     d: usize,
     s: &mut [f32],
-    Bias { table, affine }: Bias<'_>,
+    (table, affine): (&[f32], &[Option<AffineRow>]),
     limit: Option<&[usize]>,
     mut max: Option<&mut [f32]>,
 ) {
