@@ -14,7 +14,7 @@ use super::{FireBias, FireFunction};
 use crate::compile::PiecewiseLinear;
 use crate::error::Result;
 use crate::simd::{self, Kernel, Madd};
-use crate::tile::{check_positions, visible, AffineRow, BiasPlan};
+use crate::tile::{check_positions, visible, AffineRow, BiasPlan, SPLIT_BLOCK};
 
 impl FireBias {
     /// The plan behind [`TileBias::plan`], unboxed (the backward pass extends it).
@@ -307,8 +307,17 @@ impl FirePlan<'_> {
                     a2: slopes[after] * inv,
                     c2: intercepts[after],
                 };
-                // The block around the split, which the product reads from the tile.
+                // The block around the split, which the product reads from the tile: whole
+                // (in vectors) unless the row ends inside it.
                 let cols = two.written(vis);
+                affine[r] = Some(two);
+                if let (Some(o), Some(p)) = (
+                    row[cols.clone()].first_chunk_mut::<SPLIT_BLOCK>(),
+                    psi[cols.clone()].first_chunk::<SPLIT_BLOCK>(),
+                ) {
+                    two_piece_block(&two, cols.start, o, p);
+                    continue;
+                }
                 let (a, c) = (two.a, two.c);
                 for (o, p) in row[cols.start..split]
                     .iter_mut()
@@ -320,11 +329,36 @@ impl FirePlan<'_> {
                 for (o, p) in row[split..cols.end].iter_mut().zip(&psi[split..cols.end]) {
                     *o = a * p + c;
                 }
-                affine[r] = Some(two);
             } else {
                 self.runs(pl, head, q, k, nhi, psi, row);
             }
         }
+    }
+}
+
+/// The [`SPLIT_BLOCK`] columns of a two-piece row from column `at` on (`row` and `psi` those
+/// columns): whole vectors, each lane's piece taken by an integer mask on the pieces' bits
+/// (a lane-wise `if` on floats is compiled lane by lane), where two loops, one per piece, each
+/// ended in a scalar remainder.
+#[inline(always)]
+fn two_piece_block(
+    two: &AffineRow,
+    at: usize,
+    row: &mut [f32; SPLIT_BLOCK],
+    psi: &[f32; SPLIT_BLOCK],
+) {
+    let (a1, c1, a2, c2) = (
+        two.a.to_bits(),
+        two.c.to_bits(),
+        two.a2.to_bits(),
+        two.c2.to_bits(),
+    );
+    let split = two.split.saturating_sub(at).min(SPLIT_BLOCK) as u32;
+    for l in 0..SPLIT_BLOCK {
+        let second = u32::from(l as u32 >= split).wrapping_neg();
+        let a = f32::from_bits((a1 & !second) | (a2 & second));
+        let c = f32::from_bits((c1 & !second) | (c2 & second));
+        row[l] = a * psi[l] + c;
     }
 }
 

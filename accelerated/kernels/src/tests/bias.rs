@@ -8,7 +8,7 @@ use crate::fire::FireBias;
 use crate::materialised;
 use crate::mlp::{Linear, Mlp};
 use crate::table::DistanceTable;
-use crate::tile::TileBias;
+use crate::tile::{TileBias, SPLIT_BLOCK};
 
 /// The reference's `[H, Q, K]` bias as f32.
 fn reference_bias(f: &fire_reference::Fire, queries: &[Position], keys: &[Position]) -> Vec<f32> {
@@ -145,7 +145,7 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     let table = DistanceTable::new(6, 3200, values).unwrap();
     let mut cases = position_cases();
     cases.push(((1100..1160).collect(), (0..1160).collect()));
-    let (mut affine_rows, mut split_rows) = (0, 0);
+    let (mut affine_rows, mut split_rows, mut whole_blocks) = (0, 0, 0);
     let sources: [&dyn TileBias; 3] = [&random, &straight, &table];
     for (fast, (queries, keys)) in sources
         .into_iter()
@@ -153,36 +153,45 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     {
         let plan = fast.plan(queries, keys).unwrap();
         let (nq, nk) = (queries.len(), keys.len());
-        // Tiles narrower than their stride, and as wide (where a row handed back reaches the
-        // diagonal, distance 0).
-        for (h, width) in (0..fast.heads()).flat_map(|h| [(h, 29), (h, 31)]) {
+        // Tiles narrower than their stride, as wide (where a row handed back reaches the
+        // diagonal, distance 0), and the forward kernel's 128 (a two-piece row's whole
+        // `SPLIT_BLOCK` around its split written in vectors).
+        let shapes = [(29, 31), (31, 31), (128, 128)];
+        for (h, (width, stride)) in (0..fast.heads()).flat_map(|h| shapes.map(|s| (h, s))) {
             for r0 in (0..nq).step_by(13) {
                 for c0 in (0..nk).step_by(width) {
                     let (r1, c1) = ((r0 + 13).min(nq), (c0 + width).min(nk));
-                    let mut general = vec![f32::NAN; (r1 - r0) * 31];
+                    let mut general = vec![f32::NAN; (r1 - r0) * stride];
                     let mut causal = general.clone();
                     let mut handed = general.clone();
                     let mut affine = vec![None; r1 - r0];
-                    plan.fill(h, r0..r1, c0..c1, &mut general, 31);
-                    plan.fill_causal(h, r0..r1, c0..c1, &mut causal, 31);
-                    let table =
-                        plan.fill_causal_affine(h, r0..r1, c0..c1, &mut handed, 31, &mut affine);
+                    plan.fill(h, r0..r1, c0..c1, &mut general, stride);
+                    plan.fill_causal(h, r0..r1, c0..c1, &mut causal, stride);
+                    let table = plan.fill_causal_affine(
+                        h,
+                        r0..r1,
+                        c0..c1,
+                        &mut handed,
+                        stride,
+                        &mut affine,
+                    );
                     for (r, &i) in queries[r0..r1].iter().enumerate() {
+                        let vis = keys[c0..c1].iter().filter(|&&j| j <= i).count();
                         if let Some(row) = affine[r] {
                             // The whole stride reads inside the table.
-                            assert!(row.offset + 31 <= table.len());
+                            assert!(row.offset + stride <= table.len());
                             affine_rows += 1;
-                            split_rows += usize::from(row.split < 31);
+                            split_rows += usize::from(row.split < stride);
+                            whole_blocks += usize::from(row.written(vis).len() == SPLIT_BLOCK);
                         }
                         for (c, &j) in keys[c0..c1].iter().enumerate().filter(|(_, &j)| j <= i) {
-                            let at = r * 31 + c;
+                            let at = r * stride + c;
                             let want = general[at].to_bits();
                             let msg = format!("head {h}, query {i}, key {j}");
                             assert_eq!(causal[at].to_bits(), want, "{msg}");
                             let got = affine[r].map_or(handed[at], |row| row.at(table, c));
                             assert_eq!(got.to_bits(), want, "{msg}, rows handed back");
                             // The block around a split is written out as well.
-                            let vis = keys[c0..c1].iter().filter(|&&j| j <= i).count();
                             if affine[r].is_some_and(|row| row.written(vis).contains(&c)) {
                                 assert_eq!(handed[at].to_bits(), want, "{msg}, split block");
                             }
@@ -199,6 +208,10 @@ fn causal_tiles_equal_the_general_fill_on_visible_pairs() {
     assert!(
         split_rows > 20,
         "only {split_rows} rows were handed back in two pieces"
+    );
+    assert!(
+        whole_blocks > 20,
+        "only {whole_blocks} two-piece rows had their whole block written"
     );
 }
 
