@@ -13,13 +13,15 @@
 //!
 //! spec: [attn.logits], [attn.causal]
 
+use std::cell::Cell;
+
 use fire_vocabulary::Position;
 use rayon::prelude::*;
 
 use crate::error::{shape, Error, Result};
 use crate::inner::{self, Start, ROWS};
 use crate::simd::{self, Kernel, Madd};
-use crate::tile::{check_positions, BiasPlan, TileBias};
+use crate::tile::{self, check_positions, AffineRow, BiasPlan, TileBias};
 
 /// Query rows per tile of the forward. Measured on AVX-512 (one thread, 4 heads × 4 096 × 64,
 /// min of 5): 64 × 64 tiles 0.123 s, 128 × 128 0.106 s, 256 × 128 0.102 s, 128 × 256 0.125 s.
@@ -210,6 +212,7 @@ pub fn fused_causal_lse_batch(
     }
     // The checks of one row (sizes, positions, causal visibility) hold for every row.
     shape.check(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
+    let contiguous = tile::check_keys(keys)?;
     // Every query tile of a head reads the same keys: packed once per head for the score
     // product, in the blocks of the SIMD path this machine takes, with the scores' 1/√d.
     let block = simd::dispatch(KeyBlock);
@@ -218,7 +221,16 @@ pub fn fused_causal_lse_batch(
     let mut kp = vec![0f32; batch * heads * head_packed];
     kp.par_chunks_mut(head_packed)
         .zip(k.par_chunks(nk * d))
-        .for_each(|(dst, kh)| inner::pack_into(kh, nk, d, block, scale, dst));
+        .for_each(|(dst, src)| {
+            simd::dispatch(inner::PackInto {
+                src,
+                n: nk,
+                d,
+                block,
+                scale,
+                dst,
+            })
+        });
     let mut out = vec![0f32; q.len()];
     let mut lse = vec![0f32; batch * heads * nq];
     out.par_chunks_mut(nq * d)
@@ -246,6 +258,7 @@ pub fn fused_causal_lse_batch(
                         queries: &queries[r0..r0 + rows],
                         first_row: r0,
                         keys,
+                        contiguous,
                         bias,
                     };
                     task.run(out_t, lse_t);
@@ -283,6 +296,9 @@ struct Task<'a> {
     queries: &'a [Position],
     first_row: usize,
     keys: &'a [Position],
+    /// Whether `keys` are consecutive positions ([`tile::check_keys`]): each row's visible
+    /// prefix is then arithmetic, not a search.
+    contiguous: bool,
     bias: Option<&'a dyn BiasPlan>,
 }
 
@@ -315,12 +331,24 @@ impl Task<'_> {
         let d = self.d;
         let rows = self.queries.len();
         let scale = score_scale(d);
+        let mut buffers = BUFFERS.with(Cell::take);
+        let Buffers {
+            visible,
+            s,
+            tile_max,
+            affine,
+            lim,
+            max,
+            sum,
+        } = &mut buffers;
         // Keys visible to each row form a prefix of the (non-decreasing) key list.
-        let visible: Vec<usize> = self
-            .queries
-            .iter()
-            .map(|&i| self.keys.partition_point(|&j| j <= i))
-            .collect();
+        visible.clear();
+        let cols = 0..self.keys.len();
+        visible.extend(
+            self.queries
+                .iter()
+                .map(|&i| tile::visible(self.keys, &cols, i, self.contiguous)),
+        );
         let end = visible.iter().copied().max().unwrap_or(0);
         let rows_padded = rows.div_ceil(ROWS) * ROWS;
         let block = inner::keys::<M>();
@@ -332,12 +360,10 @@ impl Task<'_> {
             inner::pack(self.k, self.keys.len(), d, block, scale, &mut own);
             &own
         };
-        let mut s = Vec::new();
-        let mut tile_max = Vec::new();
-        let mut affine = Vec::new();
-        let mut lim = Vec::new();
-        let mut max = vec![f32::NEG_INFINITY; rows];
-        let mut sum = vec![0f32; rows];
+        max.clear();
+        max.resize(rows, f32::NEG_INFINITY);
+        sum.clear();
+        sum.resize(rows, 0.0);
         // `out` arrives zeroed, but the pass stays: it brings the tile's output rows into the
         // cache (and faults their pages in) before the products accumulate into them
         // (measured without it: the forward 1.10x slower, 512 x 32 x 32, one thread, median
@@ -362,14 +388,7 @@ impl Task<'_> {
             let table = match self.bias {
                 Some(plan) => {
                     let r = self.first_row + first..self.first_row + rows;
-                    plan.fill_causal_affine(
-                        self.head,
-                        r,
-                        c0..c0 + cols,
-                        &mut s,
-                        stride,
-                        &mut affine,
-                    )
+                    plan.fill_causal_affine(self.head, r, c0..c0 + cols, s, stride, affine)
                 }
                 None => &[],
             };
@@ -381,17 +400,14 @@ impl Task<'_> {
             let tmax = whole.then_some(&mut tile_max[..]);
             let q = &self.q[first * d..];
             let start = match self.bias {
-                Some(_) => Start::Bias {
-                    table,
-                    affine: &affine,
-                },
+                Some(_) => Start::Bias { table, affine },
                 None => Start::Zero,
             };
             // Each row's visible prefix of the tile: the products skip what no row of a block
             // sees (the causal diagonal's upper half).
             lim.clear();
             lim.extend((first..rows).map(|r| visible[r].saturating_sub(c0).min(cols)));
-            inner::scores::<M>(q, rows - first, kt, d, &mut s, start, Some(&lim), tmax);
+            inner::scores::<M>(q, rows - first, kt, d, s, start, Some(lim), tmax);
             for r in first..rows {
                 let vis = lim[r - first];
                 let row = &mut s[(r - first) * stride..(r - first + 1) * stride];
@@ -402,7 +418,7 @@ impl Task<'_> {
                 let tile = if whole {
                     tile_max[r - first]
                 } else {
-                    inner::max(&row[..vis])
+                    inner::max(row, vis)
                 };
                 let m = max[r].max(tile);
                 let alpha = if max[r] == f32::NEG_INFINITY {
@@ -410,7 +426,7 @@ impl Task<'_> {
                 } else {
                     inner::exp::<M>(max[r] - m)
                 };
-                let total = inner::exp_sum::<M>(&mut row[..vis], m);
+                let total = inner::exp_sum::<M>(row, vis, m);
                 row[vis..].fill(0.0);
                 sum[r] = sum[r] * alpha + total;
                 max[r] = m;
@@ -420,10 +436,10 @@ impl Task<'_> {
             }
             let v = &self.v[c0 * d..(c0 + cols) * d];
             inner::weighted_values::<M>(
-                &s,
+                s,
                 (stride, 1),
                 rows - first,
-                Some(&lim),
+                Some(lim),
                 v,
                 cols,
                 d,
@@ -432,12 +448,32 @@ impl Task<'_> {
         }
         for ((row, &l), (lse, &m)) in out
             .chunks_exact_mut(d)
-            .zip(&sum)
-            .zip(lse.iter_mut().zip(&max))
+            .zip(sum.iter())
+            .zip(lse.iter_mut().zip(max.iter()))
         {
             let inv = 1.0 / l;
             row.iter_mut().for_each(|x| *x *= inv);
             *lse = m + l.ln();
         }
+        BUFFERS.with(|cell| cell.set(buffers));
     }
+}
+
+/// A forward task's working buffers, kept per thread from task to task: taken fresh, the tile
+/// of scores (64 KiB at 128 × 128) was zeroed by `resize` in every task, and at short
+/// sequences, where a task is one or two tiles, that memset and the allocations were a tenth
+/// of the forward (128 tokens × 64 heads × 32, one thread).
+#[derive(Default)]
+struct Buffers {
+    visible: Vec<usize>,
+    s: Vec<f32>,
+    tile_max: Vec<f32>,
+    affine: Vec<Option<AffineRow>>,
+    lim: Vec<usize>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+}
+
+thread_local! {
+    static BUFFERS: Cell<Buffers> = Cell::new(Buffers::default());
 }

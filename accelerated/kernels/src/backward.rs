@@ -347,6 +347,7 @@ fn backward_tasks(inputs: &BackwardInputs<'_>) -> Result<(Vec<TaskGradients>, Ve
     }
     // The forward's own checks (positions, causal visibility) on the first row.
     shape_.check(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
+    let contiguous = crate::tile::check_keys(keys)?;
     let stats_len = bias.map_or(0, GradPlan::stats_len);
     let results: Vec<HeadGradients> = (0..batch * heads)
         .into_par_iter()
@@ -365,6 +366,7 @@ fn backward_tasks(inputs: &BackwardInputs<'_>) -> Result<(Vec<TaskGradients>, Ve
                 d,
                 queries,
                 keys,
+                contiguous,
                 bias,
             };
             task.run(stats_len)
@@ -401,6 +403,8 @@ struct HeadTask<'a> {
     d: usize,
     queries: &'a [Position],
     keys: &'a [Position],
+    /// Whether `keys` are consecutive positions: each row's visible prefix is arithmetic.
+    contiguous: bool,
     bias: Option<&'a dyn GradPlan>,
 }
 
@@ -456,9 +460,10 @@ impl HeadTask<'_> {
             affine.resize(rows, None);
             let qrows = &self.q[r0 * d..(r0 + rows) * d];
             let dorows = &self.dout[r0 * d..(r0 + rows) * d];
+            let all = 0..nk;
             let visible: Vec<usize> = self.queries[r0..r0 + rows]
                 .iter()
-                .map(|&i| self.keys.partition_point(|&j| j <= i))
+                .map(|&i| crate::tile::visible(self.keys, &all, i, self.contiguous))
                 .collect();
             let end = visible.iter().copied().max().unwrap_or(0);
             for c0 in (0..end).step_by(TILE_K) {

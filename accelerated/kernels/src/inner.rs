@@ -8,7 +8,7 @@
 //! each step issues 8 independent FMAs for 6 loads — enough to cover FMA latency. Under
 //! AVX-512 (`M::LANES` = 16) the two products go to [`crate::wide`]'s larger blocks instead.
 
-use crate::simd::Madd;
+use crate::simd::{Kernel, Madd};
 use crate::wide;
 pub(crate) use crate::wide::Start;
 
@@ -99,6 +99,27 @@ pub(crate) fn pack_into(
         for (c, &v) in row.iter().enumerate() {
             blk[c * block + r % block] = v * scale;
         }
+    }
+}
+
+/// [`pack_into`] under the SIMD dispatch (the caller's loop over heads runs outside it):
+/// compiled for the baseline target, the packing had been an eighth of a forward at 128
+/// tokens (64 heads × 32, one thread), a twentieth under AVX-512. (A loop writing each block's
+/// rows contiguously from strided reads, gathered, was twice as slow as this one.)
+pub(crate) struct PackInto<'a> {
+    pub src: &'a [f32],
+    pub n: usize,
+    pub d: usize,
+    pub block: usize,
+    pub scale: f32,
+    pub dst: &'a mut [f32],
+}
+
+impl Kernel for PackInto<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<M: Madd>(self) {
+        pack_into(self.src, self.n, self.d, self.block, self.scale, self.dst);
     }
 }
 
@@ -311,38 +332,69 @@ pub(crate) fn weighted_values<M: Madd>(
 /// backward's.
 const PARTIALS: usize = 16;
 
-/// The largest of a non-empty slice ([`PARTIALS`] running maxima so it vectorises).
+/// The largest of `row[..vis]` (`vis ≥ 1`; [`PARTIALS`] running maxima so it vectorises).
+/// `row` may run on past `vis` (a tile row's padding, any value, NaN included): the last
+/// partial chunk is then read whole with the lanes past `vis` masked out, and the maxima are
+/// reduced pairwise — a scalar loop over the tail and a chain of `f32::max` (NaN handling per
+/// step) were a tenth of a forward at 128 tokens, where every tile is a diagonal one.
 #[inline(always)]
-pub(crate) fn max(x: &[f32]) -> f32 {
+pub(crate) fn max(row: &[f32], vis: usize) -> f32 {
     let mut m = [f32::NEG_INFINITY; PARTIALS];
-    let mut chunks = x.chunks_exact(PARTIALS);
-    for c in &mut chunks {
+    let full = vis / PARTIALS * PARTIALS;
+    for c in row[..full].chunks_exact(PARTIALS) {
         for (a, &b) in m.iter_mut().zip(c) {
             *a = if b > *a { b } else { *a };
         }
     }
-    let tail = chunks
-        .remainder()
-        .iter()
-        .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    m.iter().fold(tail, |a, &b| a.max(b))
+    if let Some(c) = row.get(full..full + PARTIALS).filter(|_| full < vis) {
+        for (l, (a, &b)) in m.iter_mut().zip(c).enumerate() {
+            let b = if full + l < vis { b } else { f32::NEG_INFINITY };
+            *a = if b > *a { b } else { *a };
+        }
+    } else {
+        for &b in &row[full..vis] {
+            m[0] = if b > m[0] { b } else { m[0] };
+        }
+    }
+    let mut width = PARTIALS / 2;
+    while width > 0 {
+        for l in 0..width {
+            m[l] = if m[l + width] > m[l] {
+                m[l + width]
+            } else {
+                m[l]
+            };
+        }
+        width /= 2;
+    }
+    m[0]
 }
 
-/// Replaces every `x` by `e^{x − shift}` and returns their sum ([`PARTIALS`] partial sums).
+/// Replaces every `x` of `row[..vis]` by `e^{x − shift}` and returns their sum ([`PARTIALS`]
+/// partial sums). Where `row` runs on past `vis`, the last partial chunk is taken whole and its
+/// lanes past `vis` set to 0 (their exponentials discarded), as [`max`] does.
 #[inline(always)]
-pub(crate) fn exp_sum<M: Madd>(x: &mut [f32], shift: f32) -> f32 {
+pub(crate) fn exp_sum<M: Madd>(row: &mut [f32], vis: usize, shift: f32) -> f32 {
     let mut s = [0f32; PARTIALS];
-    let mut chunks = x.chunks_exact_mut(PARTIALS);
-    for c in &mut chunks {
+    let full = vis / PARTIALS * PARTIALS;
+    for c in row[..full].chunks_exact_mut(PARTIALS) {
         for (a, v) in s.iter_mut().zip(c.iter_mut()) {
             *v = exp::<M>(*v - shift);
             *a += *v;
         }
     }
     let mut tail = 0.0;
-    for v in chunks.into_remainder() {
-        *v = exp::<M>(*v - shift);
-        tail += *v;
+    if let Some(c) = row.get_mut(full..full + PARTIALS).filter(|_| full < vis) {
+        for (l, (a, v)) in s.iter_mut().zip(c.iter_mut()).enumerate() {
+            let e = exp::<M>(*v - shift);
+            *v = if full + l < vis { e } else { 0.0 };
+            *a += *v;
+        }
+    } else {
+        for v in &mut row[full..vis] {
+            *v = exp::<M>(*v - shift);
+            tail += *v;
+        }
     }
     s.iter().sum::<f32>() + tail
 }

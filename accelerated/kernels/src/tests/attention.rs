@@ -526,3 +526,49 @@ fn the_wide_blocks_round_exactly_as_the_narrow_ones() {
         );
     }
 }
+
+/// A tile row's maximum and exponentials over its visible prefix, whatever its padding holds
+/// (stale scores, NaN, ±∞): the last partial chunk is read whole with the padding masked out.
+#[test]
+fn row_max_and_exponentials_ignore_the_padding() {
+    use crate::inner;
+    use crate::simd::Separate;
+    let junk = [f32::NAN, f32::INFINITY, 1e30, f32::NEG_INFINITY, 50.0];
+    for stride in [16, 48, 64, 128] {
+        for vis in 1..=stride {
+            for (n, &pad) in junk.iter().enumerate() {
+                let mut row: Vec<f32> = (0..stride)
+                    .map(|t| {
+                        if t < vis {
+                            ((t * 37 + n) % 23) as f32 * 0.25 - 3.0
+                        } else {
+                            pad
+                        }
+                    })
+                    .collect();
+                let want_max = row[..vis].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                assert_eq!(
+                    inner::max(&row, vis),
+                    want_max,
+                    "stride {stride}, vis {vis}"
+                );
+                // Against the same exponential one value at a time, in f64 sums.
+                let want: Vec<f32> = row[..vis]
+                    .iter()
+                    .map(|&x| inner::exp::<Separate>(x - want_max))
+                    .collect();
+                let want_sum: f64 = want.iter().map(|&x| f64::from(x)).sum();
+                let sum = inner::exp_sum::<Separate>(&mut row, vis, want_max);
+                assert!((f64::from(sum) - want_sum).abs() <= 1e-5 * want_sum);
+                assert_eq!(&row[..vis], &want[..], "stride {stride}, vis {vis}");
+                assert!(
+                    row[vis..]
+                        .iter()
+                        .take(vis.next_multiple_of(16) - vis)
+                        .all(|&x| x == 0.0),
+                    "the masked lanes are zeroed"
+                );
+            }
+        }
+    }
+}
