@@ -1,7 +1,8 @@
 //! The backward pass's bias gradients against `fire_reference`'s literal vector-Jacobian
 //! product ([grad.vjp]): the compiled path (segment sums, one backpropagation per segment) and
 //! its slow twin (per-pair backpropagation) both give Σ G·∂b/∂(θ, c, m) for a causal
-//! cotangent G, across the threshold (with the ½ tie at i = L), for contiguous and gapped
+//! cotangent G (and one on keys after the query too), across the threshold (with the ½ tie
+//! at i = L), for contiguous and gapped
 //! positions; and a distance table's gradient is G summed per distance.
 
 use nalgebra::DMatrix;
@@ -21,9 +22,20 @@ fn cotangent(
     keys: &[Position],
     seed: u64,
 ) -> (Vec<f32>, fire_reference::Bias) {
+    cotangent_on(heads, queries, keys, seed, true)
+}
+
+/// [`cotangent`], or with `causal` false one on every pair (keys after the query too).
+fn cotangent_on(
+    heads: usize,
+    queries: &[Position],
+    keys: &[Position],
+    seed: u64,
+    causal: bool,
+) -> (Vec<f32>, fire_reference::Bias) {
     let (nq, nk) = (queries.len(), keys.len());
     let mut g = random(heads * nq * nk, seed);
-    for h in 0..heads {
+    for h in (0..heads).filter(|_| causal) {
         for (q, &i) in queries.iter().enumerate() {
             for (k, &j) in keys.iter().enumerate() {
                 if j > i {
@@ -93,6 +105,34 @@ fn fire_bias_gradient_equals_the_reference_vjp() {
             }
         }
     }
+}
+
+/// A cotangent on keys after the query too (what a non-causal caller of the plan may hand
+/// it): those pairs take the pair-by-pair path at the distance of [conv.future], found only
+/// where a row's tail of the tile is not all zero.
+#[test]
+fn fire_bias_gradient_with_future_keys_equals_the_reference_vjp() {
+    let positions: Vec<Position> = (0..50).collect();
+    let (reference, mlp, params) = fire_pair(3, 8, 1, 29, 20.0 / 512.0);
+    let (g, g_ref) = cotangent_on(3, &positions, &positions, 7, false);
+    let want = fire_reference::fire::grad::vjp(&reference, &positions, &positions, &g_ref)
+        .unwrap()
+        .to_flat();
+    let fire = FireBias::new(mlp, params, 128).unwrap();
+    let plan = fire.grad_plan(&positions, &positions).unwrap();
+    let mut stats = vec![0f64; plan.stats_len()];
+    let n = positions.len();
+    for h in 0..3 {
+        for (rows, cols) in [(0..23, 0..n), (23..n, 0..31), (23..n, 31..n)] {
+            let tile: Vec<f32> = rows
+                .clone()
+                .flat_map(|q| cols.clone().map(move |k| (q, k)))
+                .map(|(q, k)| g[(h * n + q) * n + k])
+                .collect();
+            plan.accumulate(h, rows, cols.clone(), &tile, cols.len(), &mut stats);
+        }
+    }
+    assert_close("future keys", &plan.gradient(&stats).unwrap(), &want);
 }
 
 #[test]
