@@ -2,8 +2,8 @@
 //! product ([grad.vjp]): the compiled path (segment sums, one backpropagation per segment) and
 //! its slow twin (per-pair backpropagation) both give Σ G·∂b/∂(θ, c, m) for a causal
 //! cotangent G (and one on keys after the query too), across the threshold (with the ½ tie
-//! at i = L), for contiguous and gapped
-//! positions; and a distance table's gradient is G summed per distance.
+//! at i = L), for contiguous and gapped positions; and a distance table's gradient is G
+//! summed per distance.
 
 use nalgebra::DMatrix;
 
