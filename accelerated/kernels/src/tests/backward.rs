@@ -5,13 +5,15 @@
 //! at i = L), for contiguous and gapped positions; and a distance table's gradient is G
 //! summed per distance.
 
+use std::ops::Range;
+
 use nalgebra::DMatrix;
 
 use fire_vocabulary::Position;
 
 use super::{fire_pair, random};
 use crate::attention::Shape;
-use crate::backward::fused_causal_backward;
+use crate::backward::{fused_causal_backward, GradPlan};
 use crate::fire::FireBias;
 use crate::table::DistanceTable;
 
@@ -82,20 +84,10 @@ fn fire_bias_gradient_equals_the_reference_vjp() {
                 ),
             ] {
                 let plan = fire.grad_plan(positions, positions).unwrap();
-                let mut stats = vec![0f64; plan.stats_len()];
                 let n = positions.len();
                 // Uneven tiles, as the kernel might cut them.
-                for h in 0..3 {
-                    for (rows, cols) in [(0..37, 0..n), (37..n, 0..20), (37..n, 20..n)] {
-                        let tile: Vec<f32> = rows
-                            .clone()
-                            .flat_map(|q| cols.clone().map(move |k| (q, k)))
-                            .map(|(q, k)| g[(h * n + q) * n + k])
-                            .collect();
-                        plan.accumulate(h, rows, cols.clone(), &tile, cols.len(), &mut stats);
-                    }
-                }
-                let got = plan.gradient(&stats).unwrap();
+                let tiles = [(0..37, 0..n), (37..n, 0..20), (37..n, 20..n)];
+                let got = tiled_gradient(plan.as_ref(), &g, 3, n, &tiles);
                 let gaps = if positions == &gapped {
                     "gapped"
                 } else {
@@ -120,19 +112,32 @@ fn fire_bias_gradient_with_future_keys_equals_the_reference_vjp() {
         .to_flat();
     let fire = FireBias::new(mlp, params, 128).unwrap();
     let plan = fire.grad_plan(&positions, &positions).unwrap();
-    let mut stats = vec![0f64; plan.stats_len()];
     let n = positions.len();
-    for h in 0..3 {
-        for (rows, cols) in [(0..23, 0..n), (23..n, 0..31), (23..n, 31..n)] {
+    let tiles = [(0..23, 0..n), (23..n, 0..31), (23..n, 31..n)];
+    let got = tiled_gradient(plan.as_ref(), &g, 3, n, &tiles);
+    assert_close("future keys", &got, &want);
+}
+
+/// `plan`'s gradient from the cotangent `g` (`[heads, n, n]`) handed over tile by tile.
+fn tiled_gradient(
+    plan: &dyn GradPlan,
+    g: &[f32],
+    heads: usize,
+    n: usize,
+    tiles: &[(Range<usize>, Range<usize>)],
+) -> Vec<f64> {
+    let mut stats = vec![0f64; plan.stats_len()];
+    for h in 0..heads {
+        for (rows, cols) in tiles {
             let tile: Vec<f32> = rows
                 .clone()
                 .flat_map(|q| cols.clone().map(move |k| (q, k)))
                 .map(|(q, k)| g[(h * n + q) * n + k])
                 .collect();
-            plan.accumulate(h, rows, cols.clone(), &tile, cols.len(), &mut stats);
+            plan.accumulate(h, rows.clone(), cols.clone(), &tile, cols.len(), &mut stats);
         }
     }
-    assert_close("future keys", &plan.gradient(&stats).unwrap(), &want);
+    plan.gradient(&stats).unwrap()
 }
 
 #[test]
