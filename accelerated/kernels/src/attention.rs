@@ -82,6 +82,19 @@ impl Shape {
         queries: &[Position],
         keys: &[Position],
     ) -> Result<()> {
+        self.checked(q, k, v, queries, keys).map(|_| ())
+    }
+
+    /// [`Self::check`], returning whether the keys are consecutive positions (what
+    /// [`check_positions`] finds on its way; the kernels' visible prefixes are then arithmetic).
+    pub(crate) fn checked(
+        &self,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        queries: &[Position],
+        keys: &[Position],
+    ) -> Result<bool> {
         self.check_buffers(q, k, v)?;
         let (nq, nk) = (self.queries, self.keys);
         if queries.len() != nq {
@@ -90,14 +103,14 @@ impl Shape {
         if keys.len() != nk {
             return Err(shape("key positions", nk, keys.len()));
         }
-        check_positions(queries, keys)?;
+        let contiguous = check_positions(queries, keys)?;
         if let Some(&i) = queries.iter().find(|&&i| i < keys[0]) {
             return Err(Error::Invalid {
                 what: "causal attention".into(),
                 reason: format!("query position {i} sees no key (every key is after it)"),
             });
         }
-        Ok(())
+        Ok(contiguous)
     }
 }
 
@@ -211,8 +224,7 @@ pub fn fused_causal_lse_batch(
         }
     }
     // The checks of one row (sizes, positions, causal visibility) hold for every row.
-    shape.check(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
-    let contiguous = tile::check_keys(keys)?;
+    let contiguous = shape.checked(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
     // Every query tile of a head reads the same keys: packed once per head for the score
     // product, in the blocks of the SIMD path this machine takes, with the scores' 1/√d.
     let block = simd::dispatch(KeyBlock);
@@ -296,7 +308,7 @@ struct Task<'a> {
     queries: &'a [Position],
     first_row: usize,
     keys: &'a [Position],
-    /// Whether `keys` are consecutive positions ([`tile::check_keys`]): each row's visible
+    /// Whether `keys` are consecutive positions ([`Shape::checked`]): each row's visible
     /// prefix is then arithmetic, not a search.
     contiguous: bool,
     bias: Option<&'a dyn BiasPlan>,

@@ -346,8 +346,7 @@ fn backward_tasks(inputs: &BackwardInputs<'_>) -> Result<(Vec<TaskGradients>, Ve
         return Err(shape("lse", batch * heads * nq, lse.len()));
     }
     // The forward's own checks (positions, causal visibility) on the first row.
-    shape_.check(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
-    let contiguous = crate::tile::check_keys(keys)?;
+    let contiguous = shape_.checked(&q[..pq], &k[..pk], &v[..pk], queries, keys)?;
     let stats_len = bias.map_or(0, GradPlan::stats_len);
     let results: Vec<HeadGradients> = (0..batch * heads)
         .into_par_iter()
