@@ -245,7 +245,8 @@ fn run_blocks(model: &mut Model, store: &ParamStore, fused_blocks: bool, start: 
 }
 
 /// Logits within 1e-5 of their largest, the loss within 1e-6 relative, every gradient within
-/// 1e-4 of its largest entry (the two sum in different orders; measured ~1e-6), and every
+/// 1e-4 of its largest entry (the two sum in different orders; measured ~1e-6) or, for a
+/// gradient that is zero in exact arithmetic, 1e-7 of the largest of all, and every
 /// block parameter's gradient of real size (so a gradient the op forgot would show).
 fn check_blocks(label: &str, encoding: EncodingConfig, init: InitScheme, start: u64) {
     check_blocks_with_ff(label, encoding, init, start, 64);
@@ -277,11 +278,15 @@ fn check_blocks_with_ff(
         (st - sf).abs() <= 1e-6 * st.abs(),
         "{label}: loss {sf} vs {st}"
     );
+    // A gradient that is zero in exact arithmetic (FIRE's output bias: a constant added to a
+    // whole row of logits leaves the softmax as it was) is rounding noise on both sides, of
+    // the size of the other gradients' rounding: the floor is relative to the largest of all.
+    let overall = gt.iter().map(|(_, g)| largest(g)).fold(0f32, f32::max);
     for ((name, a), (_, b)) in gt.iter().zip(&gf) {
         let scale = largest(a);
         let diff = max_abs_diff(a, b);
         assert!(
-            diff <= 1e-4 * scale + 1e-9,
+            diff <= 1e-4 * scale + 1e-7 * overall,
             "{label}: {name}: max |Δ| = {diff:e} against max |g| = {scale:e}"
         );
         let block_param = ["ln1.", "ln2.", "_proj.", "mlp.fc"]

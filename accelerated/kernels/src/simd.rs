@@ -140,10 +140,11 @@ pub fn path() -> &'static str {
 }
 
 /// `e^x` for `x ≤ 0` as the attention kernels compute it (Cephes-style range reduction and
-/// polynomial, within 4·10⁻⁷ relative of `f32::exp` on [−60, 0], 0 below −60), with separate
-/// multiply-adds: branch-free, so a caller's loop over a slice vectorises where a call to
-/// `f32::exp` (libm, one value at a time) would not. For the accelerated crate's GeLU.
+/// polynomial, within 4·10⁻⁷ relative of `f32::exp` on [−60, 0], 0 below −60), its
+/// multiply-adds `M`'s (fused on the paths that fuse): branch-free, so a caller's loop over a
+/// slice vectorises under [`dispatch`] where a call to `f32::exp` (libm, one value at a time)
+/// would not. For the accelerated crate's GeLU and cross-entropy.
 #[inline(always)]
-pub fn exp_nonpositive(x: f32) -> f32 {
-    crate::inner::exp::<Separate>(x)
+pub fn exp_nonpositive<M: Madd>(x: f32) -> f32 {
+    crate::inner::exp::<M>(x)
 }

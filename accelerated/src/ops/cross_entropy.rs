@@ -26,7 +26,7 @@ pub fn cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<T
 /// The row's `(max, ln Σ exp(x − max))`, the exponentials by
 /// [`exp_nonpositive`] (`x − max ≤ 0`; within 4·10⁻⁷ relative of `f32::exp`).
 #[inline(always)]
-fn lse(x: &[f32]) -> (f32, f32) {
+fn lse<M: Madd>(x: &[f32]) -> (f32, f32) {
     let chunks = x.chunks_exact(LANES);
     let mut mx = [f32::NEG_INFINITY; LANES];
     for c in chunks.clone() {
@@ -41,13 +41,13 @@ fn lse(x: &[f32]) -> (f32, f32) {
     let mut acc = [0f32; LANES];
     for c in chunks.clone() {
         for (a, &v) in acc.iter_mut().zip(c) {
-            *a += exp_nonpositive(v - m);
+            *a += exp_nonpositive::<M>(v - m);
         }
     }
     let tail: f32 = chunks
         .remainder()
         .iter()
-        .map(|&v| exp_nonpositive(v - m))
+        .map(|&v| exp_nonpositive::<M>(v - m))
         .sum();
     (m, (acc.iter().sum::<f32>() + tail).ln())
 }
@@ -65,7 +65,7 @@ impl Kernel for Losses<'_> {
     fn run<M: Madd>(self) -> f64 {
         let mut total = 0f64;
         for (row, &t) in self.x.chunks_exact(self.v).zip(self.t) {
-            let (m, l) = lse(row);
+            let (m, l) = lse::<M>(row);
             total += f64::from(m + l - row[t as usize]);
         }
         total
@@ -87,10 +87,10 @@ impl Kernel for Softmaxes<'_> {
     fn run<M: Madd>(self) {
         let Softmaxes { x, dx, v, scale } = self;
         for (x, dx) in x.chunks_exact(v).zip(dx.chunks_exact_mut(v)) {
-            let (m, l) = lse(x);
+            let (m, l) = lse::<M>(x);
             let shift = m + l;
             for (d, &x) in dx.iter_mut().zip(x) {
-                *d = scale * exp_nonpositive(x - shift);
+                *d = scale * exp_nonpositive::<M>(x - shift);
             }
         }
     }
