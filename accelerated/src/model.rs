@@ -13,6 +13,9 @@ use crate::nn::{LayerNorm, Linear};
 use crate::ops;
 use crate::params::{Init, ParamStore};
 
+mod step;
+pub use step::StepGradients;
+
 /// One pre-LayerNorm block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`.
 #[derive(Debug, Clone)]
 pub struct Block {
@@ -36,14 +39,33 @@ impl Block {
     /// that, once for the `cat` and once for the reshape. Otherwise (`F` not a multiple of
     /// `D`) every part is flattened.
     fn flat_params(&self, d: usize) -> Result<Option<Tensor>> {
-        let [q, k, v, o] = self.attn.projections();
-        let (Some(b1), Some(b2)) = (&self.fc1.bias, &self.fc2.bias) else {
+        let Some(parts) = self.param_parts() else {
             return Ok(None);
         };
+        let rows_of_d = d > 0 && parts.iter().all(|t| t.elem_count() % d == 0);
+        let parts = parts
+            .into_iter()
+            .map(|t| match t.dims() {
+                [_, cols] if rows_of_d && *cols == d => Ok(t.clone()),
+                _ if rows_of_d => t.reshape((t.elem_count() / d, d)),
+                _ => t.flatten_all(),
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Some(Tensor::cat(&parts, 0)?))
+    }
+
+    /// The block's parameters in [`ops::block`]'s order, or `None` when its shape is not the
+    /// one that op computes (biases on the attention projections, none on the MLP, two
+    /// LayerNorms with different ε).
+    fn param_parts(&self) -> Option<[&Tensor; 12]> {
+        let [q, k, v, o] = self.attn.projections();
+        let (Some(b1), Some(b2)) = (&self.fc1.bias, &self.fc2.bias) else {
+            return None;
+        };
         if [q, k, v, o].iter().any(|p| p.bias.is_some()) || self.ln1.eps != self.ln2.eps {
-            return Ok(None);
+            return None;
         }
-        let parts = [
+        Some([
             &self.ln1.weight,
             &self.ln1.bias,
             &q.weight,
@@ -56,17 +78,7 @@ impl Block {
             b1,
             &self.fc2.weight,
             b2,
-        ];
-        let rows_of_d = d > 0 && parts.iter().all(|t| t.elem_count() % d == 0);
-        let parts = parts
-            .into_iter()
-            .map(|t| match t.dims() {
-                [_, cols] if rows_of_d && *cols == d => Ok(t.clone()),
-                _ if rows_of_d => t.reshape((t.elem_count() / d, d)),
-                _ => t.flatten_all(),
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Some(Tensor::cat(&parts, 0)?))
+        ])
     }
 
     fn fused(

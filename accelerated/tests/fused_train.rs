@@ -350,3 +350,123 @@ fn fused_blocks_match_when_the_mlp_width_is_no_multiple_of_d_model() {
         48,
     );
 }
+
+// The training step with its backward pass written out (`Model::fused_step`, what `fire-lm
+// train` runs through the fused ops) against candle's autograd over the same fused blocks.
+
+/// `(loss, name → gradient)` of `Model::fused_step` on [`run_blocks`]'s batch.
+fn run_step(model: &Model, store: &ParamStore, start: u64) -> (f32, Vec<(String, Vec<f32>)>) {
+    let dev = Device::Cpu;
+    let x = Tensor::from_vec(tokens(B3 * N, 11), (B3, N), &dev).unwrap();
+    let y = Tensor::from_vec(tokens(B3 * N, 12), (B3, N), &dev).unwrap();
+    let backend = model.backend(AttentionPath::Fused, Purpose::Train).unwrap();
+    let step = model.fused_step(&x, &y, &backend, start).unwrap().unwrap();
+    let named = store
+        .trainable()
+        .iter()
+        .map(|(name, var)| {
+            let g = step.grads.get(var.as_tensor()).map_or_else(
+                || vec![0.0; var.as_tensor().elem_count()],
+                |g| g.flatten_all().unwrap().to_vec1().unwrap(),
+            );
+            (name.clone(), g)
+        })
+        .collect();
+    (step.loss, named)
+}
+
+/// The loss within 1e-6 relative and every gradient as in [`check_blocks_with_ff`], of the
+/// written-out step against autograd, for `cfg` at position offset `start`.
+fn check_step(label: &str, cfg: &ModelConfig, start: u64) {
+    let mut store = ParamStore::fresh(&Device::Cpu, 5);
+    let mut model = Model::new(cfg, &mut store).unwrap();
+    let (_, want_loss, want) = run_blocks(&mut model, &store, true, start);
+    let (loss, got) = run_step(&model, &store, start);
+    assert!(
+        (loss - want_loss).abs() <= 1e-6 * want_loss.abs(),
+        "{label}: loss {loss} vs {want_loss}"
+    );
+    let overall = want.iter().map(|(_, g)| largest(g)).fold(0f32, f32::max);
+    for ((name, a), (_, b)) in want.iter().zip(&got) {
+        let (scale, diff) = (largest(a), max_abs_diff(a, b));
+        assert!(
+            diff <= 1e-4 * scale + 1e-7 * overall,
+            "{label}: {name}: max |Δ| = {diff:e} against max |g| = {scale:e}"
+        );
+        assert!(
+            scale == 0.0 || largest(b) > 0.0,
+            "{label}: {name}: gradient missing"
+        );
+    }
+}
+
+#[test]
+fn the_written_out_step_matches_autograd_for_every_additive_encoding() {
+    for (label, enc) in [
+        ("nope", EncodingConfig::Nope),
+        ("fire", EncodingConfig::Fire(fire(|_| {}))),
+        ("fire-s", EncodingConfig::FireS(fire(|_| {}))),
+        ("kerple-log", EncodingConfig::KerpleLog),
+        ("alibi", EncodingConfig::Alibi),
+        (
+            "t5",
+            EncodingConfig::T5 {
+                num_buckets: 8,
+                max_distance: 32,
+            },
+        ),
+    ] {
+        for start in [0, 300] {
+            let cfg = ModelConfig {
+                init: InitScheme::Gpt2,
+                d_model: 32,
+                n_layers: 2,
+                n_heads: 4,
+                d_ff: 64,
+                ..ModelConfig::tiny(enc.clone())
+            };
+            check_step(&format!("{label} +{start}"), &cfg, start);
+        }
+    }
+}
+
+#[test]
+fn the_written_out_step_matches_autograd_with_an_untied_head_and_flattened_parameters() {
+    let cfg = ModelConfig {
+        tie_embeddings: false,
+        d_model: 32,
+        n_layers: 2,
+        n_heads: 4,
+        d_ff: 48,
+        ..ModelConfig::tiny(EncodingConfig::Fire(fire(|_| {})))
+    };
+    check_step("fire, untied, d_ff 48", &cfg, 0);
+}
+
+#[test]
+fn the_written_out_step_refuses_a_token_outside_the_vocabulary_and_mismatched_targets() {
+    let cfg = small(EncodingConfig::Nope);
+    let mut store = ParamStore::fresh(&Device::Cpu, 5);
+    let model = Model::new(&cfg, &mut store).unwrap();
+    let backend = model.backend(AttentionPath::Fused, Purpose::Train).unwrap();
+    let dev = Device::Cpu;
+    let mut ids = tokens(B * N, 3);
+    ids[7] = 256;
+    let x = Tensor::from_vec(ids, (B, N), &dev).unwrap();
+    let y = Tensor::from_vec(tokens(B * N, 4), (B, N), &dev).unwrap();
+    let err = model
+        .fused_step(&x, &y, &backend, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("token 256 outside the vocabulary of 256"),
+        "{err}"
+    );
+    let x = Tensor::from_vec(tokens(B * N, 3), (B, N), &dev).unwrap();
+    let y = Tensor::from_vec(tokens(B * N, 4), B * N, &dev).unwrap();
+    let err = model
+        .fused_step(&x, &y, &backend, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("targets"), "{err}");
+}

@@ -106,7 +106,7 @@ impl<'a> Params<'a> {
 }
 
 /// What the backward pass needs from the forward pass (`N = B·T` rows).
-struct Saved {
+pub(crate) struct Saved {
     h1: Scratch,
     /// `[B, H, T, D/H]` each.
     q: Scratch,
@@ -173,6 +173,83 @@ pub fn block(
         &bias_params.contiguous()?,
         Arc::new(Box::new(op)),
     )?)
+}
+
+/// The block's two passes on slices, for a training step that runs outside candle's autograd
+/// ([`crate::model::Model::fused_step`]): the same arithmetic as the op [`block`] builds.
+pub(crate) struct Pass(Block);
+
+impl Pass {
+    /// The passes of layer `layer` (of `t` positions from `start`) and the bias parameters
+    /// they read (a candle tensor, so that their gradient can be carried on to the encoding's
+    /// own parameters).
+    pub(crate) fn new(
+        bias: &LayerBias,
+        dims: Dims,
+        eps: f64,
+        start: u64,
+        t: usize,
+        device: &candle_core::Device,
+        layer: usize,
+    ) -> Result<(Self, Tensor)> {
+        if dims.heads == 0 || !dims.d_model.is_multiple_of(dims.heads) {
+            return Err(crate::error::Error::Input(format!(
+                "transformer block: {dims:?}"
+            )));
+        }
+        let (kind, bias_params) = bias_input(bias, dims.heads, t, device, layer)?;
+        let op = Block {
+            dims,
+            eps: eps as f32,
+            kind,
+            start,
+            saved: Mutex::new(None),
+        };
+        Ok((Self(op), bias_params))
+    }
+
+    /// `y` for `x: [B·T, D]` and what the backward pass keeps.
+    pub(crate) fn forward(
+        &self,
+        x: &[f32],
+        params: &[f32],
+        bias: &[f32],
+        (b, t): (usize, usize),
+    ) -> candle_core::Result<(Vec<f32>, Saved)> {
+        let p = Params::split(params, self.0.dims)?;
+        if x.len() != b * t * self.0.dims.d_model {
+            candle_core::bail!("transformer block: {} inputs for {b} x {t} rows", x.len());
+        }
+        crate::timing::time("block forward", || self.0.forward(x, &p, bias, (b, t)))
+    }
+
+    /// `(dx, dparams, dbias)` for the output's cotangent `dy`.
+    pub(crate) fn backward(
+        &self,
+        x: &[f32],
+        params: &[f32],
+        bias: &[f32],
+        saved: &Saved,
+        dy: &[f32],
+        (b, t): (usize, usize),
+    ) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f64>)> {
+        let p = Params::split(params, self.0.dims)?;
+        if dy.len() != x.len() {
+            candle_core::bail!(
+                "transformer block: gradient {} for {} values",
+                dy.len(),
+                x.len()
+            );
+        }
+        crate::timing::time("block backward", || {
+            self.0.backward(x, &p, bias, saved, dy, (b, t))
+        })
+    }
+
+    /// Whether the bias has parameters (a gradient to carry on).
+    pub(crate) fn has_bias(&self) -> bool {
+        !matches!(self.0.kind, Kind::None)
+    }
 }
 
 fn msg(e: impl std::fmt::Display) -> candle_core::Error {

@@ -117,6 +117,40 @@ fn check(x: usize, v: usize, t: &[u32]) -> candle_core::Result<()> {
     Ok(())
 }
 
+/// The mean of `lse(x_r) − x_r[t_r]` over the rows of `x` (`[t.len(), v]`), summed in f64.
+pub(crate) fn mean_loss(x: &[f32], t: &[u32], v: usize) -> candle_core::Result<f32> {
+    check(x.len(), v, t)?;
+    let chunk = rows_per_task(v);
+    let total: f64 = x
+        .par_chunks(chunk * v)
+        .zip(t.par_chunks(chunk))
+        .map(|(x, t)| simd::dispatch(Losses { x, t, v }))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .sum();
+    Ok((total / t.len() as f64) as f32)
+}
+
+/// `scale · (softmax(x_r) − onehot(t_r))` for every row of `x`: the gradient of the loss
+/// times `scale·N`.
+pub(crate) fn gradient(
+    x: &[f32],
+    t: &[u32],
+    v: usize,
+    scale: f32,
+) -> candle_core::Result<Vec<f32>> {
+    check(x.len(), v, t)?;
+    let mut dx = vec![0f32; x.len()];
+    map_rows(x, v, &mut dx, |x, dx| {
+        simd::dispatch(Softmaxes { x, dx, v, scale })
+    });
+    // The one-hot part.
+    for (r, &t) in t.iter().enumerate() {
+        dx[r * v + t as usize] -= scale;
+    }
+    Ok(dx)
+}
+
 impl CustomOp2 for CrossEntropy {
     fn name(&self) -> &'static str {
         "fused-cross-entropy"
@@ -132,16 +166,7 @@ impl CustomOp2 for CrossEntropy {
         let x = slice(s1, l1, "cross entropy: logits")?;
         let t = targets_of(s2, l2)?;
         let (_, v) = l1.shape().dims2()?;
-        check(x.len(), v, t)?;
-        let chunk = rows_per_task(v);
-        let total: f64 = x
-            .par_chunks(chunk * v)
-            .zip(t.par_chunks(chunk))
-            .map(|(x, t)| simd::dispatch(Losses { x, t, v }))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .sum();
-        let loss = (total / t.len() as f64) as f32;
+        let loss = mean_loss(x, t, v)?;
         Ok((CpuStorage::F32(vec![loss]), Shape::from(())))
     }
 
@@ -157,16 +182,7 @@ impl CustomOp2 for CrossEntropy {
         let (_, v) = logits.dims2()?;
         let scale = g / t.len() as f32;
         let dx = with_f32(logits, "cross entropy: logits", |x| {
-            check(x.len(), v, &t)?;
-            let mut dx = vec![0f32; x.len()];
-            map_rows(x, v, &mut dx, |x, dx| {
-                simd::dispatch(Softmaxes { x, dx, v, scale })
-            });
-            // The one-hot part.
-            for (r, &t) in t.iter().enumerate() {
-                dx[r * v + t as usize] -= scale;
-            }
-            Ok(dx)
+            gradient(x, &t, v, scale)
         })?;
         Ok((
             Some(Tensor::from_vec(dx, logits.shape(), logits.device())?),

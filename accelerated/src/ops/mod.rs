@@ -16,9 +16,9 @@
 //! float rounding.
 
 pub mod block;
-mod cross_entropy;
+pub(crate) mod cross_entropy;
 mod gelu;
-mod layer_norm;
+pub(crate) mod layer_norm;
 mod scratch;
 
 pub use cross_entropy::cross_entropy;

@@ -290,25 +290,35 @@ pub fn train(
         if let Some(r) = &mut recorder {
             r.write(&x, &y)?;
         }
-        let logits = crate::timing::time("step: forward", || {
-            model.forward_at(&x, &backend, cfg.position_offset_at(step))
-        })?;
-        let v = model_cfg.vocab_size;
-        let (loss, loss_value) = crate::timing::time("step: loss", || -> Result<(Tensor, f32)> {
-            let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
-            let value: f32 = loss.to_scalar()?;
-            Ok((loss, value))
-        })?;
+        let offset = cfg.position_offset_at(step);
+        // Through the fused ops the backward pass is written out (`Model::fused_step`);
+        // elsewhere (CUDA, the candle attention, blocks as candle ops) autograd runs it.
+        let fused = model.fused_step(&x, &y, &backend, offset)?;
+        let (loss_value, backward) = match fused {
+            Some(step) => (step.loss, Ok(step.grads)),
+            None => {
+                let logits = crate::timing::time("step: forward", || {
+                    model.forward_at(&x, &backend, offset)
+                })?;
+                let v = model_cfg.vocab_size;
+                let (loss, loss_value) =
+                    crate::timing::time("step: loss", || -> Result<(Tensor, f32)> {
+                        let loss = cross_entropy(&logits.reshape(((), v))?, &y.flatten_all()?)?;
+                        let value: f32 = loss.to_scalar()?;
+                        Ok((loss, value))
+                    })?;
+                let grads = crate::timing::time("step: backward", || loss.backward());
+                (loss_value, grads.map_err(Error::from))
+            }
+        };
         let lr = learning_rate(step, cfg.steps, cfg.warmup, cfg.lr, cfg.min_lr_ratio);
         // A non-finite loss still gets its gradient norm where one can be computed, for the
         // message; a failure to compute it is then part of the divergence, not a new error.
-        let gradients = crate::timing::time("step: backward", || loss.backward())
-            .map_err(Error::from)
-            .and_then(|g| {
-                crate::timing::time("step: clipping", || {
-                    clipped_gradients(&params, &g, cfg.clip)
-                })
-            });
+        let gradients = backward.and_then(|g| {
+            crate::timing::time("step: clipping", || {
+                clipped_gradients(&params, &g, cfg.clip)
+            })
+        });
         let (grads, norm) = match gradients {
             Ok(g) => g,
             Err(_) if !loss_value.is_finite() => (Default::default(), f64::NAN),
