@@ -495,10 +495,9 @@ impl Block {
             mm(&mut dh2, mat(&dz, n, f)?, mat(p.w1, f, d)?, false)
         })?;
         drop(dz);
-        let (mut dx1, dln2_w, dln2_b) = crate::timing::time("block backward: LayerNorms", || {
-            layer_norm::backward(&s.x1, p.ln2_w, &dh2, d, self.eps)
+        let (dx1, dln2_w, dln2_b) = crate::timing::time("block backward: LayerNorms", || {
+            layer_norm::backward_plus(&s.x1, p.ln2_w, &dh2, Some(dy), d, self.eps)
         })?;
-        dx1.iter_mut().zip(dy).for_each(|(a, b)| *a += b);
         // The attention: x₁ = x + a·W_oᵀ.
         let mut dwo = Scratch::overwritten(d * d);
         crate::timing::time("block backward: products", || {
@@ -563,10 +562,9 @@ impl Block {
             )
         })?;
         drop(dqkv);
-        let (mut dx, dln1_w, dln1_b) = crate::timing::time("block backward: LayerNorms", || {
-            layer_norm::backward(x, p.ln1_w, &dh1, d, self.eps)
+        let (dx, dln1_w, dln1_b) = crate::timing::time("block backward: LayerNorms", || {
+            layer_norm::backward_plus(x, p.ln1_w, &dh1, Some(&dx1), d, self.eps)
         })?;
-        dx.iter_mut().zip(&dx1).for_each(|(a, b)| *a += b);
         let mut dparams = Vec::with_capacity(self.dims.params());
         for part in [
             &dln1_w[..],

@@ -163,6 +163,23 @@ pub(crate) fn backward(
     d: usize,
     eps: f32,
 ) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+    backward_plus(x, w, dy, None, d, eps)
+}
+
+/// [`backward`] with `plus` (of `x`'s length) added to `dx` in the same pass: the residual
+/// stream's own gradient, where the LayerNorm's input also goes round it (the fused block's
+/// `x₁`, `x`). A separate pass over the sum was serial.
+pub(crate) fn backward_plus(
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+    plus: Option<&[f32]>,
+    d: usize,
+    eps: f32,
+) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+    if plus.is_some_and(|p| p.len() != x.len()) {
+        candle_core::bail!("layer norm: residual gradient of another length than x");
+    }
     if dy.len() != x.len() {
         candle_core::bail!("layer norm: gradient {} for {} values", dy.len(), x.len());
     }
@@ -170,13 +187,16 @@ pub(crate) fn backward(
     let chunk = rows_per_task(d) * d;
     let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
         .par_chunks_mut(chunk)
+        .enumerate()
         .zip(x.par_chunks(chunk).zip(dy.par_chunks(chunk)))
-        .map(|(dx, (x, dy))| {
+        .map(|((i, dx), (x, dy))| {
             let (mut dw, mut db) = (vec![0f32; d], vec![0f32; d]);
+            let plus = plus.map(|p| &p[i * chunk..i * chunk + dx.len()]);
             simd::dispatch(BackwardRows {
                 dx,
                 x,
                 dy,
+                plus,
                 w,
                 dw: &mut dw,
                 db: &mut db,
@@ -195,6 +215,8 @@ struct BackwardRows<'a> {
     dx: &'a mut [f32],
     x: &'a [f32],
     dy: &'a [f32],
+    /// Added to `dx`.
+    plus: Option<&'a [f32]>,
     w: &'a [f32],
     dw: &'a mut [f32],
     db: &'a mut [f32],
@@ -209,6 +231,7 @@ impl Kernel for BackwardRows<'_> {
             dx,
             x,
             dy,
+            plus,
             w,
             dw,
             db,
@@ -237,6 +260,9 @@ impl Kernel for BackwardRows<'_> {
                 *dw += dy * h;
                 *db += dy;
             }
+        }
+        if let Some(plus) = plus {
+            dx.iter_mut().zip(plus).for_each(|(dx, p)| *dx += p);
         }
     }
 }
