@@ -362,12 +362,11 @@ pub fn clipped_gradients(
     let mut total = 0f64;
     for (name, p) in params {
         if let Some(g) = grads.get(p.as_tensor()) {
-            let sq: f32 = if crate::ops::fusable(g) {
-                crate::ops::with_f32(g, "gradient", |x| Ok(x.iter().map(|v| v * v).sum()))?
+            total += if crate::ops::fusable(g) {
+                crate::ops::with_f32(g, "gradient", |x| Ok(sum_of_squares(x)))?
             } else {
-                g.sqr()?.sum_all()?.to_scalar()?
+                f64::from(g.sqr()?.sum_all()?.to_scalar::<f32>()?)
             };
-            total += f64::from(sq);
             out.insert(name.clone(), g.clone());
         }
     }
@@ -375,8 +374,67 @@ pub fn clipped_gradients(
     if max_norm > 0.0 && norm > max_norm {
         let scale = max_norm / (norm + 1e-6);
         for g in out.values_mut() {
-            *g = (&*g * scale)?;
+            *g = if crate::ops::fusable(g) {
+                let s = scale as f32;
+                let v: Vec<f32> = crate::ops::with_f32(g, "gradient", |x| {
+                    Ok(x.par_iter().map(|v| v * s).collect())
+                })?;
+                Tensor::from_vec(v, g.shape(), g.device())?
+            } else {
+                (&*g * scale)?
+            };
         }
     }
     Ok((out, norm))
+}
+
+/// `Σ x²` in fixed-size chunks of 16 running sums each (so it vectorises; one running sum is a
+/// chain of dependent adds), the chunks on rayon's threads and their sums added in order, so
+/// the result does not depend on the thread count. Clipping's norm over a larger model's 4.7 M
+/// gradients took 7.5 ms a step as one serial sum.
+fn sum_of_squares(x: &[f32]) -> f64 {
+    const LANES: usize = crate::ops::LANES;
+    let partial: Vec<f64> = x
+        .par_chunks(1 << 14)
+        .map(|c| {
+            let mut acc = [0f32; LANES];
+            let chunks = c.chunks_exact(LANES);
+            let tail: f32 = chunks.remainder().iter().map(|v| v * v).sum();
+            for ch in chunks {
+                acc.iter_mut().zip(ch).for_each(|(a, &v)| *a += v * v);
+            }
+            f64::from(acc.iter().sum::<f32>() + tail)
+        })
+        .collect();
+    partial.into_iter().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sum_of_squares;
+
+    /// Within f32 rounding of the f64 sum, for lengths that leave partial lanes and chunks,
+    /// and the same bits on one thread as on four.
+    #[test]
+    fn sum_of_squares_is_the_f64_sum_to_rounding_and_independent_of_the_threads() {
+        for n in [0usize, 1, 15, 17, 16_384, 40_000 + 7] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
+                .collect();
+            let want: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+            let got = sum_of_squares(&x);
+            assert!(
+                (got - want).abs() <= 1e-6 * want.max(1e-30),
+                "n {n}: {got} vs {want}"
+            );
+            let on = |threads| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .expect("a thread pool");
+                pool.install(|| sum_of_squares(&x))
+            };
+            assert_eq!(on(1).to_bits(), on(4).to_bits(), "n {n}");
+        }
+    }
 }
