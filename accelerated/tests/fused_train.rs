@@ -301,9 +301,9 @@ fn check_blocks_with_ff(
     }
 }
 
-#[test]
-fn fused_blocks_match_candle_blocks_for_every_additive_encoding() {
-    for (label, enc) in [
+/// Every additive encoding, FIRE and FIRE-S at their defaults.
+fn additive_encodings() -> [(&'static str, EncodingConfig); 6] {
+    [
         ("nope", EncodingConfig::Nope),
         ("fire", EncodingConfig::Fire(fire(|_| {}))),
         ("fire-s", EncodingConfig::FireS(fire(|_| {}))),
@@ -316,7 +316,12 @@ fn fused_blocks_match_candle_blocks_for_every_additive_encoding() {
                 max_distance: 32,
             },
         ),
-    ] {
+    ]
+}
+
+#[test]
+fn fused_blocks_match_candle_blocks_for_every_additive_encoding() {
+    for (label, enc) in additive_encodings() {
         check_blocks(label, enc, InitScheme::FanIn, 0);
     }
 }
@@ -402,20 +407,7 @@ fn check_step(label: &str, cfg: &ModelConfig, start: u64) {
 
 #[test]
 fn the_written_out_step_matches_autograd_for_every_additive_encoding() {
-    for (label, enc) in [
-        ("nope", EncodingConfig::Nope),
-        ("fire", EncodingConfig::Fire(fire(|_| {}))),
-        ("fire-s", EncodingConfig::FireS(fire(|_| {}))),
-        ("kerple-log", EncodingConfig::KerpleLog),
-        ("alibi", EncodingConfig::Alibi),
-        (
-            "t5",
-            EncodingConfig::T5 {
-                num_buckets: 8,
-                max_distance: 32,
-            },
-        ),
-    ] {
+    for (label, enc) in additive_encodings() {
         for start in [0, 300] {
             let cfg = ModelConfig {
                 init: InitScheme::Gpt2,

@@ -160,14 +160,7 @@ pub fn block(
             x.dims()
         )));
     }
-    let (kind, bias_params) = bias_input(bias, dims.heads, t, x.device(), layer)?;
-    let op = Block {
-        dims,
-        eps: eps as f32,
-        kind,
-        start,
-        saved: Mutex::new(None),
-    };
+    let (Pass(op), bias_params) = Pass::new(bias, dims, eps, start, t, x.device(), layer)?;
     Ok(x.contiguous()?.apply_op3_arc(
         &params.contiguous()?,
         &bias_params.contiguous()?,
