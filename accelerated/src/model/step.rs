@@ -29,6 +29,7 @@ use fire_kernels::gemm::{matmul, Mat};
 use super::Model;
 use crate::attention::{Backend, Call, Positions};
 use crate::error::{Error, Result};
+use crate::ops::scratch::Scratch;
 use crate::ops::{self, block, cross_entropy, layer_norm, with_f32};
 
 /// A step's mean cross-entropy and the gradient of every trainable parameter it depends on.
@@ -100,7 +101,9 @@ impl Model {
             let t: Vec<u32> = targets.flatten_all()?.to_vec1()?;
             let v = self.cfg.vocab_size;
             let loss = cross_entropy::mean_loss(&forward.logits, &t, v)?;
-            let dlogits = cross_entropy::gradient(&forward.logits, &t, v, 1.0 / t.len() as f32)?;
+            let mut dlogits = Scratch::overwritten(forward.logits.len());
+            let scale = 1.0 / t.len() as f32;
+            cross_entropy::gradient_into(&forward.logits, &t, v, scale, &mut dlogits)?;
             Ok::<_, Error>((loss, dlogits))
         })?;
         let (loss, dlogits) = loss_and_grads;
@@ -127,9 +130,10 @@ impl Model {
             )));
         }
         let e = values(&self.embed)?;
-        let mut x = Vec::with_capacity(ids.len() * d);
-        for &i in &ids {
-            x.extend_from_slice(&e[i as usize * d..(i as usize + 1) * d]);
+        // Every row is copied in.
+        let mut x = Scratch::overwritten(ids.len() * d);
+        for (&i, row) in ids.iter().zip(x.chunks_exact_mut(d)) {
+            row.copy_from_slice(&e[i as usize * d..(i as usize + 1) * d]);
         }
         let dims = block::Dims {
             d_model: d,
@@ -160,12 +164,12 @@ impl Model {
             });
         }
         let ln = &self.ln_f;
-        let mut h = vec![0f32; x.len()];
+        let mut h = Scratch::overwritten(x.len());
         let (gamma, beta) = (values(&ln.weight)?, values(&ln.bias)?);
         layer_norm::forward(&x, &gamma, &beta, ln.eps as f32, &mut h);
         let w = values(self.head.as_ref().map_or(&self.embed, |h| &h.weight))?;
         let n = b * t;
-        let mut logits = vec![0f32; n * v];
+        let mut logits = Scratch::overwritten(n * v);
         matmul(&mut logits, mat(&h, n, d)?, mat(&w, v, d)?.t(), false).map_err(msg)?;
         Ok(Forward {
             layers,
@@ -194,15 +198,15 @@ impl Model {
             logits: _,
         } = forward;
         // The head: logits = h·Wᵀ.
-        let mut dw = vec![0f32; v * d];
+        let mut dw = Scratch::overwritten(v * d);
         matmul(&mut dw, mat(dlogits, n, v)?.t(), mat(&h, n, d)?, false).map_err(msg)?;
-        let mut dh = vec![0f32; n * d];
+        let mut dh = Scratch::overwritten(n * d);
         let w = values(head)?;
         matmul(&mut dh, mat(dlogits, n, v)?, mat(&w, v, d)?, false).map_err(msg)?;
         drop(h);
         let ln = &self.ln_f;
         let (mut dy, dgamma, dbeta) =
-            layer_norm::backward(&last, &values(&ln.weight)?, &dh, d, ln.eps as f32)?;
+            layer_norm::backward_plus(&last, &values(&ln.weight)?, &dh, None, d, ln.eps as f32)?;
         drop((dh, last));
         let mut named: Vec<(&Tensor, Tensor)> = vec![
             (
@@ -238,9 +242,9 @@ impl Model {
         // The embedding: x₀ = E[tokens] (and, tied, the head's W = E).
         let ids: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
         let mut de = if self.head.is_none() {
-            dw
+            dw.into_vec()
         } else {
-            named.push((head, Tensor::from_vec(dw, head.shape(), dev)?));
+            named.push((head, Tensor::from_vec(dw.into_vec(), head.shape(), dev)?));
             vec![0f32; v * d]
         };
         for (&i, row) in ids.iter().zip(dy.chunks_exact(d)) {
@@ -275,16 +279,16 @@ impl Model {
 struct Forward {
     layers: Vec<Layer>,
     /// The last block's output.
-    last: Vec<f32>,
+    last: Scratch,
     /// The final LayerNorm's output.
-    h: Vec<f32>,
-    logits: Vec<f32>,
+    h: Scratch,
+    logits: Scratch,
 }
 
 /// One block's inputs and activations.
 struct Layer {
     pass: block::Pass,
-    input: Vec<f32>,
+    input: Scratch,
     params: Vec<f32>,
     bias_params: Tensor,
     bias_values: Vec<f32>,

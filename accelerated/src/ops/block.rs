@@ -208,7 +208,7 @@ impl Pass {
         params: &[f32],
         bias: &[f32],
         (b, t): (usize, usize),
-    ) -> candle_core::Result<(Vec<f32>, Saved)> {
+    ) -> candle_core::Result<(Scratch, Saved)> {
         let p = Params::split(params, self.0.dims)?;
         if x.len() != b * t * self.0.dims.d_model {
             candle_core::bail!("transformer block: {} inputs for {b} x {t} rows", x.len());
@@ -225,7 +225,7 @@ impl Pass {
         saved: &Saved,
         dy: &[f32],
         (b, t): (usize, usize),
-    ) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f64>)> {
+    ) -> candle_core::Result<(Scratch, Vec<f32>, Vec<f64>)> {
         let p = Params::split(params, self.0.dims)?;
         if dy.len() != x.len() {
             candle_core::bail!(
@@ -344,7 +344,7 @@ impl Block {
         p: &Params<'_>,
         bias: &[f32],
         (b, t): (usize, usize),
-    ) -> candle_core::Result<(Vec<f32>, Saved)> {
+    ) -> candle_core::Result<(Scratch, Saved)> {
         let Dims {
             d_model: d,
             heads,
@@ -411,7 +411,8 @@ impl Block {
                 .zip(z.par_chunks_mut(rows_per_task(f) * f))
                 .for_each(|(g, z)| bias_gelu_into(z, p.b1, g))
         });
-        let mut y = vec![0f32; n * d];
+        // Written in full: x₁ + b₂ row by row, then the product accumulates into it.
+        let mut y = Scratch::overwritten(n * d);
         y.par_chunks_mut(rows_per_task(d) * d)
             .zip(x1.par_chunks(rows_per_task(d) * d))
             .for_each(|(y, x1)| {
@@ -449,7 +450,7 @@ impl Block {
         s: &Saved,
         dy: &[f32],
         (b, t): (usize, usize),
-    ) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f64>)> {
+    ) -> candle_core::Result<(Scratch, Vec<f32>, Vec<f64>)> {
         let Dims {
             d_model: d,
             heads,
@@ -598,7 +599,7 @@ impl CustomOp3 for Block {
         let (y, saved) =
             crate::timing::time("block forward", || self.forward(x, &params, bias, (b, t)))?;
         *self.saved.lock().map_err(msg)? = Some(saved);
-        Ok((CpuStorage::F32(y), l1.shape().clone()))
+        Ok((CpuStorage::F32(y.into_vec()), l1.shape().clone()))
     }
 
     fn bwd(
@@ -637,7 +638,7 @@ impl CustomOp3 for Block {
             }
         };
         Ok((
-            Some(Tensor::from_vec(dx, x.shape(), dev)?),
+            Some(Tensor::from_vec(dx.into_vec(), x.shape(), dev)?),
             Some(Tensor::from_vec(dparams, params.shape(), dev)?),
             dbias,
         ))

@@ -139,16 +139,35 @@ pub(crate) fn gradient(
     v: usize,
     scale: f32,
 ) -> candle_core::Result<Vec<f32>> {
-    check(x.len(), v, t)?;
     let mut dx = vec![0f32; x.len()];
-    map_rows(x, v, &mut dx, |x, dx| {
+    gradient_into(x, t, v, scale, &mut dx)?;
+    Ok(dx)
+}
+
+/// [`gradient`] into `dx` (of `x`'s length), every value of which it writes.
+pub(crate) fn gradient_into(
+    x: &[f32],
+    t: &[u32],
+    v: usize,
+    scale: f32,
+    dx: &mut [f32],
+) -> candle_core::Result<()> {
+    check(x.len(), v, t)?;
+    if dx.len() != x.len() {
+        candle_core::bail!(
+            "cross entropy: {} gradients for {} logits",
+            dx.len(),
+            x.len()
+        );
+    }
+    map_rows(x, v, dx, |x, dx| {
         simd::dispatch(Softmaxes { x, dx, v, scale })
     });
     // The one-hot part.
     for (r, &t) in t.iter().enumerate() {
         dx[r * v + t as usize] -= scale;
     }
-    Ok(dx)
+    Ok(())
 }
 
 impl CustomOp2 for CrossEntropy {

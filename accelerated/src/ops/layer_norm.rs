@@ -11,6 +11,7 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 use fire_kernels::simd::{self, Kernel, Madd};
 use rayon::prelude::*;
 
+use super::scratch::Scratch;
 use super::{map_rows, rows_per_task, slice, sum_partials, with_f32, LANES};
 
 #[derive(Debug)]
@@ -163,7 +164,8 @@ pub(crate) fn backward(
     d: usize,
     eps: f32,
 ) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
-    backward_plus(x, w, dy, None, d, eps)
+    let (dx, dw, db) = backward_plus(x, w, dy, None, d, eps)?;
+    Ok((dx.into_vec(), dw, db))
 }
 
 /// [`backward`] with `plus` (of `x`'s length) added to `dx` in the same pass: the residual
@@ -176,14 +178,15 @@ pub(crate) fn backward_plus(
     plus: Option<&[f32]>,
     d: usize,
     eps: f32,
-) -> candle_core::Result<(Vec<f32>, Vec<f32>, Vec<f32>)> {
+) -> candle_core::Result<(Scratch, Vec<f32>, Vec<f32>)> {
     if plus.is_some_and(|p| p.len() != x.len()) {
         candle_core::bail!("layer norm: residual gradient of another length than x");
     }
     if dy.len() != x.len() {
         candle_core::bail!("layer norm: gradient {} for {} values", dy.len(), x.len());
     }
-    let mut dx = vec![0f32; x.len()];
+    // Every row of `dx` is written by the pass below.
+    let mut dx = Scratch::overwritten(x.len());
     let chunk = rows_per_task(d) * d;
     let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
         .par_chunks_mut(chunk)

@@ -19,7 +19,7 @@ pub mod block;
 pub(crate) mod cross_entropy;
 mod gelu;
 pub(crate) mod layer_norm;
-mod scratch;
+pub(crate) mod scratch;
 
 pub use cross_entropy::cross_entropy;
 pub use gelu::bias_gelu;

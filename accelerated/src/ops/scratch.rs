@@ -46,6 +46,14 @@ impl Scratch {
         s
     }
 
+    /// The buffer as a `Vec` of `len` values, taken out of the pool for good: for an output
+    /// that becomes a tensor.
+    pub(crate) fn into_vec(mut self) -> Vec<f32> {
+        let mut v = std::mem::take(&mut self.buf);
+        v.truncate(self.len);
+        v
+    }
+
     /// A copy of `src`.
     pub(crate) fn copy_of(src: &[f32]) -> Self {
         let mut s = Self {
