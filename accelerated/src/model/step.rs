@@ -97,7 +97,7 @@ impl Model {
         let forward = crate::timing::time("step: forward", || {
             self.step_forward(tokens, &parts, &biases, start, (b, t))
         })?;
-        let loss_and_grads = crate::timing::time("step: loss", || {
+        let (loss, dlogits) = crate::timing::time("step: loss", || {
             let t: Vec<u32> = targets.flatten_all()?.to_vec1()?;
             let v = self.cfg.vocab_size;
             let loss = cross_entropy::mean_loss(&forward.logits, &t, v)?;
@@ -106,9 +106,8 @@ impl Model {
             cross_entropy::gradient_into(&forward.logits, &t, v, scale, &mut dlogits)?;
             Ok::<_, Error>((loss, dlogits))
         })?;
-        let (loss, dlogits) = loss_and_grads;
         let grads = crate::timing::time("step: backward", || {
-            self.step_backward(tokens, head, &parts, forward, &dlogits, (b, t))
+            self.step_backward(head, &parts, forward, &dlogits, (b, t))
         })?;
         Ok(Some(StepGradients { loss, grads }))
     }
@@ -167,21 +166,25 @@ impl Model {
         let mut h = Scratch::overwritten(x.len());
         let (gamma, beta) = (values(&ln.weight)?, values(&ln.bias)?);
         layer_norm::forward(&x, &gamma, &beta, ln.eps as f32, &mut h);
-        let w = values(self.head.as_ref().map_or(&self.embed, |h| &h.weight))?;
+        let w = match &self.head {
+            None => e,
+            Some(h) => values(&h.weight)?,
+        };
         let n = b * t;
         let mut logits = Scratch::overwritten(n * v);
         matmul(&mut logits, mat(&h, n, d)?, mat(&w, v, d)?.t(), false).map_err(msg)?;
         Ok(Forward {
+            ids,
             layers,
             last: x,
             h,
+            w,
             logits,
         })
     }
 
     fn step_backward(
         &self,
-        tokens: &Tensor,
         head: &Tensor,
         parts: &[[&Tensor; 12]],
         forward: Forward,
@@ -192,16 +195,17 @@ impl Model {
         let n = b * t;
         let dev = &self.device;
         let Forward {
+            ids,
             layers,
             last,
             h,
+            w,
             logits: _,
         } = forward;
         // The head: logits = h·Wᵀ.
         let mut dw = Scratch::overwritten(v * d);
         matmul(&mut dw, mat(dlogits, n, v)?.t(), mat(&h, n, d)?, false).map_err(msg)?;
         let mut dh = Scratch::overwritten(n * d);
-        let w = values(head)?;
         matmul(&mut dh, mat(dlogits, n, v)?, mat(&w, v, d)?, false).map_err(msg)?;
         drop(h);
         let ln = &self.ln_f;
@@ -240,7 +244,6 @@ impl Model {
             dy = dx;
         }
         // The embedding: x₀ = E[tokens] (and, tied, the head's W = E).
-        let ids: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
         let mut de = if self.head.is_none() {
             dw.into_vec()
         } else {
@@ -277,11 +280,15 @@ impl Model {
 
 /// What the forward pass hands the backward pass.
 struct Forward {
+    /// The tokens.
+    ids: Vec<u32>,
     layers: Vec<Layer>,
     /// The last block's output.
     last: Scratch,
     /// The final LayerNorm's output.
     h: Scratch,
+    /// The head's weight `[V, D]` (the embedding's, tied).
+    w: Vec<f32>,
     logits: Scratch,
 }
 
