@@ -109,7 +109,7 @@ fn bias_gelu_rows(y: &[f32], b: &[f32], out: &mut [f32]) {
 }
 
 /// `dz ← dz·gelu′(z)` elementwise over rows of `db.len()`, adding each row into `db` (the bias
-/// gradient), dispatched as [`gelu_into`].
+/// gradient), dispatched as [`bias_gelu_into`].
 pub(crate) fn gelu_backward_rows(z: &[f32], dz: &mut [f32], db: &mut [f32]) {
     struct Run<'a>(&'a [f32], &'a mut [f32], &'a mut [f32]);
     impl Kernel for Run<'_> {
