@@ -21,7 +21,7 @@ use rayon::prelude::*;
 use crate::error::{shape, Error, Result};
 use crate::inner::{self, Start, ROWS};
 use crate::simd::{self, Kernel, Madd};
-use crate::tile::{self, check_positions, AffineRow, BiasPlan, RowLayout, TileBias};
+use crate::tile::{self, check_positions, AffineRow, BiasPlan, TileBias};
 
 /// Query rows per tile of the forward. Measured on AVX-512 (one thread, 4 heads × 4 096 × 64,
 /// min of 5): 64 × 64 tiles 0.123 s, 128 × 128 0.106 s, 256 × 128 0.102 s, 128 × 256 0.125 s.
@@ -208,25 +208,6 @@ pub fn fused_causal_lse_batch(
     keys: &[Position],
     bias: Option<&dyn BiasPlan>,
 ) -> Result<(Vec<f32>, Vec<f32>)> {
-    let tiles = shape.queries.div_ceil(TILE_Q);
-    let group = heads_per_task(batch, shape.heads, tiles, rayon::current_num_threads());
-    forward(batch, q, k, v, shape, queries, keys, bias, group)
-}
-
-/// [`fused_causal_lse_batch`] with `group` heads per task ([`heads_per_task`]; the results do
-/// not depend on it).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn forward(
-    batch: usize,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    shape: Shape,
-    queries: &[Position],
-    keys: &[Position],
-    bias: Option<&dyn BiasPlan>,
-    group: usize,
-) -> Result<(Vec<f32>, Vec<f32>)> {
     let Shape {
         heads,
         queries: nq,
@@ -264,65 +245,38 @@ pub(crate) fn forward(
         });
     let mut out = vec![0f32; q.len()];
     let mut lse = vec![0f32; batch * heads * nq];
-    let tiles = nq.div_ceil(TILE_Q);
-    let group = group.clamp(1, heads);
-    // Each (batch row, head)'s output and log-sum-exp, one query tile at a time: a task takes
-    // tile `t` of each head of its group (disjoint borrows of `out` and `lse`).
-    let mut out_tiles: Vec<_> = out
-        .chunks_mut(nq * d)
-        .map(|o| o.chunks_mut(TILE_Q * d))
-        .collect();
-    let mut lse_tiles: Vec<_> = lse.chunks_mut(nq).map(|l| l.chunks_mut(TILE_Q)).collect();
-    let mut tasks = Vec::with_capacity(tiles * batch * heads.div_ceil(group));
-    for t in 0..tiles {
-        for b in 0..batch {
-            for h0 in (0..heads).step_by(group) {
-                let heads_of = h0..(h0 + group).min(heads);
-                let outputs = heads_of
-                    .clone()
-                    .filter_map(|h| {
-                        let bh = b * heads + h;
-                        Some((out_tiles[bh].next()?, lse_tiles[bh].next()?))
-                    })
-                    .collect();
-                tasks.push(Task {
-                    batch_row: b,
-                    heads: heads_of,
-                    first_row: t * TILE_Q,
-                    outputs,
+    out.par_chunks_mut(nq * d)
+        .zip(lse.par_chunks_mut(nq))
+        .enumerate()
+        .for_each(|(bh, (out_h, lse_h))| {
+            let qh = &q[bh * nq * d..(bh + 1) * nq * d];
+            let kh = &k[bh * nk * d..(bh + 1) * nk * d];
+            let vh = &v[bh * nk * d..(bh + 1) * nk * d];
+            let kph = &kp[bh * head_packed..(bh + 1) * head_packed];
+            out_h
+                .par_chunks_mut(TILE_Q * d)
+                .zip(lse_h.par_chunks_mut(TILE_Q))
+                .enumerate()
+                .for_each(|(t, (out_t, lse_t))| {
+                    let r0 = t * TILE_Q;
+                    let rows = out_t.len() / d;
+                    let task = Task {
+                        head: bh % heads,
+                        q: &qh[r0 * d..(r0 + rows) * d],
+                        k: kh,
+                        packed: (kph, block),
+                        v: vh,
+                        d,
+                        queries: &queries[r0..r0 + rows],
+                        first_row: r0,
+                        keys,
+                        contiguous,
+                        bias,
+                    };
+                    task.run(out_t, lse_t);
                 });
-            }
-        }
-    }
-    // The longest tasks (the last query tiles see the most keys) first, so that the threads
-    // finish on short ones.
-    tasks.reverse();
-    let call = Call {
-        q,
-        k,
-        v,
-        packed: (&kp, head_packed, block),
-        heads,
-        queries,
-        keys,
-        d,
-        contiguous,
-        bias,
-    };
-    tasks.into_par_iter().for_each(|mut task| task.run(&call));
+        });
     Ok((out, lse))
-}
-
-/// Heads per forward task: the tile layout of a bias ([`BiasPlan::lay_out_causal`]) is found
-/// once per task and shared by its heads, so the heads are split into as few groups as still
-/// give about four tasks per thread (`batch × groups × tiles ≥ 4·threads`, where the call has
-/// that many heads), for the threads to balance their work with; groups of equal size.
-pub(crate) fn heads_per_task(batch: usize, heads: usize, tiles: usize, threads: usize) -> usize {
-    let wanted = 4 * threads.max(1);
-    let groups = wanted
-        .div_ceil((batch * tiles).max(1))
-        .clamp(1, heads.max(1));
-    heads.div_ceil(groups).max(1)
 }
 
 /// The scores' scale 1/√d, applied to the packed keys: `q·(k/√d)`, in this order in the
@@ -342,160 +296,71 @@ impl Kernel for KeyBlock {
     }
 }
 
-/// What every task of one forward call reads.
-struct Call<'a> {
+/// One head × one query tile.
+struct Task<'a> {
+    head: usize,
     q: &'a [f32],
     k: &'a [f32],
+    /// The head's keys packed in blocks of `.1` keys ([`inner::pack`]).
+    packed: (&'a [f32], usize),
     v: &'a [f32],
-    /// Every `(batch row, head)`'s keys packed in blocks of `.2` keys ([`inner::pack`]),
-    /// `.1` values per head.
-    packed: (&'a [f32], usize, usize),
-    heads: usize,
-    queries: &'a [Position],
-    keys: &'a [Position],
     d: usize,
+    queries: &'a [Position],
+    first_row: usize,
+    keys: &'a [Position],
     /// Whether `keys` are consecutive positions ([`Shape::checked`]): each row's visible
     /// prefix is then arithmetic, not a search.
     contiguous: bool,
     bias: Option<&'a dyn BiasPlan>,
 }
 
-/// One query tile of one batch row, for a group of heads: the visible prefixes and the bias's
-/// tile layout are found once and shared by the heads.
-struct Task<'a> {
-    batch_row: usize,
-    heads: std::ops::Range<usize>,
-    first_row: usize,
-    /// Per head of `heads`, its output rows (`[rows, d]`) and log-sum-exps.
-    outputs: Vec<(&'a mut [f32], &'a mut [f32])>,
-}
-
 /// [`Task::run_with`] as a [`Kernel`] for the SIMD dispatch.
-struct TaskRun<'a, 'b, 'c> {
-    task: &'a mut Task<'c>,
-    call: &'a Call<'b>,
+struct TaskRun<'a, 'b> {
+    task: &'a Task<'b>,
+    out: &'a mut [f32],
+    lse: &'a mut [f32],
 }
 
-impl Kernel for TaskRun<'_, '_, '_> {
+impl Kernel for TaskRun<'_, '_> {
     type Output = ();
     #[inline(always)]
     fn run<M: Madd>(self) {
-        self.task.run_with::<M>(self.call);
+        self.task.run_with::<M>(self.out, self.lse);
     }
 }
 
 impl Task<'_> {
-    fn run(&mut self, call: &Call<'_>) {
-        simd::dispatch(TaskRun { task: self, call });
+    fn run(&self, out: &mut [f32], lse: &mut [f32]) {
+        simd::dispatch(TaskRun {
+            task: self,
+            out,
+            lse,
+        });
     }
 
     #[inline(always)]
-    fn run_with<M: Madd>(&mut self, call: &Call<'_>) {
-        let d = call.d;
-        let r0 = self.first_row;
-        let Some(rows) = self.outputs.first().map(|(o, _)| o.len() / d) else {
-            return;
-        };
-        let queries = &call.queries[r0..r0 + rows];
-        let mut buffers = BUFFERS.with(Cell::take);
-        // Keys visible to each row form a prefix of the (non-decreasing) key list.
-        buffers.visible.clear();
-        let cols = 0..call.keys.len();
-        buffers.visible.extend(
-            queries
-                .iter()
-                .map(|&i| tile::visible(call.keys, &cols, i, call.contiguous)),
-        );
-        let visible = &buffers.visible;
-        let end = visible.iter().copied().max().unwrap_or(0);
-        // With queries in increasing order (the usual case) the rows that see no key of a
-        // tile form a prefix of the query tile: its row blocks are skipped, which keeps the
-        // causal waste of a tall query tile to under one row block per key tile.
-        let sorted = visible.windows(2).all(|w| w[0] <= w[1]);
-        let first_of = |c0: usize| {
-            if sorted {
-                visible.partition_point(|&v| v <= c0) / ROWS * ROWS
-            } else {
-                0
-            }
-        };
-        // The bias's layout of every key tile, rows `first..rows` of each, shared by the heads.
-        let block = inner::keys::<M>();
-        let key_tiles = end.div_ceil(TILE_K);
-        buffers.layout.clear();
-        buffers
-            .layout
-            .resize(key_tiles * rows, RowLayout::default());
-        let laid_out = match call.bias {
-            Some(plan) => (0..key_tiles).all(|kt| {
-                let c0 = kt * TILE_K;
-                let cols = TILE_K.min(end - c0);
-                let stride = cols.div_ceil(block) * block;
-                let first = first_of(c0);
-                plan.lay_out_causal(
-                    r0 + first..r0 + rows,
-                    c0..c0 + cols,
-                    stride,
-                    &mut buffers.layout[kt * rows + first..(kt + 1) * rows],
-                )
-            }),
-            None => false,
-        };
-        for (h, (out, lse)) in self.heads.clone().zip(self.outputs.iter_mut()) {
-            let bh = self.batch_row * call.heads + h;
-            let (nq, nk) = (call.queries.len(), call.keys.len());
-            let (kp, per_head, packed_block) = call.packed;
-            let head = Head {
-                head: h,
-                q: &call.q[(bh * nq + r0) * d..(bh * nq + r0 + rows) * d],
-                k: &call.k[bh * nk * d..(bh + 1) * nk * d],
-                packed: (&kp[bh * per_head..(bh + 1) * per_head], packed_block),
-                v: &call.v[bh * nk * d..(bh + 1) * nk * d],
-                first_row: r0,
-                layout: laid_out.then_some(&buffers.layout[..]),
-            };
-            head.run_with::<M>(call, &mut buffers.head, visible, sorted, out, lse);
-        }
-        BUFFERS.with(|cell| cell.set(buffers));
-    }
-}
-
-/// One head of a [`Task`].
-struct Head<'a> {
-    head: usize,
-    /// The tile's query rows, `[rows, d]`.
-    q: &'a [f32],
-    k: &'a [f32],
-    /// The head's keys packed in blocks of `.1` keys ([`inner::pack`]).
-    packed: (&'a [f32], usize),
-    v: &'a [f32],
-    first_row: usize,
-    /// The bias's layout of each key tile, `rows` entries per tile, when the plan has one.
-    layout: Option<&'a [RowLayout]>,
-}
-
-impl Head<'_> {
-    #[inline(always)]
-    fn run_with<M: Madd>(
-        &self,
-        call: &Call<'_>,
-        buffers: &mut HeadBuffers,
-        visible: &[usize],
-        sorted: bool,
-        out: &mut [f32],
-        lse: &mut [f32],
-    ) {
-        let d = call.d;
-        let rows = visible.len();
+    fn run_with<M: Madd>(&self, out: &mut [f32], lse: &mut [f32]) {
+        let d = self.d;
+        let rows = self.queries.len();
         let scale = score_scale(d);
-        let HeadBuffers {
+        let mut buffers = BUFFERS.with(Cell::take);
+        let Buffers {
+            visible,
             s,
             tile_max,
             affine,
             lim,
             max,
             sum,
-        } = buffers;
+        } = &mut buffers;
+        // Keys visible to each row form a prefix of the (non-decreasing) key list.
+        visible.clear();
+        let cols = 0..self.keys.len();
+        visible.extend(
+            self.queries
+                .iter()
+                .map(|&i| tile::visible(self.keys, &cols, i, self.contiguous)),
+        );
         let end = visible.iter().copied().max().unwrap_or(0);
         let rows_padded = rows.div_ceil(ROWS) * ROWS;
         let block = inner::keys::<M>();
@@ -504,7 +369,7 @@ impl Head<'_> {
             self.packed.0
         } else {
             // The dispatch changed path since the keys were packed (`force_plain_path`).
-            inner::pack(self.k, call.keys.len(), d, block, scale, &mut own);
+            inner::pack(self.k, self.keys.len(), d, block, scale, &mut own);
             &own
         };
         max.clear();
@@ -516,6 +381,10 @@ impl Head<'_> {
         // (measured without it: the forward 1.10x slower, 512 x 32 x 32, one thread, median
         // of 60 paired runs).
         out.fill(0.0);
+        // With queries in increasing order (the usual case) the rows that see no key of a
+        // tile form a prefix of the query tile: its row blocks are skipped, which keeps the
+        // causal waste of a tall query tile to under one row block per key tile.
+        let sorted = visible.windows(2).all(|w| w[0] <= w[1]);
         for c0 in (0..end).step_by(TILE_K) {
             let cols = TILE_K.min(end - c0);
             let stride = cols.div_ceil(block) * block;
@@ -528,26 +397,12 @@ impl Head<'_> {
             // (rows `first..rows`, columns `..vis`; the rest of a row is zeroed).
             s.resize((rows_padded - first) * stride, 0.0);
             affine.resize(rows - first, None);
-            let table = match (call.bias, self.layout) {
-                (Some(plan), Some(layout)) => {
-                    let at = c0 / TILE_K * rows;
-                    let r = self.first_row + first..self.first_row + rows;
-                    let layout = &layout[at + first..at + rows];
-                    plan.fill_causal_laid_out(
-                        self.head,
-                        r,
-                        c0..c0 + cols,
-                        layout,
-                        s,
-                        stride,
-                        affine,
-                    )
-                }
-                (Some(plan), None) => {
+            let table = match self.bias {
+                Some(plan) => {
                     let r = self.first_row + first..self.first_row + rows;
                     plan.fill_causal_affine(self.head, r, c0..c0 + cols, s, stride, affine)
                 }
-                (None, _) => &[],
+                None => &[],
             };
             let kt = &kp[c0 * d..(c0 + stride) * d];
             // Where every row sees the whole tile and no column is padding, the product
@@ -556,7 +411,7 @@ impl Head<'_> {
             tile_max.resize(rows_padded - first, 0.0);
             let tmax = whole.then_some(&mut tile_max[..]);
             let q = &self.q[first * d..];
-            let start = match call.bias {
+            let start = match self.bias {
                 Some(_) => Start::Bias { table, affine },
                 None => Start::Zero,
             };
@@ -612,6 +467,7 @@ impl Head<'_> {
             row.iter_mut().for_each(|x| *x *= inv);
             *lse = m + l.ln();
         }
+        BUFFERS.with(|cell| cell.set(buffers));
     }
 }
 
@@ -622,14 +478,6 @@ impl Head<'_> {
 #[derive(Default)]
 struct Buffers {
     visible: Vec<usize>,
-    /// The bias's layout of every key tile of the task's query tile.
-    layout: Vec<RowLayout>,
-    head: HeadBuffers,
-}
-
-/// The part of [`Buffers`] one head's pass over the key tiles works in.
-#[derive(Default)]
-struct HeadBuffers {
     s: Vec<f32>,
     tile_max: Vec<f32>,
     affine: Vec<Option<AffineRow>>,

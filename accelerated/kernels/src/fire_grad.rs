@@ -39,7 +39,7 @@ use crate::compile::{intervals, representative, PiecewiseLinear};
 use crate::error::Result;
 use crate::fire::{FireBias, FireFunction, FirePlan};
 use crate::simd::Madd;
-use crate::tile::{visible, AffineRow, BiasPlan, RowLayout, TileBias};
+use crate::tile::{visible, AffineRow, BiasPlan, TileBias};
 
 /// `sign(y)` with `sign(0) = 0` ([grad.kinks]).
 fn sign(y: f64) -> f64 {
@@ -315,30 +315,6 @@ impl BiasPlan for FireGradPlan<'_> {
     ) -> &[f32] {
         self.plan
             .fill_causal_affine(head, rows, cols, out, stride, affine)
-    }
-
-    fn lay_out_causal(
-        &self,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        stride: usize,
-        layout: &mut [RowLayout],
-    ) -> bool {
-        self.plan.lay_out_causal(rows, cols, stride, layout)
-    }
-
-    fn fill_causal_laid_out(
-        &self,
-        head: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        layout: &[RowLayout],
-        out: &mut [f32],
-        stride: usize,
-        affine: &mut [Option<AffineRow>],
-    ) -> &[f32] {
-        self.plan
-            .fill_causal_laid_out(head, rows, cols, layout, out, stride, affine)
     }
 
     fn bytes(&self) -> usize {

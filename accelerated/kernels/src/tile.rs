@@ -76,69 +76,8 @@ pub trait BiasPlan: Send + Sync {
         &[]
     }
 
-    /// The part of [`Self::fill_causal_affine`] that is the same for every head, for the
-    /// tile `rows × cols` filled with row stride `stride`: one [`RowLayout`] per row into
-    /// `layout`. Returns `false` (and leaves `layout` as it was) where the plan has no such
-    /// part; the kernel then fills each head's tile with [`Self::fill_causal_affine`] alone.
-    /// A multi-head kernel lays a tile out once and fills it for each head with
-    /// [`Self::fill_causal_laid_out`]: FIRE's per-row bookkeeping (where the row's distances
-    /// cross f_θ's breakpoints) depends on the positions only, and done per head it was
-    /// most of what the bias added to the forward pass.
-    fn lay_out_causal(
-        &self,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        stride: usize,
-        layout: &mut [RowLayout],
-    ) -> bool {
-        let _ = (rows, cols, stride, layout);
-        false
-    }
-
-    /// [`Self::fill_causal_affine`] from the `layout` that [`Self::lay_out_causal`] wrote for
-    /// the same `rows`, `cols` and `stride`: the same entries and affine rows, bit for bit.
-    #[allow(clippy::too_many_arguments)]
-    fn fill_causal_laid_out(
-        &self,
-        head: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        layout: &[RowLayout],
-        out: &mut [f32],
-        stride: usize,
-        affine: &mut [Option<AffineRow>],
-    ) -> &[f32] {
-        let _ = layout;
-        self.fill_causal_affine(head, rows, cols, out, stride, affine)
-    }
-
     /// Bytes this plan holds (its O(N) state), for the memory accounting of benchmarks.
     fn bytes(&self) -> usize;
-}
-
-/// One row of a causal tile as [`BiasPlan::lay_out_causal`] found it, for the plan that wrote
-/// it to read back ([`BiasPlan::fill_causal_laid_out`]); opaque to the kernel, which only
-/// keeps it between the two calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RowLayout(pub(crate) RowKind);
-
-/// What FIRE's fill found for a causal row (contiguous keys, compiled f_θ): the count `k` of
-/// the row's crossable thresholds at or below its longest distance in the tile
-/// ([`crate::fire::FirePlan`]'s `crossed`), and how the row's distances fall into segments.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) enum RowKind {
-    /// No key of the tile is visible to the row.
-    #[default]
-    Empty,
-    /// Distances past the ψ table: entry by entry.
-    Entries,
-    /// Every distance in segment `first + k`.
-    Whole { k: u32 },
-    /// One breakpoint crossed: segment `first + k` before column `split`, `first + k − 1`
-    /// from it on.
-    Split { k: u32, split: u32 },
-    /// Several breakpoints crossed: runs.
-    Runs { k: u32 },
 }
 
 /// Columns of the block of a two-piece [`AffineRow`] that holds its split, which the fill

@@ -14,7 +14,7 @@ use super::{FireBias, FireFunction};
 use crate::compile::PiecewiseLinear;
 use crate::error::Result;
 use crate::simd::{self, Kernel, Madd};
-use crate::tile::{check_positions, visible, AffineRow, BiasPlan, RowKind, RowLayout, SPLIT_BLOCK};
+use crate::tile::{check_positions, visible, AffineRow, BiasPlan, SPLIT_BLOCK};
 
 impl FireBias {
     /// The plan behind [`TileBias::plan`], unboxed (the backward pass extends it).
@@ -227,51 +227,12 @@ impl FirePlan<'_> {
 }
 
 impl FirePlan<'_> {
-    /// What [`Self::fill_causal_compiled`] finds for row `q` of a tile whose first key is at
-    /// `p0`, `width` keys wide, before any head's numbers: how many keys it sees, and where its
-    /// distances cross f_θ's breakpoints. `hint`: the previous row's crossed count
-    /// ([`Self::crossed`]), updated to this row's. Depends on the positions only
-    /// ([`BiasPlan::lay_out_causal`]).
-    #[inline(always)]
-    fn row_kind(&self, q: usize, p0: Position, width: Position, hint: &mut usize) -> RowKind {
-        let i = self.queries[q];
-        // Contiguous keys: those up to `i` are a prefix of the tile.
-        let vis = (i + 1).saturating_sub(p0).min(width) as usize;
-        if vis == 0 {
-            return RowKind::Empty;
-        }
-        let nhi = i - p0;
-        if nhi >= self.fire.capacity() as Position {
-            return RowKind::Entries;
-        }
-        let nhi = nhi as usize;
-        let k = self.crossed(q, nhi, *hint);
-        *hint = k;
-        let lo = nhi + 1 - vis;
-        // Counts of thresholds fit in u32: a row has at most one per breakpoint.
-        if self.one_segment(q, k, lo) {
-            // Every distance of the row, nhi down to lo, is in one segment.
-            RowKind::Whole { k: k as u32 }
-        } else if self.one_segment(q, k - 1, lo) {
-            // One breakpoint crossed inside the tile (k ≥ 1 here): segment first + k up to
-            // the distance where x reaches it, first + k − 1 after ([`Runs`]).
-            let split = nhi + 1 - self.crossable(q)[k - 1] as usize;
-            RowKind::Split {
-                k: k as u32,
-                split: split as u32,
-            }
-        } else {
-            RowKind::Runs { k: k as u32 }
-        }
-    }
-
     /// [`BiasPlan::fill_causal`] for contiguous keys and a compiled f_θ, the training and
     /// prefill case: what depends on the tile only is looked up once, and a row that crosses
     /// no distance threshold (most rows away from the diagonal: a tile spans a narrow range of
     /// x there) is one multiply-add loop over the ψ table, with no run bookkeeping — or, with
     /// `affine` ([`BiasPlan::fill_causal_affine`]), is handed back as `(slope, intercept, ψ
-    /// offset)` when the ψ table holds its whole stride. With `layout`, each row's
-    /// [`RowKind`] is read from it rather than found ([`BiasPlan::fill_causal_laid_out`]).
+    /// offset)` when the ψ table holds its whole stride.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn fill_causal_compiled(
@@ -283,7 +244,6 @@ impl FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
         mut affine: Option<&mut [Option<AffineRow>]>,
-        layout: Option<&[RowLayout]>,
     ) {
         let (slopes, intercepts) = pl.head_pieces(head);
         let m = self.fire.capacity();
@@ -295,95 +255,84 @@ impl FirePlan<'_> {
         }
         let mut hint = 0;
         for (r, q) in rows.enumerate() {
-            let kind = match layout {
-                Some(layout) => layout[r].0,
-                None => self.row_kind(q, p0, width, &mut hint),
-            };
             let i = self.queries[q];
+            // Contiguous keys: those up to `i` are a prefix of the tile.
             let vis = (i + 1).saturating_sub(p0).min(width) as usize;
-            let (nhi, inv) = (i - p0, self.inv[q]);
-            let k = match kind {
-                RowKind::Empty => continue,
-                RowKind::Entries => {
-                    // Distances past the ψ table: entry by entry.
-                    let row = &mut out[r * stride..r * stride + vis];
-                    for (t, o) in (0..).zip(row.iter_mut()) {
-                        *o = self.entry(head, inv, nhi - t, &mut scratch);
-                    }
-                    continue;
-                }
-                RowKind::Whole { k } | RowKind::Split { k, .. } | RowKind::Runs { k } => k as usize,
-            };
+            if vis == 0 {
+                continue;
+            }
             let row = &mut out[r * stride..r * stride + vis];
+            let (nhi, inv) = (i - p0, self.inv[q]);
+            if nhi >= m as Position {
+                // Distances past the ψ table: entry by entry.
+                for (t, o) in (0..).zip(row.iter_mut()) {
+                    *o = self.entry(head, inv, nhi - t, &mut scratch);
+                }
+                continue;
+            }
             let nhi = nhi as usize;
             let base = m - 1 - nhi;
             let psi = &self.fire.psi_rev[base..base + vis];
+            let k = self.crossed(q, nhi, hint);
+            hint = k;
+            let lo = nhi + 1 - vis;
             // Column t reads ψ_rev[base + t]: inside the table for every t < stride iff
             // stride ≤ nhi + 1 (the padding columns continue to shorter distances).
             let in_table = stride <= nhi + 1;
-            match (kind, affine.as_deref_mut()) {
-                (RowKind::Whole { .. }, affine) => {
-                    let seg = self.first + k;
-                    let (a, c) = (slopes[seg] * inv, intercepts[seg]);
-                    if let (Some(affine), true) = (affine, in_table) {
-                        affine[r] = Some(AffineRow::whole(a, c, base));
-                        continue;
-                    }
-                    for (o, p) in row.iter_mut().zip(psi) {
-                        *o = a * p + c;
-                    }
+            if self.one_segment(q, k, lo) {
+                // Every distance of the row, nhi down to lo, is in one segment.
+                let seg = self.first + k;
+                let (a, c) = (slopes[seg] * inv, intercepts[seg]);
+                if let (Some(affine), true) = (affine.as_deref_mut(), in_table) {
+                    affine[r] = Some(AffineRow::whole(a, c, base));
+                    continue;
                 }
-                (RowKind::Split { split, .. }, Some(affine)) if in_table => {
-                    let split = split as usize;
-                    let (before, after) = (self.first + k, self.first + k - 1);
-                    let two = AffineRow {
-                        a: slopes[before] * inv,
-                        c: intercepts[before],
-                        offset: base,
-                        split,
-                        a2: slopes[after] * inv,
-                        c2: intercepts[after],
-                    };
-                    // The block around the split, which the product reads from the tile:
-                    // whole (in vectors) unless the row ends inside it.
-                    let cols = two.written(vis);
-                    affine[r] = Some(two);
-                    if let (Some(o), Some(p)) = (
-                        row[cols.clone()].first_chunk_mut::<SPLIT_BLOCK>(),
-                        psi[cols.clone()].first_chunk::<SPLIT_BLOCK>(),
-                    ) {
-                        two_piece_block(&two, cols.start, o, p);
-                        continue;
-                    }
-                    let (a, c) = (two.a, two.c);
-                    for (o, p) in row[cols.start..split]
-                        .iter_mut()
-                        .zip(&psi[cols.start..split])
-                    {
-                        *o = a * p + c;
-                    }
-                    let (a, c) = (two.a2, two.c2);
-                    for (o, p) in row[split..cols.end].iter_mut().zip(&psi[split..cols.end]) {
-                        *o = a * p + c;
-                    }
+                for (o, p) in row.iter_mut().zip(psi) {
+                    *o = a * p + c;
                 }
-                _ => self.runs(pl, head, q, k, nhi, psi, row),
+            } else if let (Some(affine), true, true) = (
+                affine.as_deref_mut(),
+                in_table,
+                self.one_segment(q, k - 1, lo),
+            ) {
+                // One breakpoint crossed inside the tile (k ≥ 1 here): segment first + k up
+                // to the distance where x reaches it, first + k − 1 after ([`Runs`]).
+                let split = nhi + 1 - self.crossable(q)[k - 1] as usize;
+                let (before, after) = (self.first + k, self.first + k - 1);
+                let two = AffineRow {
+                    a: slopes[before] * inv,
+                    c: intercepts[before],
+                    offset: base,
+                    split,
+                    a2: slopes[after] * inv,
+                    c2: intercepts[after],
+                };
+                // The block around the split, which the product reads from the tile: whole
+                // (in vectors) unless the row ends inside it.
+                let cols = two.written(vis);
+                affine[r] = Some(two);
+                if let (Some(o), Some(p)) = (
+                    row[cols.clone()].first_chunk_mut::<SPLIT_BLOCK>(),
+                    psi[cols.clone()].first_chunk::<SPLIT_BLOCK>(),
+                ) {
+                    two_piece_block(&two, cols.start, o, p);
+                    continue;
+                }
+                let (a, c) = (two.a, two.c);
+                for (o, p) in row[cols.start..split]
+                    .iter_mut()
+                    .zip(&psi[cols.start..split])
+                {
+                    *o = a * p + c;
+                }
+                let (a, c) = (two.a2, two.c2);
+                for (o, p) in row[split..cols.end].iter_mut().zip(&psi[split..cols.end]) {
+                    *o = a * p + c;
+                }
+            } else {
+                self.runs(pl, head, q, k, nhi, psi, row);
             }
         }
-    }
-
-    /// [`BiasPlan::lay_out_causal`] on the fast path of [`Self::fill_causal_compiled`].
-    fn lay_out(&self, rows: Range<usize>, cols: Range<usize>, layout: &mut [RowLayout]) -> bool {
-        if !(self.contiguous && matches!(self.fire.function, FireFunction::Compiled(_))) {
-            return false;
-        }
-        let width = cols.len() as Position;
-        let p0 = self.keys[cols.start];
-        let mut hint = 0;
-        for (slot, q) in layout.iter_mut().zip(rows) {
-            *slot = RowLayout(self.row_kind(q, p0, width, &mut hint));
-        }
-        true
     }
 }
 
@@ -460,7 +409,7 @@ impl BiasPlan for FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
     ) {
-        self.fill_rows(head, rows, cols, out, stride, false, None, None);
+        self.fill_rows(head, rows, cols, out, stride, false, None);
     }
 
     fn fill_causal(
@@ -471,7 +420,7 @@ impl BiasPlan for FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
     ) {
-        self.dispatch_causal(head, rows, cols, out, stride, None, None);
+        self.dispatch_causal(head, rows, cols, out, stride, None);
     }
 
     fn fill_causal_affine(
@@ -483,31 +432,7 @@ impl BiasPlan for FirePlan<'_> {
         stride: usize,
         affine: &mut [Option<AffineRow>],
     ) -> &[f32] {
-        self.dispatch_causal(head, rows, cols, out, stride, Some(affine), None);
-        &self.fire.psi_rev
-    }
-
-    fn lay_out_causal(
-        &self,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        _stride: usize,
-        layout: &mut [RowLayout],
-    ) -> bool {
-        self.lay_out(rows, cols, layout)
-    }
-
-    fn fill_causal_laid_out(
-        &self,
-        head: usize,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        layout: &[RowLayout],
-        out: &mut [f32],
-        stride: usize,
-        affine: &mut [Option<AffineRow>],
-    ) -> &[f32] {
-        self.dispatch_causal(head, rows, cols, out, stride, Some(affine), Some(layout));
+        self.dispatch_causal(head, rows, cols, out, stride, Some(affine));
         &self.fire.psi_rev
     }
 
@@ -520,7 +445,6 @@ impl FirePlan<'_> {
     /// The causal fill under the SIMD dispatch. The kernel calls it through `dyn BiasPlan`,
     /// outside its own dispatch: without one here the multiply-add loops would be compiled for
     /// the baseline target.
-    #[allow(clippy::too_many_arguments)]
     fn dispatch_causal(
         &self,
         head: usize,
@@ -529,7 +453,6 @@ impl FirePlan<'_> {
         out: &mut [f32],
         stride: usize,
         affine: Option<&mut [Option<AffineRow>]>,
-        layout: Option<&[RowLayout]>,
     ) {
         struct Fill<'a, 'b> {
             plan: &'a FirePlan<'b>,
@@ -539,7 +462,6 @@ impl FirePlan<'_> {
             out: &'a mut [f32],
             stride: usize,
             affine: Option<&'a mut [Option<AffineRow>]>,
-            layout: Option<&'a [RowLayout]>,
         }
         impl Kernel for Fill<'_, '_> {
             type Output = ();
@@ -553,9 +475,8 @@ impl FirePlan<'_> {
                     out,
                     stride,
                     affine,
-                    layout,
                 } = self;
-                plan.fill_rows(head, rows, cols, out, stride, true, affine, layout);
+                plan.fill_rows(head, rows, cols, out, stride, true, affine);
             }
         }
         simd::dispatch(Fill {
@@ -566,13 +487,11 @@ impl FirePlan<'_> {
             out,
             stride,
             affine,
-            layout,
         });
     }
 
     /// [`BiasPlan::fill`]; with `causal`, keys after the query are left as they are, and rows
-    /// may be handed back in `affine` (all `None` on the general path), and `layout` (which
-    /// only the fast path lays out) gives each row's [`RowKind`].
+    /// may be handed back in `affine` (all `None` on the general path).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn fill_rows(
@@ -584,12 +503,11 @@ impl FirePlan<'_> {
         stride: usize,
         causal: bool,
         affine: Option<&mut [Option<AffineRow>]>,
-        layout: Option<&[RowLayout]>,
     ) {
         if let (true, true, FireFunction::Compiled(pl)) =
             (causal, self.contiguous, &self.fire.function)
         {
-            self.fill_causal_compiled(pl, head, rows, cols, out, stride, affine, layout);
+            self.fill_causal_compiled(pl, head, rows, cols, out, stride, affine);
             return;
         }
         if let Some(affine) = affine {

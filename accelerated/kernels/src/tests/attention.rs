@@ -4,8 +4,7 @@ use fire_vocabulary::Position;
 
 use super::{fire_pair, max_diff, random};
 use crate::attention::{
-    attend, decode, forward, fused_causal, fused_causal_lse, fused_causal_lse_batch,
-    heads_per_task, Shape, TILE_Q,
+    attend, decode, fused_causal, fused_causal_lse, fused_causal_lse_batch, Shape,
 };
 use crate::baselines::{alibi_slopes, DistanceBias, DistanceEncoding};
 use crate::fire::FireBias;
@@ -146,69 +145,6 @@ fn fused_attention_over_many_tiles_and_blocks_equals_the_twin() {
                 );
             }
         }
-    }
-}
-
-/// A forward task lays the bias's tiles out once and fills them for each of its heads: how
-/// many heads a task takes changes no bit of the output or the log-sum-exps (FIRE, whose plan
-/// lays tiles out; Alibi, whose does not; no bias), over several query tiles and two batch
-/// rows. And the policy leaves about four tasks per thread where the call has that many.
-#[test]
-fn the_heads_per_task_change_no_bit() {
-    let (_, mlp, params) = fire_pair(5, 32, 1, 31, 0.2);
-    let n = 2 * TILE_Q + 37;
-    let fire = FireBias::new(mlp, params, n).unwrap();
-    let alibi = DistanceBias::new(
-        DistanceEncoding::Alibi {
-            slopes: alibi_slopes(5),
-        },
-        5,
-        n,
-    )
-    .unwrap();
-    let positions: Vec<Position> = (0..n as Position).collect();
-    let one = case(5, positions.clone(), positions.clone(), 32, 90);
-    let two = case(5, positions.clone(), positions.clone(), 32, 95);
-    let cat = |a: &[f32], b: &[f32]| [a, b].concat();
-    let (q, k, v) = (
-        cat(&one.q, &two.q),
-        cat(&one.k, &two.k),
-        cat(&one.v, &two.v),
-    );
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let sources: [Option<&dyn TileBias>; 3] = [Some(&fire), Some(&alibi), None];
-    for source in sources {
-        let plan = source.map(|e| e.plan(&positions, &positions).unwrap());
-        let plan = plan.as_deref();
-        let run = |group| {
-            forward(
-                2, &q, &k, &v, one.shape, &positions, &positions, plan, group,
-            )
-        };
-        let (out, lse) = run(1).unwrap();
-        for group in [2, 3, 5] {
-            let (o, l) = run(group).unwrap();
-            assert_eq!(bits(&o), bits(&out), "{group} heads per task");
-            assert_eq!(bits(&l), bits(&lse), "{group} heads per task");
-        }
-    }
-    // (batch, heads, query tiles, threads) → heads per task.
-    assert_eq!(heads_per_task(1, 12, 16, 2), 12);
-    assert_eq!(heads_per_task(1, 12, 4, 2), 6);
-    assert_eq!(heads_per_task(1, 12, 1, 2), 2);
-    assert_eq!(heads_per_task(16, 4, 1, 2), 4);
-    assert_eq!(heads_per_task(1, 1, 1, 64), 1);
-    for (batch, heads, tiles, threads) in [(1, 12, 3, 2), (2, 8, 1, 4), (3, 7, 2, 3), (1, 9, 1, 8)]
-    {
-        let g = heads_per_task(batch, heads, tiles, threads);
-        let tasks = batch * heads.div_ceil(g) * tiles;
-        // Enough tasks (all the heads apart where there are not enough), and no group of
-        // heads that a smaller split would leave as many tasks with.
-        assert!(
-            tasks >= (4 * threads).min(batch * heads * tiles) * 2 / 3,
-            "{tasks}"
-        );
-        assert!(g == 1 || heads.div_ceil(g - 1) > heads.div_ceil(g));
     }
 }
 
