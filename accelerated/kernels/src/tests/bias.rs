@@ -4,7 +4,7 @@ use fire_vocabulary::{Activation, Position};
 
 use super::{fire_pair, max_diff};
 use crate::baselines::{alibi_slopes, t5_bucket, DistanceBias, DistanceEncoding};
-use crate::fire::FireBias;
+use crate::fire::{FireBias, FireFunction};
 use crate::materialised;
 use crate::mlp::{Linear, Mlp};
 use crate::table::DistanceTable;
@@ -119,6 +119,45 @@ fn threshold_crossings_do_not_depend_on_the_hint() {
         crossing_rows > 200,
         "only {crossing_rows} rows cross a breakpoint"
     );
+}
+
+/// Each row's distance thresholds are the first distance whose x, in the kernel's f32
+/// arithmetic, reaches each breakpoint in (0, 1] — found on rayon's threads, each search
+/// started from the previous query's answers — for queries in any order, repeated, below and
+/// above the threshold L, and nearer the table's end than any threshold.
+#[test]
+fn distance_thresholds_are_the_first_distance_reaching_each_breakpoint() {
+    let (_, mlp, params) = fire_pair(3, 32, 1, 4, 0.1);
+    let m = 700;
+    let fire = FireBias::new(mlp, params, m).unwrap();
+    let FireFunction::Compiled(pl) = fire.function() else {
+        panic!("a ReLU f_θ compiles");
+    };
+    let bps = pl.breakpoints();
+    let first = pl.segment(0.0);
+    let bps = &bps[first..first + bps[first..].partition_point(|&t| t <= 1.0)];
+    assert!(bps.len() >= 5, "only {} breakpoints in (0, 1]", bps.len());
+    let mut rng = SplitMix64::new(3);
+    let ascending: Vec<Position> = (0..m as Position).collect();
+    let descending: Vec<Position> = ascending.iter().rev().copied().collect();
+    // Queries past the table as well (their x stays below the last breakpoints within it).
+    let scattered: Vec<Position> = (0..900).map(|_| rng.below(3 * m as u64)).collect();
+    let keys: Vec<Position> = (0..3 * m as Position).collect();
+    let mut past_the_table = 0;
+    for queries in [ascending, descending, scattered] {
+        let plan = fire.fire_plan(&queries, &keys).unwrap();
+        for (q, &i) in queries.iter().enumerate() {
+            let inv = (1.0 / params.normaliser(i as f64)) as f32;
+            for (k, &t) in bps.iter().enumerate() {
+                let want = (0..m)
+                    .find(|&n| f64::from(fire.psi(n as u64) * inv) >= t)
+                    .unwrap_or(m);
+                past_the_table += usize::from(want == m);
+                assert_eq!(plan.thresholds_of(q)[k] as usize, want, "query {i}, breakpoint {t}");
+            }
+        }
+    }
+    assert!(past_the_table > 100, "{past_the_table} thresholds past the table");
 }
 
 #[test]
