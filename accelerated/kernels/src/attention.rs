@@ -23,13 +23,20 @@ use crate::inner::{self, Start, ROWS};
 use crate::simd::{self, Kernel, Madd};
 use crate::tile::{self, check_positions, AffineRow, BiasPlan, TileBias};
 
-/// Query rows per tile of the forward. Measured on AVX-512 (one thread, 4 heads × 4 096 × 64,
-/// min of 5): 64 × 64 tiles 0.123 s, 128 × 128 0.106 s, 256 × 128 0.102 s, 128 × 256 0.125 s.
-/// Larger tiles spread the per-tile work (the online softmax's rescaling, the loop set-up) over
-/// more pairs; 128 rows keep heads × tiles enough parallel tasks at a few thousand tokens.
+/// Query rows per tile of the forward. Measured on AVX-512 (Sapphire Rapids, one thread,
+/// 4 heads × 4 096 × 64, min of 5, the kernel of an earlier round): 64 × 64 tiles 0.123 s,
+/// 128 × 128 0.106 s, 256 × 128 0.102 s. Larger tiles spread the per-tile work (the online
+/// softmax's rescaling, the loop set-up, the bias plan's per-row bookkeeping) over more pairs;
+/// 128 rows keep heads × tiles enough parallel tasks at a few thousand tokens.
 pub const TILE_Q: usize = 128;
-/// Keys per tile of the forward (see [`TILE_Q`]).
-pub const TILE_K: usize = 128;
+/// Keys per tile of the forward. Measured on AVX-512 (Zen 5, two threads, 12 heads × 64, the
+/// key widths alternating in one process, median of paired runs against 128): NoPE 0.95× at
+/// 2 048 tokens and 0.93–0.95× at 8 192 with 512 keys, FIRE's cost over NoPE 10–11 % → 5–8 %
+/// (FIRE's plan does its per-row work once per row and tile: a quarter as often); 1 024 and
+/// 2 048 keys no better. A tile of scores is then 256 KiB, inside the L2 cache of current
+/// x86 cores (1–2 MiB). (On Sapphire Rapids with an earlier kernel, 128 × 256 tiles had been
+/// 0.125 s against 0.106 s; not measured there since.)
+pub const TILE_K: usize = 512;
 
 /// The sizes of one attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

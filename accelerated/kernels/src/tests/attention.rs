@@ -134,11 +134,14 @@ fn fused_attention_over_many_tiles_and_blocks_equals_the_twin() {
             (n as Position / 2..n as Position).collect(),
         ] {
             let c = case(2, queries, sorted.clone(), d, 70 + d as u64);
+            // Both sides sum up to n terms in f32, in different orders: rounding grows like
+            // √n ulps (2·10⁻⁶ at the 293 keys of 128-wide tiles, 3.9·10⁻⁶ at 1 061).
+            let tol = f32::EPSILON * (n as f32).sqrt();
             for e in [None, Some(&alibi as &dyn TileBias)] {
                 let got = fast(&c, e);
                 let want = slow(&c, e);
                 assert!(
-                    max_diff(&got, &want) < 2e-6,
+                    max_diff(&got, &want) < tol,
                     "d {d}, bias {}: {}",
                     e.is_some(),
                     max_diff(&got, &want)

@@ -153,11 +153,18 @@ fn distance_thresholds_are_the_first_distance_reaching_each_breakpoint() {
                     .find(|&n| f64::from(fire.psi(n as u64) * inv) >= t)
                     .unwrap_or(m);
                 past_the_table += usize::from(want == m);
-                assert_eq!(plan.thresholds_of(q)[k] as usize, want, "query {i}, breakpoint {t}");
+                assert_eq!(
+                    plan.thresholds_of(q)[k] as usize,
+                    want,
+                    "query {i}, breakpoint {t}"
+                );
             }
         }
     }
-    assert!(past_the_table > 100, "{past_the_table} thresholds past the table");
+    assert!(
+        past_the_table > 100,
+        "{past_the_table} thresholds past the table"
+    );
 }
 
 #[test]
