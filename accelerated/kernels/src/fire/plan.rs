@@ -9,13 +9,12 @@
 use std::ops::Range;
 
 use fire_vocabulary::Position;
+use rayon::prelude::*;
 
 use super::{FireBias, FireFunction};
 use crate::compile::PiecewiseLinear;
 use crate::error::Result;
 use crate::simd::{self, Kernel, Madd};
-use rayon::prelude::*;
-
 use crate::tile::{check_positions, visible, AffineRow, BiasPlan, SPLIT_BLOCK};
 
 impl FireBias {
