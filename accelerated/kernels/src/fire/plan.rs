@@ -84,7 +84,7 @@ impl FireBias {
     ) {
         let m = self.capacity();
         let count = bps.len();
-        for (q, (&i, &inv_i)) in queries.iter().zip(inv).enumerate().take(reach.len()) {
+        for (q, (&i, &inv_i)) in queries.iter().zip(inv).enumerate() {
             let (before, rest) = thr.split_at_mut(q * count);
             let row = &mut rest[..count];
             let prev = q.checked_sub(1).map(|p| (inv[p], &before[p * count..]));
