@@ -172,14 +172,30 @@ fn t5_bucketing_in_binary64_passes_and_is_reported() {
 }
 
 #[test]
-fn seq_len_device_forwards_and_batched_outputs_are_driven() {
+fn seq_len_device_forwards_hidden_states_and_batched_outputs_are_driven() {
     if !numpy() {
         return;
     }
-    for class in ["SeqLenDevice", "Batched"] {
+    // HiddenStates reads the length from x.shape[1]: called with Appendix E's x ([1, H, T, 1])
+    // alone it returned an H × H bias and every case with T ≠ H failed — a correct module
+    // graded wrong.
+    for class in ["SeqLenDevice", "HiddenStates", "Batched"] {
         let (_, r) = run(&appendix(class, "f64"), &["--fail-on", "values"]);
         assert_eq!(count(&r, "values", "failed"), 0, "{class}: {r:#}");
         assert!(count(&r, "values", "passed") >= 20, "{class}: {r:#}");
+    }
+}
+
+#[test]
+fn a_forward_x_that_no_layout_of_x_fits_is_called_broken_naming_both() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(&appendix("LengthFromLastDim", "f64"), &[]);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    for part in ["[1, H, T, 1]", "[1, T, 1]", "--call"] {
+        assert!(error.contains(part), "{part}: {error}");
     }
 }
 
@@ -281,4 +297,9 @@ fn the_papers_pytorch_module_passes_in_f32_and_a_mistaken_one_is_named() {
         .unwrap();
     assert_eq!(shape["status"], "passed", "{shape:#}");
     named(&module("EpsTwice"), "eps-twice");
+    // The GPT-style copy (the length from hidden states' x.size(1)) is right, and graded so.
+    let (code, r) = run(&module("HiddenStates"), &["--fail-on", "values"]);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
+    assert!(count(&r, "values", "passed") >= 20, "{r:#}");
 }

@@ -11,9 +11,14 @@ parameters ``mlp.0.weight``, ``mlp.0.bias``, ``mlp.2.weight``, ``mlp.2.bias``, `
 A Flax/JAX module of the same shape (``init``/``apply``) is handed to ``fire_conformance.jax_glue``.
 
 How the module is called is found by introspecting its ``forward`` (or ``__call__``), or forced
-with ``--call``:
+with ``--call``. A ``forward(x)`` found by introspection is called with the ``x`` layout first and,
+when that fails or returns a bias of another length, with the ``hidden`` one: which dimension of
+``x`` a module reads the length from is its calling convention, not a FIRE mistake, and the values
+are checked in full either way.
 
     x          forward(x), x of shape [1, H, T, 1]; the length is read from x (Appendix E)
+    hidden     forward(x), x of shape [1, T, 1]: hidden states [batch, seq, dim], the length
+               read from x.size(1) (GPT-style copies of Appendix E)
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
     positions  forward(positions), positions = arange(T)
@@ -52,7 +57,9 @@ except ImportError:  # the glue still serves NumPy modules
     torch = None
 
 NAMES = ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "c", "init_L", "L_multiplier"]
-CALLS = ["x", "seq_len", "seq_len_device", "positions", "qk"]
+CALLS = ["x", "hidden", "seq_len", "seq_len_device", "positions", "qk"]
+# The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
+X_LAYOUTS = ["x", "hidden"]
 LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
 POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 
@@ -113,6 +120,9 @@ class Glue:
     def __init__(self, cls, mapping, dtype, max_len, kwargs, call):
         self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
         self.call = call
+        # The x layout that gave a bias of the right length where the two layouts disagree
+        # (T != H): tried first from then on.
+        self.layout = None
 
     def params(self, enc):
         return appendix_params(enc)
@@ -148,27 +158,47 @@ class Glue:
         else:
             dev = "cpu"
             arange, tensor, zeros = np.arange, np.asarray, np.zeros
-        try:
-            if style == "x":
-                out = m(zeros((1, heads, T, 1)))
-            elif style == "seq_len":
-                out = m(T)
-            elif style == "seq_len_device":
-                out = m(T, dev)
-            elif style == "positions":
-                out = m(arange(T))
-            elif style == "qk":
-                out = m(tensor(case.queries), tensor(case.keys))
-            else:
-                raise SystemExit(f"unknown --call {style!r}; one of {CALLS}")
-        except (RuntimeError, TypeError) as e:
-            text = str(e)
-            if torch_module and any(w in text for w in ("Double", "Float", "dtype", "scalar type")):
-                raise fire_kit.Skip(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
-                                    f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
-            raise
         rows, cols = (len(case.queries), len(case.keys)) if style == "qk" else (T, T)
-        return squeeze(out, heads, rows, cols), style == "qk"
+
+        def call(style):
+            try:
+                if style == "x":
+                    out = m(zeros((1, heads, T, 1)))
+                elif style == "hidden":
+                    out = m(zeros((1, T, 1)))
+                elif style == "seq_len":
+                    out = m(T)
+                elif style == "seq_len_device":
+                    out = m(T, dev)
+                elif style == "positions":
+                    out = m(arange(T))
+                elif style == "qk":
+                    out = m(tensor(case.queries), tensor(case.keys))
+                else:
+                    raise SystemExit(f"unknown --call {style!r}; one of {CALLS}")
+            except (RuntimeError, TypeError) as e:
+                text = str(e)
+                if torch_module and any(w in text for w in ("Double", "Float", "dtype", "scalar type")):
+                    raise fire_kit.Skip(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
+                                        f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
+                raise
+            return squeeze(out, heads, rows, cols)
+
+        if style != "x" or self.call:
+            return call(style), style == "qk"
+        # forward(x) by introspection: the layouts in turn, the one that worked before first.
+        order = sorted(X_LAYOUTS, key=lambda s: s != self.layout)
+        errors = []
+        for layout in order:
+            try:
+                full = call(layout)
+            except (ValueError, RuntimeError, TypeError, IndexError) as e:
+                errors.append((layout, e))
+                continue
+            if T != heads:
+                self.layout = layout
+            return full, False
+        raise every_layout_failed(errors)
 
     def build(self, case):
         case.check_positions()
@@ -211,6 +241,25 @@ class Glue:
         if case.encoding["threshold"] != "learnable":
             grads.pop("L_multiplier", None)
         return {k: v if v is not None else torch.zeros(()) for k, v in grads.items()}
+
+
+# What each layout of x is, for the error that names them all.
+X_SHAPES = {"x": "[1, H, T, 1]", "hidden": "[1, T, 1]"}
+
+
+def every_layout_failed(errors):
+    """The error for a ``forward(x)`` that failed with every layout of x: each attempt's error,
+    the first's type (a ``ValueError`` where that type cannot take a message)."""
+    first = errors[0][1]
+    tried = "; ".join(f"x as {X_SHAPES[s]}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+                      for s, e in errors)
+    text = f"forward(x) failed with every layout of x ({tried}); force one with --call, or write glue"
+    try:
+        err = type(first)(text)
+    except Exception:  # an exception type with a constructor of its own
+        err = ValueError(text)
+    err.__cause__ = first
+    return err
 
 
 def squeeze(out, heads, rows, cols):

@@ -9,8 +9,9 @@ exactly that; so is a plain-JAX class with those two methods (``examples/jax_fir
     fire-conformance run --impl "fire-conformance-jax path/to/flax_fire.py:FIRE"
     pytest --fire-impl path/to/flax_fire.py:FIRE        # the Appendix E glue hands JAX modules here
 
-How it is called (``x``, ``seq_len``, ``positions``, ``qk``) is read from ``__call__``'s parameters as
-in ``appendix_e``, or forced with ``--call``. The parameters are found in the module's own
+How it is called (``x``, ``hidden``, ``seq_len``, ``positions``, ``qk``) is read from ``__call__``'s
+parameters as in ``appendix_e``, or forced with ``--call``; an introspected ``__call__(x)`` is tried
+with x as ``[1, H, T, 1]``, then as ``[1, T, 1]``, as there. The parameters are found in the module's own
 ``params`` tree (from ``init``): the leaves named ``c``, ``L_multiplier`` and, when it is a
 parameter, ``init_L``; and the two ``Dense`` layers (``kernel``/``bias`` pairs, first layer first;
 a ``kernel`` is ``[in, out]``, the transpose of PyTorch's ``weight``). Other layouts are mapped
@@ -132,17 +133,28 @@ class JaxGlue:
             self.jax.config.update("jax_enable_x64", True)
         self.cls, self.mapping, self.dtype, self.max_len = cls, mapping, dtype, max_len
         self.kwargs, self.call = kwargs, call
+        # As in appendix_e.Glue: the x layout that worked where the layouts disagree (T != H).
+        self.layout = None
         self.dt = {"f64": self.jnp.float64, "f32": self.jnp.float32, "bf16": self.jnp.bfloat16}[dtype]
 
-    def args(self, m, heads, case):
+    def layouts(self, m):
+        """The call styles to try in turn: one, or for an introspected ``__call__(x)`` the x
+        layouts of ``appendix_e.X_LAYOUTS``, the one that worked before first."""
+        style = self.call or call_style(m)
+        if style != "x" or self.call:
+            return [style]
+        return sorted(appendix_e.X_LAYOUTS, key=lambda s: s != self.layout)
+
+    def args(self, style, heads, case):
         """The call's arguments and whether they ask for the requested rows and columns directly."""
         jnp = self.jnp
-        style = self.call or call_style(m)
         T = case.length
         if style != "qk" and T > self.max_len:
             raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {self.max_len})")
         if style == "x":
             return (jnp.zeros((1, heads, T, 1), dtype=self.dt),), False
+        if style == "hidden":
+            return (jnp.zeros((1, T, 1), dtype=self.dt),), False
         if style in ("seq_len", "seq_len_device"):
             return ((T, None) if style == "seq_len_device" else (T,)), False
         if style == "positions":
@@ -152,7 +164,6 @@ class JaxGlue:
         raise SystemExit(f"unknown --call {style!r}; one of {appendix_e.CALLS}")
 
     def build(self, case):
-        jax, jnp = self.jax, self.jnp
         case.check_positions()
         if case.kind not in ("bias", "vjp"):
             raise fire_kit.Skip(f"kind `{case.kind}`: the module returns the bias only")
@@ -160,7 +171,25 @@ class JaxGlue:
         heads, width, ours = appendix_e.appendix_params(enc)
         m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
                      eps=enc["eps"], **self.kwargs)
-        args, direct = self.args(m, heads, case)
+        styles = self.layouts(m)
+        errors = []
+        for style in styles:
+            args, direct = self.args(style, heads, case)
+            try:
+                out = self.evaluate(m, heads, case, ours, args, direct)
+            except (ValueError, RuntimeError, TypeError, IndexError) as e:
+                if len(styles) == 1:
+                    raise
+                errors.append((style, e))
+                continue
+            if case.length != heads:
+                self.layout = style
+            return out
+        raise appendix_e.every_layout_failed(errors)
+
+    def evaluate(self, m, heads, case, ours, args, direct):
+        """The case's output from ``m`` called with ``args``."""
+        jax, jnp = self.jax, self.jnp
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
         flat = _flatten(variables.get("params", {}))
         paths = find_params(flat, self.mapping)

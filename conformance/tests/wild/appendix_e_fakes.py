@@ -94,6 +94,22 @@ class SeqLenDevice(Correct):
         return self.bias(seq_length)[0]
 
 
+class HiddenStates(Correct):
+    """Correct, but reads the length from x.shape[1]: x is a block's hidden states [B, T, D], as
+    GPT-style copies of Appendix E call it."""
+
+    def __call__(self, x):
+        return self.bias(x.shape[1])
+
+
+class LengthFromLastDim(Correct):
+    """Reads the length from x.shape[-1], which neither layout of x the glue tries holds: no call
+    gives a bias of the case's length."""
+
+    def __call__(self, x):
+        return self.bias(x.shape[-1])
+
+
 class Batched(Correct):
     """Correct, returning the bias repeated over a batch of 3: [3, H, T, T]."""
 

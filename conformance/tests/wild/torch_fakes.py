@@ -1,5 +1,6 @@
-"""The paper's Appendix E module in PyTorch, as published, and the same with one mistake; driven
-through ``adapters/appendix_e.py`` by ``tests/wild.rs`` when torch is installed."""
+"""The paper's Appendix E module in PyTorch, as published, the same with one mistake, and the
+GPT-style copy that reads the length from hidden states; driven through ``adapters/appendix_e.py``
+by ``tests/wild.rs`` when torch is installed."""
 
 import torch
 import torch.nn as nn
@@ -35,3 +36,20 @@ class FIRE(nn.Module):
 class EpsTwice(FIRE):
     def numerator(self, rel_distance):
         return torch.log(torch.abs(self.c * rel_distance) + 1) + self.eps
+
+
+class HiddenStates(FIRE):
+    """Correct; the length read from ``x.size(1)``, ``x`` being a block's hidden states
+    ``[batch, seq, dim]``, and positions in float32 whatever the parameters are, as the GPT-style
+    copies of Appendix E write it."""
+
+    def forward(self, x: torch.Tensor):
+        seq_length = x.size(1)
+        positions = torch.arange(seq_length, dtype=torch.float, device=x.device)
+        rel_distance = positions[:, None] - positions[None, :]
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        pos_normalizer = torch.max(positions, threshold)[:, None]
+        rel_distance = torch.log(torch.abs(self.c * rel_distance) + 1)
+        pos_normalizer = torch.log(torch.abs(self.c * pos_normalizer) + 1) + self.eps
+        fire_bias = self.mlp((rel_distance / pos_normalizer).unsqueeze(-1))
+        return fire_bias.unsqueeze(0).permute(0, 3, 1, 2)
