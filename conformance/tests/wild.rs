@@ -176,10 +176,10 @@ fn seq_len_device_forwards_hidden_states_and_batched_outputs_are_driven() {
     if !numpy() {
         return;
     }
-    // HiddenStates reads the length from x.shape[1]: called with Appendix E's x ([1, H, T, 1])
-    // alone it returned an H × H bias and every case with T ≠ H failed — a correct module
-    // graded wrong.
-    for class in ["SeqLenDevice", "HiddenStates", "Batched"] {
+    // HiddenStates reads the length from x.shape[1], ScoresPlusBias from x.shape[-1]: called
+    // with Appendix E's x ([1, H, T, 1]) alone, the first returned an H × H bias and every case
+    // with T ≠ H failed — a correct module graded wrong.
+    for class in ["SeqLenDevice", "HiddenStates", "ScoresPlusBias", "Batched"] {
         let (_, r) = run(&appendix(class, "f64"), &["--fail-on", "values"]);
         assert_eq!(count(&r, "values", "failed"), 0, "{class}: {r:#}");
         assert!(count(&r, "values", "passed") >= 20, "{class}: {r:#}");
@@ -187,14 +187,14 @@ fn seq_len_device_forwards_hidden_states_and_batched_outputs_are_driven() {
 }
 
 #[test]
-fn a_forward_x_that_no_layout_of_x_fits_is_called_broken_naming_both() {
+fn a_forward_x_that_no_layout_of_x_fits_is_called_broken_naming_them_all() {
     if !numpy() {
         return;
     }
-    let (code, r) = run(&appendix("LengthFromLastDim", "f64"), &[]);
+    let (code, r) = run(&appendix("LengthFromBatch", "f64"), &[]);
     assert_eq!(code, 3, "{r:#}");
     let error = r["adapter_broken"]["error"].as_str().unwrap();
-    for part in ["[1, H, T, 1]", "[1, T, 1]", "--call"] {
+    for part in ["[1, H, T, 1]", "[1, T, 1]", "[1, H, T, T]", "--call"] {
         assert!(error.contains(part), "{part}: {error}");
     }
 }

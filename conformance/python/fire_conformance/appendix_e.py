@@ -12,13 +12,15 @@ A Flax/JAX module of the same shape (``init``/``apply``) is handed to ``fire_con
 
 How the module is called is found by introspecting its ``forward`` (or ``__call__``), or forced
 with ``--call``. A ``forward(x)`` found by introspection is called with the ``x`` layout first and,
-when that fails or returns a bias of another length, with the ``hidden`` one: which dimension of
-``x`` a module reads the length from is its calling convention, not a FIRE mistake, and the values
-are checked in full either way.
+when that fails or returns a bias of another length, with ``hidden``, then ``scores``: which
+dimension of ``x`` a module reads the length from is its calling convention, not a FIRE mistake,
+and the values are checked in full either way.
 
     x          forward(x), x of shape [1, H, T, 1]; the length is read from x (Appendix E)
     hidden     forward(x), x of shape [1, T, 1]: hidden states [batch, seq, dim], the length
                read from x.size(1) (GPT-style copies of Appendix E)
+    scores     forward(x), x the zero attention scores [1, H, T, T] (a module that returns
+               scores + bias, or reads the length from x.size(-1))
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
     positions  forward(positions), positions = arange(T)
@@ -57,9 +59,9 @@ except ImportError:  # the glue still serves NumPy modules
     torch = None
 
 NAMES = ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "c", "init_L", "L_multiplier"]
-CALLS = ["x", "hidden", "seq_len", "seq_len_device", "positions", "qk"]
+CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "positions", "qk"]
 # The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
-X_LAYOUTS = ["x", "hidden"]
+X_LAYOUTS = ["x", "hidden", "scores"]
 LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
 POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 
@@ -166,6 +168,8 @@ class Glue:
                     out = m(zeros((1, heads, T, 1)))
                 elif style == "hidden":
                     out = m(zeros((1, T, 1)))
+                elif style == "scores":
+                    out = m(zeros((1, heads, T, T)))
                 elif style == "seq_len":
                     out = m(T)
                 elif style == "seq_len_device":
@@ -244,7 +248,7 @@ class Glue:
 
 
 # What each layout of x is, for the error that names them all.
-X_SHAPES = {"x": "[1, H, T, 1]", "hidden": "[1, T, 1]"}
+X_SHAPES = {"x": "[1, H, T, 1]", "hidden": "[1, T, 1]", "scores": "[1, H, T, T]"}
 
 
 def every_layout_failed(errors):

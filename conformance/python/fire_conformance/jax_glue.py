@@ -9,9 +9,10 @@ exactly that; so is a plain-JAX class with those two methods (``examples/jax_fir
     fire-conformance run --impl "fire-conformance-jax path/to/flax_fire.py:FIRE"
     pytest --fire-impl path/to/flax_fire.py:FIRE        # the Appendix E glue hands JAX modules here
 
-How it is called (``x``, ``hidden``, ``seq_len``, ``positions``, ``qk``) is read from ``__call__``'s
-parameters as in ``appendix_e``, or forced with ``--call``; an introspected ``__call__(x)`` is tried
-with x as ``[1, H, T, 1]``, then as ``[1, T, 1]``, as there. The parameters are found in the module's own
+How it is called (``x``, ``hidden``, ``scores``, ``seq_len``, ``positions``, ``qk``) is read from
+``__call__``'s parameters as in ``appendix_e``, or forced with ``--call``; an introspected
+``__call__(x)`` is tried with x as ``[1, H, T, 1]``, ``[1, T, 1]`` and ``[1, H, T, T]`` in turn, as
+there. The parameters are found in the module's own
 ``params`` tree (from ``init``): the leaves named ``c``, ``L_multiplier`` and, when it is a
 parameter, ``init_L``; and the two ``Dense`` layers (``kernel``/``bias`` pairs, first layer first;
 a ``kernel`` is ``[in, out]``, the transpose of PyTorch's ``weight``). Other layouts are mapped
@@ -155,6 +156,8 @@ class JaxGlue:
             return (jnp.zeros((1, heads, T, 1), dtype=self.dt),), False
         if style == "hidden":
             return (jnp.zeros((1, T, 1), dtype=self.dt),), False
+        if style == "scores":
+            return (jnp.zeros((1, heads, T, T), dtype=self.dt),), False
         if style in ("seq_len", "seq_len_device"):
             return ((T, None) if style == "seq_len_device" else (T,)), False
         if style == "positions":

@@ -47,7 +47,7 @@ def pytest_addoption(parser):
                 help="the dtype to run in: f32 (default for --fire-impl), f64 or bf16")
     g.addoption("--fire-map", action="append", default=[], metavar="OURS=THEIRS",
                 help="rename a parameter for --fire-impl (repeatable), e.g. L_multiplier=L_mult")
-    g.addoption("--fire-call", metavar="STYLE", help="how --fire-impl calls forward: x, hidden, seq_len, positions, qk, ...")
+    g.addoption("--fire-call", metavar="STYLE", help="how --fire-impl calls forward: x, hidden, scores, seq_len, positions, qk, ...")
     g.addoption("--fire-future-keys", metavar="CONVENTION",
                 help="what --fire-impl gives keys after the query: mirrored (default), zero, masked, negated")
     g.addoption("--fire-xfails", metavar="FILE", help="case-id globs expected to fail, one per line")

@@ -102,12 +102,20 @@ class HiddenStates(Correct):
         return self.bias(x.shape[1])
 
 
-class LengthFromLastDim(Correct):
-    """Reads the length from x.shape[-1], which neither layout of x the glue tries holds: no call
+class ScoresPlusBias(Correct):
+    """Correct, but takes the attention scores [B, H, T, T], reads the length from their last
+    dimension and returns scores + bias."""
+
+    def __call__(self, scores):
+        return scores + self.bias(scores.shape[-1])
+
+
+class LengthFromBatch(Correct):
+    """Reads the length from x.shape[0], which no layout of x the glue tries holds: no call
     gives a bias of the case's length."""
 
     def __call__(self, x):
-        return self.bias(x.shape[-1])
+        return self.bias(x.shape[0])
 
 
 class Batched(Correct):
