@@ -302,4 +302,21 @@ fn the_papers_pytorch_module_passes_in_f32_and_a_mistaken_one_is_named() {
     assert_eq!(code, 0, "{r:#}");
     assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
     assert!(count(&r, "values", "passed") >= 20, "{r:#}");
+    // Appendix B's two hidden layers: graded on the cases of that depth (bias and gradient),
+    // the one-hidden-layer cases skipped as another architecture rather than failed.
+    let (code, r) = run(&module("TwoHidden"), &["--fail-on", "values"]);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
+    let passed: Vec<&str> = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "passed" && c["id"].as_str().unwrap().contains("depth-2"))
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert!(passed.len() >= 3, "{passed:?}: {r:#}");
+    assert!(
+        passed.iter().any(|id| id.starts_with("fire-grad/")),
+        "{passed:?}"
+    );
 }

@@ -29,6 +29,11 @@ and the values are checked in full either way.
 Outputs ``[H, T, T]``, ``[1, H, T, T]`` and ``[B, H, T, T]`` (every batch entry equal) are
 accepted; anything else is a clear error naming the shape.
 
+A torch module with more hidden layers (Appendix B's approximator has two: ``mlp.0``, ``mlp.2``,
+``mlp.4``, ReLU between) is graded on the cases of its own depth; a case whose MLP the module
+does not have is skipped with both architectures named. (A NumPy module cannot say its depth and
+gets Appendix E's one hidden layer only.)
+
 Options (after the module spec):
     --map OURS=THEIRS   rename a parameter (repeatable), e.g. --map L_multiplier=L_mult
     --dtype f32|f64     the dtype your module computes in (default f32; selects the tolerance)
@@ -47,6 +52,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -102,20 +108,44 @@ def call_style(m):
     return "x"
 
 
-def appendix_params(enc):
+def appendix_params(enc, any_depth=False):
     """(heads, width, our parameters by name) of a case's encoding, or Skip when it is not
-    Appendix E's architecture."""
+    Appendix E's architecture: one ReLU hidden layer or, with ``any_depth``, any number of them
+    (Appendix B's approximator has two), named as ``nn.Sequential`` numbers them
+    (``mlp.0``, ``mlp.2``, ``mlp.4``, …; spec [fire.mlp])."""
     if enc["type"] != "fire":
         raise fire_kit.Skip(f"encoding `{enc['type']}`: this glue drives one Appendix E module")
     mlp = enc["mlp"]
-    if (len(mlp["layers"]) != 2 or mlp["activation"] != "relu" or mlp.get("final_activation")
+    depth_ok = len(mlp["layers"]) >= 2 if any_depth else len(mlp["layers"]) == 2
+    if (not depth_ok or mlp["activation"] != "relu" or mlp.get("final_activation")
             or enc["transform"] != "log" or enc["threshold"] == "disabled"):
         raise fire_kit.Skip("not Appendix E's architecture (one ReLU hidden layer, log, a threshold)")
-    (w0, b0), (w2, b2) = ((l["weight"].array(), l["bias"].array()) for l in mlp["layers"])
-    ours = {"mlp.0.weight": w0, "mlp.0.bias": b0, "mlp.2.weight": w2, "mlp.2.bias": b2,
-            "c": np.array(enc["c"]), "init_L": np.array(enc["l_init"]),
-            "L_multiplier": np.array(enc["l_multiplier"])}
-    return w2.shape[0], w0.shape[0], ours
+    ours = {}
+    for n, layer in enumerate(mlp["layers"]):
+        ours[f"mlp.{2 * n}.weight"] = layer["weight"].array()
+        ours[f"mlp.{2 * n}.bias"] = layer["bias"].array()
+    ours.update({"c": np.array(enc["c"]), "init_L": np.array(enc["l_init"]),
+                 "L_multiplier": np.array(enc["l_multiplier"])})
+    last = 2 * (len(mlp["layers"]) - 1)
+    return ours[f"mlp.{last}.weight"].shape[0], ours["mlp.0.weight"].shape[0], ours
+
+
+def mlp_shapes(named):
+    """The MLP's layer shapes among ``named`` (name -> shape), in layer order."""
+    layers = sorted((int(k.split(".")[1]), shape) for k, shape in named.items()
+                    if re.fullmatch(r"mlp\.\d+\.weight", k))
+    return [tuple(shape) for _, shape in layers]
+
+
+def is_chain(shapes):
+    """Whether ``[out, in]`` layer shapes compose into an MLP of one scalar input."""
+    return bool(shapes) and shapes[0][1] == 1 and all(
+        len(s) == 2 and s[1] == p[0] for p, s in zip(shapes, shapes[1:]))
+
+
+def is_our_name(name):
+    """One of our parameter names: Appendix E's, or a deeper layer's ``mlp.N.weight|bias``."""
+    return name in NAMES or re.fullmatch(r"mlp\.\d+\.(weight|bias)", name) is not None
 
 
 class Glue:
@@ -127,7 +157,10 @@ class Glue:
         self.layout = None
 
     def params(self, enc):
-        return appendix_params(enc)
+        # Any depth for a torch module, whose own layers say which cases it can take
+        # (`module`); a NumPy module says nothing of its depth, so it gets Appendix E's only.
+        any_depth = torch is not None and isinstance(self.cls, type) and issubclass(self.cls, torch.nn.Module)
+        return appendix_params(enc, any_depth=any_depth)
 
     def module(self, case):
         enc = case.encoding
@@ -136,6 +169,16 @@ class Glue:
                      eps=enc["eps"], **self.kwargs)
         state = {self.mapping.get(k, k): v for k, v in ours.items()}
         if torch is not None and isinstance(m, torch.nn.Module):
+            # A case whose MLP is not the module's (another depth, or widths the constructor
+            # does not build) is not for this module: skipped, not failed. A module whose MLP
+            # goes by other names (no `mlp.N.weight` of ours) meets the strict load below, and
+            # so does a case whose layers do not chain (an invalid one: the load refuses it).
+            back = {v: k for k, v in self.mapping.items()}
+            own = mlp_shapes({back.get(k, k): tuple(v.shape) for k, v in m.state_dict().items()})
+            want = mlp_shapes({k: v.shape for k, v in ours.items()})
+            if own and own != want and is_chain(want):
+                raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
+                                    f"{describe(own)} (built with mlp_width={width})")
             dt = torch.float64 if self.dtype == "f64" else torch.float32
             m = m.to(dt)
             m.load_state_dict({k: torch.as_tensor(v, dtype=dt) for k, v in state.items()}, strict=True)
@@ -296,15 +339,23 @@ def parser(description=__doc__):
     return p
 
 
-def parse_map(pairs, known=NAMES):
-    """``--map OURS=THEIRS`` pairs as a dict, rejecting unknown names of ours."""
+def describe(shapes):
+    """An MLP's layer shapes as ``1 → 32 → 32 → 12``."""
+    return " → ".join(str(n) for n in [shapes[0][1]] + [s[0] for s in shapes]) if shapes else "empty"
+
+
+def parse_map(pairs, known=is_our_name):
+    """``--map OURS=THEIRS`` pairs as a dict, rejecting unknown names of ours (``known``: a
+    predicate, or a list of names)."""
     try:
         mapping = dict(kv.split("=", 1) for kv in pairs)
     except ValueError:
         raise SystemExit("--map takes OURS=THEIRS")
-    unknown = set(mapping) - set(known)
+    ok = known if callable(known) else set(known).__contains__
+    unknown = sorted(k for k in mapping if not ok(k))
     if unknown:
-        raise SystemExit(f"--map: unknown parameter(s) {sorted(unknown)}; ours are {list(known)}")
+        raise SystemExit(f"--map: unknown parameter(s) {unknown}; ours are {NAMES} "
+                         "and, for deeper MLPs, mlp.4.weight, mlp.4.bias, …")
     return mapping
 
 

@@ -53,3 +53,13 @@ class HiddenStates(FIRE):
         pos_normalizer = torch.log(torch.abs(self.c * pos_normalizer) + 1) + self.eps
         fire_bias = self.mlp((rel_distance / pos_normalizer).unsqueeze(-1))
         return fire_bias.unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class TwoHidden(FIRE):
+    """Appendix B's approximator: two hidden ReLU layers of ``mlp_width`` (``mlp.0``, ``mlp.2``,
+    ``mlp.4``), otherwise the module above."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, mlp_width),
+                                 nn.ReLU(), nn.Linear(mlp_width, num_heads))
