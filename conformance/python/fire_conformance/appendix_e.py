@@ -152,7 +152,7 @@ class Glue:
     def __init__(self, cls, mapping, dtype, max_len, kwargs, call):
         self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
         self.call = call
-        # The x layout that gave a bias of the right length where the two layouts disagree
+        # The x layout that gave a bias of the right length where the layouts disagree
         # (T != H): tried first from then on.
         self.layout = None
 
