@@ -3,10 +3,10 @@
 //!
 //! Every function is `#[inline(always)]` and generic over [`Madd`], so that inside
 //! [`crate::simd::dispatch`] it compiles to the CPU's widest vectors with fused multiply-adds.
-//! The register blocks here are sized for AVX2 (16 registers of 8 lanes): the score product
-//! keeps a `ROWS × 16` = 4 × 16 block (8 registers) and the value product a 4 × 16 block, so
-//! each step issues 8 independent FMAs for 6 loads — enough to cover FMA latency. Under
-//! AVX-512 (`M::LANES` = 16) the two products go to [`crate::wide`]'s larger blocks instead.
+//! The scalar register blocks here (`ROWS × 16` for the score product, 4 × 16 for the value
+//! product) are the plain path's and the twins of [`crate::wide`]'s explicit vector blocks,
+//! which the two products take under AVX2 (the same 4 × 16 blocks, 8 of its 16 registers) and
+//! AVX-512 (4 × 64 blocks).
 
 use crate::simd::{Kernel, Madd};
 use crate::wide;
@@ -144,9 +144,13 @@ pub(crate) fn scores<M: Madd>(
     limit: Option<&[usize]>,
     max: Option<&mut [f32]>,
 ) {
-    if M::LANES >= 16 {
-        let mut max = max;
-        let done = pulp::Arch::new().dispatch(wide::Scores::<ROWS> {
+    // Explicit vectors on the wide paths: written as plain loops over a 4 × 16 block of
+    // scalars ([`scores_blocked`]) the AVX2 product was compiled to scalar FMAs with the
+    // block spilled to the stack once the bias's start shared the loop (measured: the NoPE
+    // forward 10x slower than PyTorch's SDPA at 2 048 tokens on Zen 3).
+    let mut max = max;
+    let done = match M::LANES {
+        16 => pulp::Arch::new().dispatch(wide::Scores::<ROWS, 4, 16> {
             q,
             rows,
             kp,
@@ -155,17 +159,47 @@ pub(crate) fn scores<M: Madd>(
             start,
             limit,
             max: max.as_deref_mut(),
-        });
-        if !done {
-            // Unreachable (M has 16 lanes only where the CPU does); correct if slow.
-            scores_blocked::<M, { wide::KEYS }>(q, rows, kp, d, s, start, limit, max);
-        }
+        }),
+        8 => pulp::Arch::new().dispatch(wide::Scores::<ROWS, 2, 8> {
+            q,
+            rows,
+            kp,
+            d,
+            s,
+            start,
+            limit,
+            max: max.as_deref_mut(),
+        }),
+        _ => false,
+    };
+    if !done {
+        // The plain path, and 8-lane kernels on CPUs whose vectors are narrower (NEON).
+        scores_scalar::<M>(q, rows, kp, d, s, start, limit, max);
+    }
+}
+
+/// [`scores`] with a [`ROWS`] × [`keys::<M>()`](keys) block of scalars: the plain path's
+/// loops, and the twin the explicit vector blocks are tested against.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scores_scalar<M: Madd>(
+    q: &[f32],
+    rows: usize,
+    kp: &[f32],
+    d: usize,
+    s: &mut [f32],
+    start: Start<'_>,
+    limit: Option<&[usize]>,
+    max: Option<&mut [f32]>,
+) {
+    if M::LANES >= 16 {
+        scores_blocked::<M, { wide::KEYS }>(q, rows, kp, d, s, start, limit, max);
     } else {
         scores_blocked::<M, KEYS>(q, rows, kp, d, s, start, limit, max);
     }
 }
 
-/// [`scores`] with a [`ROWS`] × `K` block of scalars.
+/// [`scores_scalar`] with `K` keys per block.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn scores_blocked<M: Madd, const K: usize>(
@@ -248,35 +282,59 @@ pub(crate) fn weighted_values<M: Madd>(
     d: usize,
     acc: &mut [f32],
 ) {
-    if M::LANES >= 16 && d.is_multiple_of(32) {
-        let done = if d.is_multiple_of(64) {
-            pulp::Arch::new().dispatch(wide::Values::<4, 4> {
-                p,
-                stride,
-                rows,
-                limit,
-                v,
-                keys,
-                d,
-                acc,
-            })
-        } else {
-            pulp::Arch::new().dispatch(wide::Values::<8, 2> {
-                p,
-                stride,
-                rows,
-                limit,
-                v,
-                keys,
-                d,
-                acc,
-            })
-        };
-        if done {
-            return;
-        }
-        // Unreachable (M has 16 lanes only where the CPU does): the loops below are correct.
+    let done = match M::LANES {
+        16 if d.is_multiple_of(64) => pulp::Arch::new().dispatch(wide::Values::<4, 4, 16> {
+            p,
+            stride,
+            rows,
+            limit,
+            v,
+            keys,
+            d,
+            acc: &mut *acc,
+        }),
+        16 if d.is_multiple_of(32) => pulp::Arch::new().dispatch(wide::Values::<8, 2, 16> {
+            p,
+            stride,
+            rows,
+            limit,
+            v,
+            keys,
+            d,
+            acc: &mut *acc,
+        }),
+        8 if d.is_multiple_of(16) => pulp::Arch::new().dispatch(wide::Values::<4, 2, 8> {
+            p,
+            stride,
+            rows,
+            limit,
+            v,
+            keys,
+            d,
+            acc: &mut *acc,
+        }),
+        _ => false,
+    };
+    if !done {
+        // The plain path, other head dimensions, and 8-lane kernels on narrower vectors.
+        values_scalar::<M>(p, stride, rows, limit, v, keys, d, acc);
     }
+}
+
+/// [`weighted_values`] with a [`ROWS`] × [`DIMS`] block of scalars: the plain path's loops,
+/// and the twin the explicit vector blocks are tested against.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn values_scalar<M: Madd>(
+    p: &[f32],
+    stride: (usize, usize),
+    rows: usize,
+    limit: Option<&[usize]>,
+    v: &[f32],
+    keys: usize,
+    d: usize,
+    acc: &mut [f32],
+) {
     let full = d / DIMS * DIMS;
     let all = keys;
     for r0 in (0..rows).step_by(ROWS) {

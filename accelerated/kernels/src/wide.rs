@@ -1,16 +1,18 @@
-//! The tile products of the fused attention with AVX-512's register blocks, written with
-//! explicit vectors (`pulp`'s safe [`Simd`] API).
+//! The tile products of the fused attention with register blocks of explicit vectors
+//! (`pulp`'s safe [`Simd`] API), under AVX-512 (16 lanes) and AVX2 (8 lanes).
 //!
-//! The autovectorised loops of [`crate::inner`] keep a 4 × 16 block in registers; that is 8 of
-//! AVX2's 16 registers but only 4 of AVX-512's 32, and four FMA chains of latency 4 on two FMA
-//! ports use a quarter of the machine. Larger blocks written the same way are not kept in
-//! registers by LLVM (measured: 4 × 32 and 8 × 16 blocks ran 4–8× *slower*), so here the
-//! blocks are arrays of vectors: a 4 × 64 score block and a 4 × 64 (or 8 × 32) value block, 16
-//! accumulators each, 16 FMAs for 8 (10) loads a step.
+//! The scalar loops of [`crate::inner`] keep a 4 × 16 block that LLVM may or may not keep in
+//! registers: under AVX-512 it is only 4 of the 32, and larger blocks written the same way
+//! were not kept in registers at all (measured: 4 × 32 and 8 × 16 blocks ran 4–8× *slower*);
+//! under AVX2, once the score product's bias start shared the loop, the 4 × 16 block itself
+//! was compiled to scalar FMAs spilled to the stack (the forward 10× slower, Zen 3). So here
+//! the blocks are arrays of vectors, which the compiler cannot scalarise: under AVX-512 a
+//! 4 × 64 score block and a 4 × 64 (or 8 × 32) value block, 16 accumulators each, 16 FMAs for
+//! 8 (10) loads a step; under AVX2 4 × 16 blocks, 8 accumulators of AVX2's 16 registers.
 //!
 //! The arithmetic is exactly that of the [`crate::inner`] loops under [`crate::simd::Fused`]:
-//! the same fused multiply-adds in the same order per output, so results are identical and the
-//! same tests hold both.
+//! the same fused multiply-adds in the same order per output, so results are identical, and
+//! the tests hold each block to its scalar twin bit for bit.
 
 use pulp::{Simd, WithSimd};
 
@@ -48,16 +50,15 @@ impl<'a> Start<'a> {
     }
 }
 
-/// f32 lanes of an AVX-512 vector: the blocks below assume it.
-const LANES: usize = 16;
-/// Key vectors per score block: 4 × 16 = 64 keys, [`crate::inner::keys`] for 16 lanes.
-const KEY_VECTORS: usize = 4;
-/// Keys per score block.
-pub(crate) const KEYS: usize = KEY_VECTORS * LANES;
+/// Keys per score block under AVX-512: 4 vectors of 16 lanes, [`crate::inner::keys`] for 16
+/// lanes.
+pub(crate) const KEYS: usize = 4 * 16;
 
 /// `s[r, t] (+)= Σ_c q[r, c]·k[t, c]` as [`crate::inner::scores`] states it, with `R` rows of
-/// [`KEYS`] keys per register block.
-pub(crate) struct Scores<'a, const R: usize> {
+/// `KV` vectors of `L` lanes (`KV·L` keys, the packing's block) per register block: 4 × 4
+/// vectors under AVX-512 (16 of its 32 registers), 4 × 2 under AVX2 (8 of its 16, the key
+/// vectors and the broadcast `q` value taking three more).
+pub(crate) struct Scores<'a, const R: usize, const KV: usize, const L: usize> {
     /// `[rows, d]`, row-major.
     pub q: &'a [f32],
     pub rows: usize,
@@ -73,13 +74,13 @@ pub(crate) struct Scores<'a, const R: usize> {
     pub max: Option<&'a mut [f32]>,
 }
 
-impl<const R: usize> WithSimd for Scores<'_, R> {
-    /// `false` (and nothing written) when the vectors are not 16 lanes wide.
+impl<const R: usize, const KV: usize, const L: usize> WithSimd for Scores<'_, R, KV, L> {
+    /// `false` (and nothing written) when the vectors are not `L` lanes wide.
     type Output = bool;
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> bool {
-        if S::F32_LANES != LANES {
+        if S::F32_LANES != L {
             return false;
         }
         let Scores {
@@ -99,19 +100,19 @@ impl<const R: usize> WithSimd for Scores<'_, R> {
         // NoPE forward 1.5x and the FIRE one 1.8x slower).
         let bias = (table, affine);
         if accumulate {
-            scores_with::<S, R, true>(simd, q, rows, kp, d, s, bias, limit, max);
+            scores_with::<S, R, KV, true>(simd, q, rows, kp, d, s, bias, limit, max);
         } else {
-            scores_with::<S, R, false>(simd, q, rows, kp, d, s, bias, limit, max);
+            scores_with::<S, R, KV, false>(simd, q, rows, kp, d, s, bias, limit, max);
         }
         true
     }
 }
 
-/// [`Scores`]' loops; with `BIAS`, each block starts from the bias, `(table, affine)` as
-/// [`Start::Bias`] holds them.
+/// [`Scores`]' loops (`S` of the lane count [`Scores`] checked); with `BIAS`, each block starts
+/// from the bias, `(table, affine)` as [`Start::Bias`] holds them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
+fn scores_with<S: Simd, const R: usize, const KV: usize, const BIAS: bool>(
     simd: S,
     q: &[f32],
     rows: usize,
@@ -122,8 +123,10 @@ fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
     limit: Option<&[usize]>,
     mut max: Option<&mut [f32]>,
 ) {
-    let kblocks = kp.len() / (d * KEYS);
-    let stride = kp.len() / (d * KEYS) * KEYS;
+    // Keys per register block: the packing's block.
+    let block = KV * S::F32_LANES;
+    let kblocks = kp.len() / (d * block);
+    let stride = kp.len() / (d * block) * block;
     let want_max = max.is_some();
     for rb in 0..rows.div_ceil(R) {
         // Rows past the last are computed on a repeat of it (stored, never read as data),
@@ -135,17 +138,17 @@ fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
         let aff: [Option<AffineRow>; R] =
             core::array::from_fn(|r| affine.get((rb * R + r).min(rows - 1)).copied().flatten());
         let mut row_max = [simd.splat_f32s(f32::NEG_INFINITY); R];
-        let needed = block_limit(limit, rb * R, R, rows).map_or(kblocks, |k| k.div_ceil(KEYS));
-        for (kb, kblk) in kp.chunks_exact(d * KEYS).enumerate().take(needed) {
-            let mut acc = [[simd.splat_f32s(0.0); KEY_VECTORS]; R];
+        let needed = block_limit(limit, rb * R, R, rows).map_or(kblocks, |k| k.div_ceil(block));
+        for (kb, kblk) in kp.chunks_exact(d * block).enumerate().take(needed) {
+            let mut acc = [[simd.splat_f32s(0.0); KV]; R];
             if BIAS {
                 for (r, a) in acc.iter_mut().enumerate() {
                     match aff[r] {
-                        Some(row) if !row.splits(kb * KEYS..(kb + 1) * KEYS) => {
+                        Some(row) if !row.splits(kb * block..(kb + 1) * block) => {
                             // a·table + c, a multiply then an add, as the fill writes it.
-                            let at = row.offset + kb * KEYS;
-                            let (t, _) = S::as_simd_f32s(&table[at..at + KEYS]);
-                            let (ra, rc) = row.piece(kb * KEYS);
+                            let at = row.offset + kb * block;
+                            let (t, _) = S::as_simd_f32s(&table[at..at + block]);
+                            let (ra, rc) = row.piece(kb * block);
                             let (sa, sc) = (simd.splat_f32s(ra), simd.splat_f32s(rc));
                             for (x, &t) in a.iter_mut().zip(t) {
                                 *x = simd.add_f32s(simd.mul_f32s(sa, t), sc);
@@ -154,16 +157,16 @@ fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
                         // Written out by the fill (a block holding a two-piece row's split
                         // included).
                         _ => {
-                            let at = (rb * R + r) * stride + kb * KEYS;
-                            let (v, _) = S::as_simd_f32s(&s[at..at + KEYS]);
-                            a.copy_from_slice(&v[..KEY_VECTORS]);
+                            let at = (rb * R + r) * stride + kb * block;
+                            let (v, _) = S::as_simd_f32s(&s[at..at + block]);
+                            a.copy_from_slice(&v[..KV]);
                         }
                     }
                 }
             }
-            for (c, kc) in kblk.chunks_exact(KEYS).enumerate() {
+            for (c, kc) in kblk.chunks_exact(block).enumerate() {
                 let (kv, _) = S::as_simd_f32s(kc);
-                let kv: [S::f32s; KEY_VECTORS] = core::array::from_fn(|i| kv[i]);
+                let kv: [S::f32s; KV] = core::array::from_fn(|i| kv[i]);
                 for (a, qr) in acc.iter_mut().zip(&qr) {
                     let qv = simd.splat_f32s(qr[c]);
                     for (x, &k) in a.iter_mut().zip(&kv) {
@@ -172,9 +175,9 @@ fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
                 }
             }
             for (r, a) in acc.iter().enumerate() {
-                let at = (rb * R + r) * stride + kb * KEYS;
-                let (v, _) = S::as_mut_simd_f32s(&mut s[at..at + KEYS]);
-                v[..KEY_VECTORS].copy_from_slice(a);
+                let at = (rb * R + r) * stride + kb * block;
+                let (v, _) = S::as_mut_simd_f32s(&mut s[at..at + block]);
+                v[..KV].copy_from_slice(a);
             }
             if want_max {
                 for (m, a) in row_max.iter_mut().zip(&acc) {
@@ -191,8 +194,8 @@ fn scores_with<S: Simd, const R: usize, const BIAS: bool>(
 }
 
 /// `acc[r, :] += Σ_t p[r, t]·v[t, :]` as [`crate::inner::weighted_values`] states it, with
-/// `R` rows of `DV` vectors (`DV`·16 head dimensions) per register block.
-pub(crate) struct Values<'a, const R: usize, const DV: usize> {
+/// `R` rows of `DV` vectors of `L` lanes (`DV·L` head dimensions) per register block.
+pub(crate) struct Values<'a, const R: usize, const DV: usize, const L: usize> {
     pub p: &'a [f32],
     /// `p[r, t]` is `p[r·stride.0 + t·stride.1]`.
     pub stride: (usize, usize),
@@ -205,13 +208,13 @@ pub(crate) struct Values<'a, const R: usize, const DV: usize> {
     pub acc: &'a mut [f32],
 }
 
-impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
-    /// `false` (and nothing written) when the vectors are not 16 lanes wide.
+impl<const R: usize, const DV: usize, const L: usize> WithSimd for Values<'_, R, DV, L> {
+    /// `false` (and nothing written) when the vectors are not `L` lanes wide.
     type Output = bool;
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> bool {
-        if S::F32_LANES != LANES {
+        if S::F32_LANES != L {
             return false;
         }
         let Values {
@@ -224,7 +227,7 @@ impl<const R: usize, const DV: usize> WithSimd for Values<'_, R, DV> {
             d,
             acc,
         } = self;
-        let dims = DV * LANES;
+        let dims = DV * L;
         let full = d / dims * dims;
         for r0 in (0..rows).step_by(R) {
             let nr = R.min(rows - r0);

@@ -294,12 +294,37 @@ fn the_vectorised_exp_is_accurate_with_and_without_fma() {
     exp_is_accurate::<crate::simd::FusedWide>();
 }
 
-/// The register-blocked products ([`crate::inner`], and [`crate::wide`] under 16 lanes) on
-/// sizes that leave partial row, key and dimension blocks, and head dimensions that take each
-/// of the wide value blocks (multiples of 64 and of 32). Returns the scores and values.
-fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) -> Products {
-    use crate::inner::{pack, scores, weighted_values, Start, ROWS};
+/// Which loops [`blocked_products`] runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Loops {
+    /// What the kernels call ([`crate::inner::scores`], [`crate::inner::weighted_values`]):
+    /// [`crate::wide`]'s explicit vectors where the CPU has `M`'s lanes.
+    Dispatched,
+    /// The scalar register blocks, whatever the CPU: the slow twin.
+    Scalar,
+}
+
+/// The register-blocked products ([`crate::inner`], and [`crate::wide`] under 8 and 16 lanes)
+/// on sizes that leave partial row, key and dimension blocks, and head dimensions that take
+/// each of the wide value blocks (multiples of 64, 32 and 16). Returns the scores and values.
+fn blocked_products<M: crate::simd::Madd>(
+    rows: usize,
+    keys: usize,
+    d: usize,
+    loops: Loops,
+) -> Products {
+    use crate::inner::{pack, Start, ROWS};
     use crate::tile::AffineRow;
+    let (scores, weighted_values) = match loops {
+        Loops::Dispatched => (
+            crate::inner::scores::<M> as Scores,
+            crate::inner::weighted_values::<M> as Values,
+        ),
+        Loops::Scalar => (
+            crate::inner::scores_scalar::<M> as Scores,
+            crate::inner::values_scalar::<M> as Values,
+        ),
+    };
     let mut rng = fire_vocabulary::SplitMix64::new(11 + (rows * 1000 + keys * 10 + d) as u64);
     let mut fill = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
     let (q, k, v) = (fill(rows * d), fill(keys * d), fill(keys * d));
@@ -343,7 +368,7 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
         table: &table,
         affine: &affine,
     };
-    scores::<M>(&q, rows, &kp, d, &mut s, start, None, Some(&mut max));
+    scores(&q, rows, &kp, d, &mut s, start, None, Some(&mut max));
     // The maxima handed over are those of the whole stored rows, padding columns included.
     for (r, (row, &m)) in s.chunks_exact(stride).zip(&max).enumerate() {
         let want = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -358,7 +383,7 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
             }
         }
     }
-    scores::<M>(&q, rows, &kp, d, &mut again, Start::STORED, None, None);
+    scores(&q, rows, &kp, d, &mut again, Start::STORED, None, None);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(
         bits(&again[..rows * stride]),
@@ -372,8 +397,8 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     // on what they compute, and skip only what is masked.
     let lim: Vec<usize> = (0..rows).map(|r| (r * 7 + 3) % (keys + 1)).collect();
     let (mut full, mut limited) = (vec![0f32; s.len()], vec![f32::NAN; s.len()]);
-    scores::<M>(&q, rows, &kp, d, &mut full, Start::Zero, None, None);
-    scores::<M>(
+    scores(&q, rows, &kp, d, &mut full, Start::Zero, None, None);
+    scores(
         &q,
         rows,
         &kp,
@@ -397,8 +422,8 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
         masked[r * stride + l..(r + 1) * stride].fill(0.0);
     }
     let (mut all, mut some) = (vec![0.25f32; rows * d], vec![0.25f32; rows * d]);
-    weighted_values::<M>(&masked, (stride, 1), rows, None, &v, keys, d, &mut all);
-    weighted_values::<M>(
+    weighted_values(&masked, (stride, 1), rows, None, &v, keys, d, &mut all);
+    weighted_values(
         &masked,
         (stride, 1),
         rows,
@@ -414,10 +439,10 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
         "limited values at {rows}x{keys}x{d}"
     );
     let mut acc = vec![0.25f32; rows * d];
-    weighted_values::<M>(&s, (stride, 1), rows, None, &v, keys, d, &mut acc);
+    weighted_values(&s, (stride, 1), rows, None, &v, keys, d, &mut acc);
     // The transposed product (the backward's dV and dK), read through the strides.
     let mut acc_t = vec![-0.5f32; keys * d];
-    weighted_values::<M>(&s, (1, stride), keys, None, &q, rows, d, &mut acc_t);
+    weighted_values(&s, (1, stride), keys, None, &q, rows, d, &mut acc_t);
     // The scores without the padding columns, so that blocks of any width compare.
     let s = (0..rows)
         .flat_map(|r| s[r * stride..r * stride + keys].to_vec())
@@ -433,6 +458,21 @@ fn blocked_products<M: crate::simd::Madd>(rows: usize, keys: usize, d: usize) ->
     }
 }
 
+/// [`crate::inner::scores`]' signature.
+type Scores = fn(
+    &[f32],
+    usize,
+    &[f32],
+    usize,
+    &mut [f32],
+    crate::inner::Start<'_>,
+    Option<&[usize]>,
+    Option<&mut [f32]>,
+);
+
+/// [`crate::inner::weighted_values`]' signature.
+type Values = fn(&[f32], (usize, usize), usize, Option<&[usize]>, &[f32], usize, usize, &mut [f32]);
+
 struct Products {
     q: Vec<f32>,
     k: Vec<f32>,
@@ -444,8 +484,9 @@ struct Products {
     acc_t: Vec<f32>,
 }
 
-const PRODUCT_SIZES: [(usize, usize, usize); 8] = [
+const PRODUCT_SIZES: [(usize, usize, usize); 9] = [
     (4, 16, 16),
+    (11, 37, 48),
     (7, 21, 19),
     (1, 3, 5),
     (13, 40, 64),
@@ -465,7 +506,7 @@ fn products_match_plain_loops<M: crate::simd::Madd>() {
             bias,
             acc,
             acc_t,
-        } = blocked_products::<M>(rows, keys, d);
+        } = blocked_products::<M>(rows, keys, d, Loops::Dispatched);
         for r in 0..rows {
             for t in 0..keys {
                 let want: f32 =
@@ -513,14 +554,25 @@ fn the_blocked_products_match_plain_loops_with_and_without_fma() {
     products_match_plain_loops::<crate::simd::FusedWide>();
 }
 
-/// The 16-lane blocks do the same fused multiply-adds in the same order per output as the
-/// 8-lane ones, so they agree bit for bit (where the CPU lacks AVX-512 both are the 8-lane
-/// loops, trivially equal).
+/// The explicit vector blocks ([`crate::wide`], 8 and 16 lanes) do the same fused
+/// multiply-adds in the same order per output as the scalar blocks, so they agree with them
+/// bit for bit, and the 16-lane ones with the 8-lane ones (where the CPU lacks a width, the
+/// dispatch takes the scalar blocks: trivially equal).
 #[test]
-fn the_wide_blocks_round_exactly_as_the_narrow_ones() {
+fn the_vector_blocks_round_exactly_as_the_scalar_ones() {
+    use crate::simd::{Fused, FusedWide};
     for (rows, keys, d) in PRODUCT_SIZES {
-        let narrow = blocked_products::<crate::simd::Fused>(rows, keys, d);
-        let wide = blocked_products::<crate::simd::FusedWide>(rows, keys, d);
+        let narrow = blocked_products::<Fused>(rows, keys, d, Loops::Dispatched);
+        let wide = blocked_products::<FusedWide>(rows, keys, d, Loops::Dispatched);
+        for (lanes, got, twin) in [
+            (8, &narrow, blocked_products::<Fused>(rows, keys, d, Loops::Scalar)),
+            (16, &wide, blocked_products::<FusedWide>(rows, keys, d, Loops::Scalar)),
+        ] {
+            let at = format!("{lanes} lanes at {rows}x{keys}x{d}");
+            assert_eq!(got.s, twin.s, "scores, {at}");
+            assert_eq!(got.acc, twin.acc, "values, {at}");
+            assert_eq!(got.acc_t, twin.acc_t, "transposed values, {at}");
+        }
         assert_eq!(narrow.s, wide.s, "scores at {rows}x{keys}x{d}");
         assert_eq!(narrow.acc, wide.acc, "values at {rows}x{keys}x{d}");
         assert_eq!(
