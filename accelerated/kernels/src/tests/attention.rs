@@ -565,8 +565,16 @@ fn the_vector_blocks_round_exactly_as_the_scalar_ones() {
         let narrow = blocked_products::<Fused>(rows, keys, d, Loops::Dispatched);
         let wide = blocked_products::<FusedWide>(rows, keys, d, Loops::Dispatched);
         for (lanes, got, twin) in [
-            (8, &narrow, blocked_products::<Fused>(rows, keys, d, Loops::Scalar)),
-            (16, &wide, blocked_products::<FusedWide>(rows, keys, d, Loops::Scalar)),
+            (
+                8,
+                &narrow,
+                blocked_products::<Fused>(rows, keys, d, Loops::Scalar),
+            ),
+            (
+                16,
+                &wide,
+                blocked_products::<FusedWide>(rows, keys, d, Loops::Scalar),
+            ),
         ] {
             let at = format!("{lanes} lanes at {rows}x{keys}x{d}");
             assert_eq!(got.s, twin.s, "scores, {at}");
