@@ -186,9 +186,18 @@ pub struct FireBias {
     pub(crate) mlp: Mlp,
     params: FireParams,
     heads: usize,
-    /// `psi_rev[capacity − 1 − n] = ψ(n)`, f32.
+    /// Distances the ψ table holds.
+    capacity: usize,
+    /// `psi_rev[capacity − 1 − n] = ψ(n)`, f32, then [`TABLE_PAD`] zeros: the keys past the
+    /// diagonal, which a causal row handed back as affine in the table reads in the columns
+    /// the kernel masks.
     psi_rev: Vec<f32>,
 }
+
+/// Entries past distance 0 in [`FireBias`]'s reversed ψ table: a causal tile row handed back
+/// to the score product reads its whole stride from the table, past its last visible key by
+/// up to a stride (the kernels' tiles are at most this wide).
+pub(crate) const TABLE_PAD: usize = 1024;
 
 impl FireBias {
     /// Compiles `mlp` when it is piecewise linear and tabulates ψ for distances below
@@ -206,12 +215,14 @@ impl FireBias {
         let psi_rev = (0..capacity)
             .rev()
             .map(|n| params.psi(n as f64) as f32)
+            .chain(std::iter::repeat_n(0.0, TABLE_PAD))
             .collect();
         Ok(Self {
             function,
             mlp,
             params,
             heads,
+            capacity,
             psi_rev,
         })
     }
@@ -235,7 +246,7 @@ impl FireBias {
     }
 
     pub(crate) fn capacity(&self) -> usize {
-        self.psi_rev.len()
+        self.capacity
     }
 
     /// The reversed ψ table: `[capacity − 1 − n] = ψ(n)`.

@@ -351,9 +351,9 @@ impl FirePlan<'_> {
             let k = self.crossed(q, nhi, hint);
             hint = k;
             let lo = nhi + 1 - vis;
-            // Column t reads ψ_rev[base + t]: inside the table for every t < stride iff
-            // stride ≤ nhi + 1 (the padding columns continue to shorter distances).
-            let in_table = stride <= nhi + 1;
+            // Column t reads ψ_rev[base + t]: inside the table for every t < stride (columns
+            // past the diagonal read its zero padding, which the kernel masks).
+            let in_table = base + stride <= self.fire.psi_rev.len();
             if self.one_segment(q, k, lo) {
                 // Every distance of the row, nhi down to lo, is in one segment.
                 let seg = self.first + k;
