@@ -207,9 +207,12 @@ pub fn compare_either(
 }
 
 /// How far `got` is from `want` in units of the tolerance: the largest `|got − want| / allowed`
-/// over the elements `check` selects (≤ 1 means [`compare`] passes; 0 for equal values; ∞ for a
-/// differing shape, a different non-finite pattern, or nothing to check). Diagnosis ranks
-/// candidate explanations by it. spec: [num.compare]
+/// over the elements `check` selects, `allowed = atol + rtol·max(scale, |want|)` per element
+/// (≤ 1 means [`compare`] passes: `scale` bounds the expected values; 0 for equal values; ∞ for
+/// a differing shape, a different non-finite pattern, or nothing to check). Diagnosis ranks
+/// candidate explanations by it, with `want` a mistake's prediction, whose elements can be far
+/// larger than the case's scale and their rounding with them. spec: [num.compare],
+/// [num.diagnosis]
 pub fn excess_ratio(got: &Tensor, want: &Tensor, profile: Profile, check: Option<&[bool]>) -> f64 {
     if got.shape != want.shape || got.data.len() != want.data.len() {
         return f64::INFINITY;
@@ -220,7 +223,6 @@ pub fn excess_ratio(got: &Tensor, want: &Tensor, profile: Profile, check: Option
             .filter(|v| v.is_finite())
             .fold(0.0, |a, v| a.max(v.abs()))
     });
-    let allowed = profile.atol + profile.rtol * scale;
     let mut worst: f64 = 0.0;
     let mut checked = 0;
     for (flat, (&g, &w)) in got.data.iter().zip(&want.data).enumerate() {
@@ -228,6 +230,7 @@ pub fn excess_ratio(got: &Tensor, want: &Tensor, profile: Profile, check: Option
             continue;
         }
         checked += 1;
+        let allowed = profile.atol + profile.rtol * scale.max(w.abs());
         let r = if element_ok(g, w, 0.0) {
             0.0
         } else if !g.is_finite() || !w.is_finite() || allowed == 0.0 {

@@ -163,16 +163,12 @@ pub fn distance(
         let (Some(c), Some(g)) = (candidate.get(name), got.get(name)) else {
             return f64::INFINITY;
         };
+        // Graded against the case's stated scale, each element of the prediction at least its
+        // own magnitude ([`excess_ratio`]): a mistake can compute far larger values than the
+        // correct output at some elements (a normaliser of ε alone at query 0), and their
+        // rounding scales with them there, not at the others. spec: [num.diagnosis]
         let mut c = c.clone();
-        // Rounding scales with what the candidate computes, which a mistake can make far larger
-        // than the correct output (a normaliser of ε alone): grade each candidate relative to the
-        // larger of the case's stated scale and its own magnitude. spec: [num.compare]
-        let own = c
-            .data
-            .iter()
-            .filter(|v| v.is_finite())
-            .fold(0.0_f64, |a, v| a.max(v.abs()));
-        c.scale = Some(want.scale.map_or(own, |s| s.max(own)));
+        c.scale = want.scale;
         let (c, convention) = adjust(case.kind, &case.inputs, &c, future);
         let mask = match subset {
             None => convention,
