@@ -82,8 +82,8 @@ pub(super) const FIRE: &[Variant] = &[
     v("eps-everywhere", "adds ε in three places: to the numerator, inside ψ of the normaliser and to it", "fire.input",
       "x = (psi(rel) + eps) / (psi(torch.max(pos, L) + eps) + eps)", PerPair(eps_everywhere)),
     // The MLP's input.
-    v("difference-of-logs", "feeds ψ(|i−j|) − ψ(max(i, L)) instead of their ratio", "fire.input",
-      "x = psi(rel) - psi(torch.max(pos, L))", PerPair(difference_of_logs)),
+    v("difference-of-logs", "feeds ψ(|i−j|) − (ψ(max(i, L)) + ε) instead of their ratio", "fire.input",
+      "x = rel_distance - (pos_normalizer + eps)  # '/' typed as '-'", PerPair(difference_of_logs)),
     // The MLP.
     v("no-hidden-activation", "drops σ between the MLP layers", "fire.mlp",
       "nn.Sequential(nn.Linear(1, W), nn.Linear(W, H))", PerPair(no_hidden_activation)),
@@ -104,8 +104,8 @@ pub(super) const FIRE: &[Variant] = &[
     // The heads and the memory layout.
     v("heads-reversed", "emits the heads in reverse order", "conv.layout",
       "bias.flip(0)", PerPair(heads_reversed)),
-    v("layout-qkh", "reshapes the MLP's [Q, K, H] output to [H, Q, K] instead of permuting it", "conv.layout",
-      "mlp(x).reshape(H, Q, K)  # x is [Q, K, 1]", Layout(layout_qkh)),
+    v("layout-qkh", "reshapes the MLP's [n, n, H] output over the context's square ([conv.length]) to [H, n, n] instead of permuting it", "conv.layout",
+      "mlp(x).reshape(H, n, n)  # x is [n, n, 1]", Layout(layout_qkh)),
 ];
 
 const fn v(
@@ -355,10 +355,12 @@ fn eps_everywhere(fire: &Fire, p: Pair) -> DVector<f64> {
     f_of(fire, num, den)
 }
 
+/// Appendix E's division of ψ(|i−j|) by the normaliser ψ(max(i, L)) + ε typed as a
+/// subtraction: ε is subtracted with it.
 fn difference_of_logs(fire: &Fire, p: Pair) -> DVector<f64> {
     let (i, j) = ij(p);
     fire.mlp
-        .eval(psi_of(fire, (i - j).abs()) - psi_of(fire, n_of(fire, i)))
+        .eval(psi_of(fire, (i - j).abs()) - (psi_of(fire, n_of(fire, i)) + fire.eps))
 }
 
 fn no_hidden_activation(fire: &Fire, p: Pair) -> DVector<f64> {
@@ -452,20 +454,29 @@ fn heads_reversed(fire: &Fire, p: Pair) -> DVector<f64> {
     DVector::from_fn(n, |h, _| b[n - 1 - h])
 }
 
+/// A module that computes the `[n, n, H]` square of the context ([conv.length]) and reshapes
+/// it to `[H, n, n]`, then has its requested rows and columns gathered: element `(h, r, c)`
+/// is the square's flat element `(h·n + i_r)·n + j_c`, which the MLP wrote for the pair and
+/// head that index holds in `[n, n, H]` order.
 fn layout_qkh(fire: &Fire, queries: &[Position], keys: &[Position]) -> Result<Bias> {
-    let correct = evaluate(fire, queries, keys)?;
-    let [h, q, k] = correct.shape();
-    // The buffer the MLP writes: [Q, K, H], H fastest.
-    let mut buffer = Vec::with_capacity(h * q * k);
-    for r in 0..q {
-        for c in 0..k {
-            buffer.extend((0..h).map(|head| correct.get(head, r, c)));
-        }
-    }
-    // Read back as [H, Q, K].
-    let heads = (0..h)
+    // What the correct evaluation checks (the positions, the parameters) still applies.
+    crate::positions::validate("query positions", queries)?;
+    crate::positions::validate("key positions", keys)?;
+    evaluate(fire, &queries[..queries.len().min(1)], &keys[..keys.len().min(1)])?;
+    let heads = fire.mlp.heads();
+    let n = queries.iter().chain(keys).max().map_or(0, |&p| u128::from(p) + 1);
+    let h = heads as u128;
+    let at = |head: usize, i: Position, j: Position| {
+        let flat = (head as u128 * n + u128::from(i)) * n + u128::from(j);
+        let (pair, written) = (flat / h, (flat % h) as usize);
+        let (a, b) = ((pair / n) as f64, (pair % n) as f64);
+        fire.bias_at(a, b)[written]
+    };
+    let heads = (0..heads)
         .map(|head| {
-            nalgebra::DMatrix::from_row_slice(q, k, &buffer[head * q * k..(head + 1) * q * k])
+            nalgebra::DMatrix::from_fn(queries.len(), keys.len(), |r, c| {
+                at(head, queries[r], keys[c])
+            })
         })
         .collect();
     Bias::from_heads(heads)

@@ -260,7 +260,7 @@ impl<F: Real> Module<F> {
             "eps-numerator-only" => (num + eps) / psi(arg),
             "eps-outside-ratio" => num / psi(arg) + eps,
             "eps-everywhere" => (num + eps) / (psi(arg + eps) + eps),
-            "difference-of-logs" => num - psi(arg),
+            "difference-of-logs" => num - (psi(arg) + eps),
             _ => num / (psi(arg) + eps),
         };
         self.mlp(x, mistake)
@@ -277,6 +277,23 @@ impl<F: Real> Module<F> {
         let length = q.iter().chain(&k).max().map_or(0.0, |&p| p as f64 + 1.0);
         let (h, nq, nk) = (self.heads(), q.len(), k.len());
         let mut out = vec![F::of(0.0); h * nq * nk];
+        if mistake == "layout-qkh" {
+            // The context's square written [n, n, H], read back as [H, n, n], then the
+            // requested rows and columns gathered ([conv.length]).
+            let n = q.iter().chain(&k).max().map_or(0, |&p| u128::from(p) + 1);
+            for head in 0..h {
+                for (r, &i) in q.iter().enumerate() {
+                    for (c, &j) in k.iter().enumerate() {
+                        let flat = (head as u128 * n + u128::from(i)) * n + u128::from(j);
+                        let (pair, written) = (flat / h as u128, (flat % h as u128) as usize);
+                        let (a, b) = ((pair / n) as f64, (pair % n) as f64);
+                        let v = self.pair(F::of(a), F::of(b), F::of(length), "")[written];
+                        out[(head * nq + r) * nk + c] = v;
+                    }
+                }
+            }
+            return out;
+        }
         for (r, &i) in q.iter().enumerate() {
             for (c, &j) in k.iter().enumerate() {
                 let b = self.pair(F::of(i as f64), F::of(j as f64), F::of(length), mistake);
@@ -286,13 +303,7 @@ impl<F: Real> Module<F> {
                     } else {
                         head
                     };
-                    let at = if mistake == "layout-qkh" {
-                        // Written [Q, K, H], read back as [H, Q, K].
-                        (r * nk + c) * h + head
-                    } else {
-                        (head * nq + r) * nk + c
-                    };
-                    out[at] = v;
+                    out[(head * nq + r) * nk + c] = v;
                 }
             }
         }
