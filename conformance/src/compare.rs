@@ -136,20 +136,19 @@ pub fn compare(
     profile: Profile,
     check: Option<&[bool]>,
 ) -> Result<(), Mismatch> {
-    compare_either(got, want, None, profile, check).map(|_| ())
+    compare_either(got, want, &[], profile, check).map(|_| ())
 }
 
-/// [`compare`], where an element also passes when it matches the same element of `acceptable`
-/// (a case's acceptable alternative, [vec.case]). Returns how many elements passed only through
-/// the alternative. spec: [num.compare]
+/// [`compare`], where an element also passes when it matches the same element of one of
+/// `acceptable` (a case's acceptable alternatives, [vec.case]). Returns how many elements
+/// passed only through an alternative. spec: [num.compare]
 pub fn compare_either(
     got: &Tensor,
     want: &Tensor,
-    acceptable: Option<&Tensor>,
+    acceptable: &[Tensor],
     profile: Profile,
     check: Option<&[bool]>,
 ) -> Result<usize, Mismatch> {
-    let acceptable = acceptable.filter(|a| a.data.len() == want.data.len());
     let mut alternative = 0;
     if got.shape != want.shape || got.data.len() != want.data.len() {
         return Err(Mismatch::Shape {
@@ -176,7 +175,10 @@ pub fn compare_either(
         if element_ok(g, w, allowed) {
             continue;
         }
-        if acceptable.is_some_and(|a| element_ok(g, a.data[flat], allowed)) {
+        if acceptable
+            .iter()
+            .any(|a| a.data.get(flat).is_some_and(|&a| element_ok(g, a, allowed)))
+        {
             alternative += 1;
             continue;
         }

@@ -300,23 +300,41 @@ pub fn judge(
     }
 }
 
-/// The expected outputs under the implementation's declared conventions: the placement of
-/// attention cases, and for gradient cases the cotangent restricted to the causal triangle
-/// when keys after the query are not mirrored. spec: [attn.placement], [conv.future]
+/// The convention whose outputs grade `case` for an implementation with `caps`
+/// (`expected_under`'s key), or `None` for the normative outputs: the placement of attention
+/// cases, and for gradient cases the cotangent restricted to the causal triangle when keys
+/// after the query are not mirrored. spec: [vec.case], [attn.placement], [conv.future]
+fn convention(case: &Case, caps: &Capabilities) -> Option<&'static str> {
+    let name = match (case.kind, caps.placement, caps.future_keys) {
+        (Kind::Attention, Placement::BeforeScaling, _) => "placement=before-scaling",
+        (Kind::Vjp, _, f) if f != FutureKeys::Mirrored => CAUSAL_COTANGENT,
+        _ => return None,
+    };
+    case.expected_under
+        .as_ref()?
+        .contains_key(name)
+        .then_some(name)
+}
+
+/// The outputs `case` is graded against for an implementation with `caps`: the normative
+/// ones, or those under its declared convention where the case has them. spec: [vec.case]
 pub fn expected_for<'a>(
     case: &'a Case,
     caps: &Capabilities,
 ) -> Option<&'a BTreeMap<String, Tensor>> {
-    let under = |name: &str| case.expected_under.as_ref().and_then(|u| u.get(name));
-    match (case.kind, caps.placement, caps.future_keys) {
-        (Kind::Attention, Placement::BeforeScaling, _) => {
-            under("placement=before-scaling").or(case.expected.as_ref())
-        }
-        (Kind::Vjp, _, f) if f != FutureKeys::Mirrored => {
-            under(CAUSAL_COTANGENT).or(case.expected.as_ref())
-        }
-        _ => case.expected.as_ref(),
+    match convention(case, caps) {
+        Some(name) => case.expected_under.as_ref()?.get(name),
+        None => case.expected.as_ref(),
     }
+}
+
+/// The acceptable alternatives beside [`expected_for`]'s outputs. spec: [vec.case]
+pub fn acceptable_for<'a>(case: &'a Case, caps: &Capabilities) -> &'a [BTreeMap<String, Tensor>] {
+    let alternatives = match convention(case, caps) {
+        Some(name) => case.acceptable_under.as_ref().and_then(|u| u.get(name)),
+        None => case.acceptable.as_ref(),
+    };
+    alternatives.map_or(&[], Vec::as_slice)
 }
 
 fn compare_outputs(
@@ -332,19 +350,19 @@ fn compare_outputs(
     };
     for (name, want) in expected {
         let (want, mask) = adjust(case.kind, &case.inputs, want, caps.future_keys);
-        let acceptable = case
-            .acceptable
-            .as_ref()
-            .and_then(|a| a.get(name))
-            .map(|a| adjust(case.kind, &case.inputs, a, caps.future_keys).0);
+        let acceptable: Vec<Tensor> = acceptable_for(case, caps)
+            .iter()
+            .filter_map(|a| a.get(name))
+            .map(|a| adjust(case.kind, &case.inputs, a, caps.future_keys).0)
+            .collect();
         let result = match got.get(name) {
             None => Err(Mismatch::Missing),
-            Some(g) => compare_either(g, &want, acceptable.as_ref(), profile, mask.as_deref()),
+            Some(g) => compare_either(g, &want, &acceptable, profile, mask.as_deref()),
         };
         match result {
             Ok(0) => {}
             Ok(n) => notes.push(format!(
-                "accepted: {n} element(s) of `{name}` match the case's acceptable alternative, where the spec leaves the value to the floating-point library"
+                "accepted: {n} element(s) of `{name}` match one of the case's acceptable alternatives, where the spec leaves the value to the implementation (its floating-point library, or its sub-gradient at a kink)"
             )),
             Err(Mismatch::Missing) => {
                 details.push(format!("output `{name}` is missing from the reply"))

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use crate::error::Error;
 use fire_reference::attention::Placement;
+use fire_reference::fire::grad::Subgradients;
 use fire_reference::fire::init::{self, Shape, SplitMix64};
 use fire_reference::fire::{Activation, Fire, Threshold, Transform};
 
-use crate::implementations::reference::{evaluate_placed, evaluate_request};
+use crate::implementations::reference::{evaluate_placed, evaluate_request, evaluate_subgradients};
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{
     Case, Encoding, FireParams, Inputs, Kind, Tensor, VectorFile, Verdict, FORMAT,
@@ -236,6 +237,91 @@ fn with_scales(
     Ok(out)
 }
 
+/// Expected outputs, those under conventions, and per convention the alternatives.
+type Graded = (
+    Option<BTreeMap<String, Tensor>>,
+    Option<BTreeMap<String, BTreeMap<String, Tensor>>>,
+    Option<Vec<BTreeMap<String, Tensor>>>,
+    Option<BTreeMap<String, Vec<BTreeMap<String, Tensor>>>>,
+);
+
+/// A gradient case on a kink ([`Flag::Kink`]): its outputs under every sub-gradient other than
+/// the spec's that changes them, as acceptable alternatives ([`Subgradients::others`]), for the
+/// normative cotangent and for each convention's; every output of the case then takes the
+/// largest magnitude among them all as its scale (a bound on what a correct implementation
+/// returns). spec: [grad.kinks], [vec.case]
+fn kink_alternatives(
+    d: &Draft,
+    expected: Option<BTreeMap<String, Tensor>>,
+    under: Option<BTreeMap<String, BTreeMap<String, Tensor>>>,
+) -> crate::error::Result<Graded> {
+    let Some(mut expected) = expected else {
+        return Ok((None, under, None, None));
+    };
+    let others = |inputs: &Inputs, want: &BTreeMap<String, Tensor>| {
+        let mut alts: Vec<BTreeMap<String, Tensor>> = Vec::new();
+        for sub in Subgradients::others() {
+            let alt = evaluate_subgradients(&d.encoding, inputs, sub)?;
+            let same = |a: &BTreeMap<String, Tensor>| {
+                a.iter()
+                    .all(|(k, t)| want.get(k).is_some_and(|w| w.data == t.data))
+            };
+            if !same(&alt) && !alts.iter().any(|a| a == &alt) {
+                alts.push(alt);
+            }
+        }
+        crate::error::Result::Ok(alts)
+    };
+    let mut alternatives = others(&d.inputs, &expected)?;
+    let mut alternatives_under = BTreeMap::new();
+    if let Some(under) = &under {
+        for (name, want) in under {
+            let mut inputs = d.inputs.clone();
+            if name == crate::conventions::CAUSAL_COTANGENT {
+                inputs.cotangent = crate::conventions::causal_cotangent(&d.inputs);
+            }
+            alternatives_under.insert(name.clone(), others(&inputs, want)?);
+        }
+    }
+    let scale = max_abs(
+        expected
+            .values()
+            .chain(
+                under
+                    .iter()
+                    .flat_map(|u| u.values().flat_map(|m| m.values())),
+            )
+            .chain(alternatives.iter().flat_map(|m| m.values()))
+            .chain(
+                alternatives_under
+                    .values()
+                    .flatten()
+                    .flat_map(|m| m.values()),
+            ),
+    );
+    let rescale = |m: &mut BTreeMap<String, Tensor>| {
+        m.values_mut().for_each(|t| t.scale = Some(scale));
+    };
+    rescale(&mut expected);
+    alternatives.iter_mut().for_each(rescale);
+    alternatives_under.values_mut().flatten().for_each(rescale);
+    let mut under = under;
+    under
+        .iter_mut()
+        .flat_map(|u| u.values_mut())
+        .for_each(rescale);
+    let alternatives_under: BTreeMap<_, _> = alternatives_under
+        .into_iter()
+        .filter(|(_, a)| !a.is_empty())
+        .collect();
+    Ok((
+        Some(expected),
+        under,
+        (!alternatives.is_empty()).then_some(alternatives),
+        (!alternatives_under.is_empty()).then_some(alternatives_under),
+    ))
+}
+
 /// The acceptable alternative of an official-T5 bias case: at a distance whose bucket the port's
 /// float32 library decides ([`OfficialBucketing::arithmetic_buckets`]), the value of the other
 /// bucket. `None` when every distance is robust; an error when a distance has more than two
@@ -325,7 +411,9 @@ pub fn file(
         let acceptable = if d.invalid {
             None
         } else {
-            acceptable(&d).map_err(|e| draft(&id, format!("acceptable outputs: {e}")))?
+            acceptable(&d)
+                .map_err(|e| draft(&id, format!("acceptable outputs: {e}")))?
+                .map(|a| vec![a])
         };
         let (verdict, expected, under) = match (d.invalid, result) {
             (true, Err(_)) => (Verdict::Invalid, None, None),
@@ -376,6 +464,15 @@ pub fn file(
                 (Verdict::Valid, Some(with_scales(&d, out)?), under)
             }
         };
+        // On a kink, the outputs under every other sub-gradient, beside the normative ones and
+        // those under the causal cotangent.
+        let (expected, under, acceptable, acceptable_under) =
+            if d.flags.contains(&Flag::Kink) && verdict == Verdict::Valid {
+                kink_alternatives(&d, expected, under)
+                    .map_err(|e| draft(&id, format!("sub-gradient alternatives: {e}")))?
+            } else {
+                (expected, under, acceptable, None)
+            };
         for c in &d.clauses {
             if !clauses.iter().any(|x| x == c) {
                 clauses.push((*c).to_owned());
@@ -394,6 +491,7 @@ pub fn file(
             expected,
             expected_under: under,
             acceptable,
+            acceptable_under,
         });
     }
     clauses.sort();

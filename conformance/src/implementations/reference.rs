@@ -9,7 +9,7 @@ use nalgebra::DMatrix;
 
 use fire_reference::attention::{self, HeadInputs};
 use fire_reference::bias::Bias;
-use fire_reference::fire::grad;
+use fire_reference::fire::grad::{self, Subgradients};
 use fire_reference::variants::{self, Variant};
 use fire_reference::{Error, Fire, Position, Result};
 
@@ -155,6 +155,7 @@ fn vjp(
     q: &[Position],
     k: &[Position],
     cot: &Option<Tensor>,
+    sub: Subgradients,
 ) -> Result<BTreeMap<String, Tensor>> {
     let cot = cot.as_ref().ok_or_else(|| Error::Invalid {
         what: "vjp inputs".into(),
@@ -178,7 +179,7 @@ fn vjp(
             )
         })
         .collect();
-    let g = grad::vjp(fire, q, k, &Bias::from_heads(heads)?)?;
+    let g = grad::vjp_with(fire, q, k, &Bias::from_heads(heads)?, sub)?;
     let mut out = BTreeMap::new();
     for (n, (w, b)) in g.layers.iter().enumerate() {
         out.insert(format!("{}.weight", layer_name(n)), params::from_matrix(w));
@@ -266,6 +267,24 @@ pub fn evaluate_request(
     )
 }
 
+/// A FIRE gradient case's outputs with the sub-gradients `sub` at its kinks instead of the
+/// spec's: what faithful code choosing another sub-gradient returns. spec: [grad.kinks]
+pub fn evaluate_subgradients(
+    encoding: &Encoding,
+    inputs: &Inputs,
+    sub: Subgradients,
+) -> Result<BTreeMap<String, Tensor>> {
+    let q = params::positions("query positions", &inputs.queries)?;
+    let k = params::positions("key positions", &inputs.keys)?;
+    match encoding {
+        Encoding::Fire(p) => vjp(&params::to_fire(p)?, &q, &k, &inputs.cotangent, sub),
+        _ => Err(Error::Invalid {
+            what: "vjp case".into(),
+            reason: "gradients are defined for a single FIRE module".into(),
+        }),
+    }
+}
+
 /// [`evaluate_request`] with an explicit bias placement for attention cases.
 pub fn evaluate_placed(
     encoding: &Encoding,
@@ -308,7 +327,13 @@ pub fn evaluate_placed(
         }
         Kind::Vjp => match encoding {
             Encoding::Fire(p) if !variant.is_some_and(Variant::applies_to_fire) => {
-                out = vjp(&params::to_fire(p)?, &q, &k, &inputs.cotangent)?;
+                out = vjp(
+                    &params::to_fire(p)?,
+                    &q,
+                    &k,
+                    &inputs.cotangent,
+                    Subgradients::SPEC,
+                )?;
             }
             _ => {
                 return Err(Error::Invalid {

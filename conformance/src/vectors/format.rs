@@ -52,7 +52,7 @@ fn opt_real<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
 }
 
 /// The version of the file format; a reader refuses any other. spec: [vec.file]
-pub const FORMAT: i64 = 1;
+pub const FORMAT: i64 = 2;
 
 /// A dense tensor: a dtype, a shape and its values in row-major order. spec: [vec.tensor]
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -300,11 +300,16 @@ pub struct Case {
     /// Expected outputs under a declared non-default convention, e.g. `placement=before-scaling`.
     #[serde(default)]
     pub expected_under: Option<BTreeMap<String, BTreeMap<String, Tensor>>>,
-    /// Where the specified arithmetic leaves an element to the implementation's floating-point
-    /// library, the other value that is also correct there (element by element; elsewhere equal
-    /// to `expected`). spec: [vec.case], [t5.bucket.official.float]
+    /// Where the spec leaves an element to the implementation — its floating-point library, or
+    /// its choice of sub-gradient at a kink — the other outputs that are also correct, element
+    /// by element (elsewhere equal to `expected`). spec: [vec.case],
+    /// [t5.bucket.official.float], [grad.kinks]
     #[serde(default)]
-    pub acceptable: Option<BTreeMap<String, Tensor>>,
+    pub acceptable: Option<Vec<BTreeMap<String, Tensor>>>,
+    /// `acceptable` under a declared non-default convention, as `expected_under` holds
+    /// `expected`.
+    #[serde(default)]
+    pub acceptable_under: Option<BTreeMap<String, Vec<BTreeMap<String, Tensor>>>>,
 }
 
 /// One vector file. spec: [vec.file]
@@ -459,7 +464,20 @@ impl Case {
             ));
         }
         if let Some(a) = &self.acceptable {
-            items.push(("acceptable".into(), tensors(a)));
+            items.push((
+                "acceptable".into(),
+                Node::Seq(a.iter().map(tensors).collect()),
+            ));
+        }
+        if let Some(u) = &self.acceptable_under {
+            items.push((
+                "acceptable_under".into(),
+                Node::Map(
+                    u.iter()
+                        .map(|(k, alts)| (k.clone(), Node::Seq(alts.iter().map(tensors).collect())))
+                        .collect(),
+                ),
+            ));
         }
         Node::Map(items)
     }

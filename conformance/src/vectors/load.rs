@@ -201,11 +201,27 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     for t in encoding_tensors(&case.encoding) {
         check_tensor(&at, t)?;
     }
-    if let Some(acceptable) = &case.acceptable {
-        let Some(expected) = &case.expected else {
-            return Err(bad(&at, "an invalid case carries no acceptable output"));
+    // Each alternative is shaped and scaled like the outputs it stands beside.
+    let under = |name: &str| case.expected_under.as_ref().and_then(|u| u.get(name));
+    let alternatives = case
+        .acceptable
+        .iter()
+        .flatten()
+        .map(|a| (a, case.expected.as_ref()));
+    let alternatives_under = case
+        .acceptable_under
+        .iter()
+        .flatten()
+        .flat_map(|(name, alts)| alts.iter().map(move |a| (a, under(name))));
+    for (alternative, expected) in alternatives.chain(alternatives_under) {
+        let Some(expected) = expected else {
+            return Err(bad(
+                &at,
+                "an acceptable output stands beside no expected output (an invalid case, or an \
+                 undeclared convention)",
+            ));
         };
-        for (name, t) in acceptable {
+        for (name, t) in alternative {
             check_tensor(&at, t)?;
             match expected.get(name) {
                 Some(e) if e.shape == t.shape && t.scale == e.scale => {}

@@ -7,7 +7,7 @@ use super::format::FORMAT;
 use super::yaml::Node;
 
 /// The suite's version: bumped when cases change meaning. spec: [vec.manifest]
-pub const SUITE_VERSION: &str = "0.1.0";
+pub const SUITE_VERSION: &str = "0.2.0";
 
 /// The manifest's file name at the root of the suite.
 pub const MANIFEST: &str = "MANIFEST.yaml";

@@ -8,7 +8,7 @@ use nalgebra::{DMatrix, DVector};
 use crate::bias::{AdditiveBias, Bias};
 use crate::error::{Error, Result};
 use crate::fire::transform::{dpsi_dc, dpsi_dx, psi, sign, thresholded};
-use crate::fire::{Fire, Mlp, Threshold};
+use crate::fire::{Activation, Fire, Mlp, Threshold};
 use crate::positions::{self, as_real, Position};
 
 /// The gradient with respect to one layer: `(∂/∂W, ∂/∂b)`, shaped like the layer.
@@ -69,13 +69,67 @@ impl FireGradient {
     }
 }
 
+/// The sub-gradients taken where a piece is not differentiable ([grad.kinks]): `max(i, L)` at a
+/// tie `i = L` and `relu` at 0. The spec's are what `torch.maximum`/`jnp.maximum` and
+/// `torch.relu`/`jax.nn.relu` return; code as faithful writes `torch.where(pos > L, pos, L)`
+/// (all of it to `L`), `torch.maximum(h, 0)` (½) or `h.clamp(min=0)` (1), and a vector at a
+/// kink accepts those too ([vec.case] `acceptable`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Subgradients {
+    /// `∂max(i, L)/∂L` at a tie.
+    pub max_tie: f64,
+    /// `relu′(0)`, in the hidden and the final activation.
+    pub relu_at_zero: f64,
+}
+
+impl Subgradients {
+    /// The spec's: half the gradient to each side of a tie, `relu′(0) = 0`. spec: [grad.kinks]
+    pub const SPEC: Self = Self {
+        max_tie: 0.5,
+        relu_at_zero: 0.0,
+    };
+
+    /// Every choice of 0, ½ and 1 at each kink other than [`Self::SPEC`]: the sub-gradients
+    /// faithful code returns. spec: [grad.kinks]
+    pub fn others() -> impl Iterator<Item = Self> {
+        const CHOICES: [f64; 3] = [0.0, 0.5, 1.0];
+        CHOICES
+            .into_iter()
+            .flat_map(|max_tie| {
+                CHOICES.into_iter().map(move |relu_at_zero| Self {
+                    max_tie,
+                    relu_at_zero,
+                })
+            })
+            .filter(|s| *s != Self::SPEC)
+    }
+
+    /// `σ′(z)`, with this choice at relu's kink.
+    fn derivative(&self, sigma: Activation, z: f64) -> f64 {
+        match sigma {
+            Activation::Relu if z == 0.0 => self.relu_at_zero,
+            _ => sigma.derivative(z),
+        }
+    }
+}
+
 /// Backpropagates cotangent `g ∈ R^H` through f_θ at input `x`: returns the parameter
 /// gradients of `gᵀ f_θ(x)` and its derivative with respect to `x`. spec: [grad.theta]
 pub fn backprop(mlp: &Mlp, x: f64, g: &DVector<f64>) -> (Vec<LayerGradient>, f64) {
+    backprop_with(mlp, x, g, Subgradients::SPEC)
+}
+
+/// [`backprop`] with the sub-gradients `sub` at relu's kink. spec: [grad.theta], [grad.kinks]
+pub fn backprop_with(
+    mlp: &Mlp,
+    x: f64,
+    g: &DVector<f64>,
+    sub: Subgradients,
+) -> (Vec<LayerGradient>, f64) {
     let (pre, act) = mlp.trace(x);
     let last = mlp.layers.len() - 1;
     let mut delta = match mlp.final_activation {
-        Some(s) => g.component_mul(&pre[last].map(|z| s.derivative(z))),
+        Some(s) => g.component_mul(&pre[last].map(|z| sub.derivative(s, z))),
         None => g.clone(),
     };
     let mut grads = vec![(DMatrix::zeros(0, 0), DVector::zeros(0)); mlp.layers.len()];
@@ -83,7 +137,7 @@ pub fn backprop(mlp: &Mlp, x: f64, g: &DVector<f64>) -> (Vec<LayerGradient>, f64
         grads[n] = (&delta * act[n].transpose(), delta.clone());
         let back = mlp.layers[n].weight.transpose() * &delta;
         delta = if n > 0 {
-            back.component_mul(&pre[n - 1].map(|z| mlp.activation.derivative(z)))
+            back.component_mul(&pre[n - 1].map(|z| sub.derivative(mlp.activation, z)))
         } else {
             back
         };
@@ -94,6 +148,11 @@ pub fn backprop(mlp: &Mlp, x: f64, g: &DVector<f64>) -> (Vec<LayerGradient>, f64
 /// ∂x(i, j)/∂c and ∂x(i, j)/∂m by the quotient rule on ψ(|i−j|) / (ψ(max(i, L)) + ε).
 /// spec: [grad.c], [grad.m], [grad.kinks]
 pub fn input_partials(fire: &Fire, i: f64, j: f64) -> (f64, f64) {
+    input_partials_with(fire, i, j, Subgradients::SPEC)
+}
+
+/// [`input_partials`] with the sub-gradient `sub.max_tie` at a tie `i = L`. spec: [grad.kinks]
+pub fn input_partials_with(fire: &Fire, i: f64, j: f64, sub: Subgradients) -> (f64, f64) {
     let t = fire.transform;
     let c = fire.c;
     let d = (i - j).abs();
@@ -106,11 +165,12 @@ pub fn input_partials(fire: &Fire, i: f64, j: f64) -> (f64, f64) {
     let dx_dc = (dnum_dc * den - num * dden_dc) / (den * den);
     let dx_dm = match (fire.threshold, l) {
         (Threshold::Learnable, Some(l)) => {
-            // d max(i, L)/dL: 1 above, 0 below, 1/2 at a tie (PyTorch/JAX `maximum`).
+            // d max(i, L)/dL: 1 above, 0 below, the chosen sub-gradient at a tie (the
+            // spec's ½: PyTorch/JAX `maximum`).
             let dmax_dl = if l > i {
                 1.0
             } else if l == i {
-                0.5
+                sub.max_tie
             } else {
                 0.0
             };
@@ -126,9 +186,20 @@ pub fn input_partials(fire: &Fire, i: f64, j: f64) -> (f64, f64) {
 /// The gradient of `gᵀ b(i, j)` for one pair and one cotangent `g ∈ R^H`. spec: [grad.theta],
 /// [grad.c], [grad.m]
 pub fn pair_gradient(fire: &Fire, i: f64, j: f64, g: &DVector<f64>) -> FireGradient {
+    pair_gradient_with(fire, i, j, g, Subgradients::SPEC)
+}
+
+/// [`pair_gradient`] with the sub-gradients `sub` at the kinks. spec: [grad.kinks]
+pub fn pair_gradient_with(
+    fire: &Fire,
+    i: f64,
+    j: f64,
+    g: &DVector<f64>,
+    sub: Subgradients,
+) -> FireGradient {
     let x = fire.input(i, j);
-    let (layers, df_dx) = backprop(&fire.mlp, x, g);
-    let (dx_dc, dx_dm) = input_partials(fire, i, j);
+    let (layers, df_dx) = backprop_with(&fire.mlp, x, g, sub);
+    let (dx_dc, dx_dm) = input_partials_with(fire, i, j, sub);
     FireGradient {
         layers,
         c: df_dx * dx_dc,
@@ -159,6 +230,17 @@ pub fn vjp(
     keys: &[Position],
     cotangent: &Bias,
 ) -> Result<FireGradient> {
+    vjp_with(fire, queries, keys, cotangent, Subgradients::SPEC)
+}
+
+/// [`vjp`] with the sub-gradients `sub` at the kinks. spec: [grad.vjp], [grad.kinks]
+pub fn vjp_with(
+    fire: &Fire,
+    queries: &[Position],
+    keys: &[Position],
+    cotangent: &Bias,
+    sub: Subgradients,
+) -> Result<FireGradient> {
     positions::validate("query positions", queries)?;
     positions::validate("key positions", keys)?;
     fire.validate()?;
@@ -174,7 +256,10 @@ pub fn vjp(
     for (q, &i) in queries.iter().enumerate() {
         for (k, &j) in keys.iter().enumerate() {
             let g = DVector::from_fn(fire.heads(), |h, _| cotangent.get(h, q, k));
-            total.add_scaled(&pair_gradient(fire, as_real(i), as_real(j), &g), 1.0);
+            total.add_scaled(
+                &pair_gradient_with(fire, as_real(i), as_real(j), &g, sub),
+                1.0,
+            );
         }
     }
     Ok(total)
