@@ -12,7 +12,7 @@ use crate::conventions::{adjust, CAUSAL_COTANGENT};
 use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
 use crate::implementation::{Capabilities, FutureKeys, Implementation, Placement, Reply, Request};
-use crate::vectors::format::{Case, Kind, Tensor, Verdict};
+use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
 use crate::vectors::load::Suite;
 
 /// How a case ended.
@@ -142,6 +142,13 @@ pub struct Report {
     pub tolerated: Vec<&'static str>,
     /// Which verdicts decide the exit status.
     pub fail_on: FailOn,
+    /// The flags ([vec.flags]) that only skipped value cases carry among the cases of a kind
+    /// and an encoding (for FIRE: a depth and an activation) the run graded some case of:
+    /// what they mark was not checked, whatever the verdict (at bf16 most of the suite is
+    /// skipped; an adapter that cannot build a 10⁶-wide square skips the large positions).
+    /// Cases of what the implementation never computes (another architecture, a baseline,
+    /// attention for a bias module) do not count. spec: [proto.report]
+    pub unchecked: Vec<String>,
 }
 
 /// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
@@ -497,6 +504,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     } else {
         vec![]
     };
+    let unchecked = unchecked_flags(suite, &outcomes);
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -506,7 +514,51 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         overall,
         tolerated,
         fail_on: opts.fail_on,
+        unchecked,
     })
+}
+
+/// What an implementation computes for a case, coarsely: its kind and its encoding, FIRE's
+/// with the depth and activation of f_θ (a module of one architecture skips the others').
+fn domain(case: &Case) -> String {
+    let mlp = |m: &crate::vectors::format::MlpParams| {
+        format!(
+            "depth {} {}",
+            m.layers.len().saturating_sub(1),
+            m.activation
+        )
+    };
+    let encoding = match &case.encoding {
+        Encoding::Fire(p) => format!("fire {}", mlp(&p.mlp)),
+        Encoding::FireShared(_) => "fire-s".into(),
+        Encoding::FirePerLayer(_) => "fire per layer".into(),
+        Encoding::Baseline(b) => b.name.clone(),
+    };
+    format!("{:?} {encoding}", case.kind)
+}
+
+/// [`Report::unchecked`].
+fn unchecked_flags(suite: &Suite, outcomes: &[Outcome]) -> Vec<String> {
+    let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();
+    let values = || {
+        outcomes
+            .iter()
+            .filter(|o| o.question == Question::Values)
+            .filter_map(|o| Some((o, *cases.get(o.id.as_str())?)))
+    };
+    let graded: Vec<(&Outcome, &Case)> = values()
+        .filter(|(o, _)| o.status != Status::Skipped)
+        .collect();
+    let domains: Vec<String> = graded.iter().map(|(_, c)| domain(c)).collect();
+    let mut unchecked: Vec<String> = values()
+        .filter(|(o, c)| o.status == Status::Skipped && domains.contains(&domain(c)))
+        .flat_map(|(o, _)| o.flags.iter())
+        .filter(|f| !graded.iter().any(|(o, _)| o.flags.contains(f)))
+        .cloned()
+        .collect();
+    unchecked.sort_unstable();
+    unchecked.dedup();
+    unchecked
 }
 
 /// Where a case passed only through its acceptable alternative, names the tolerated variant the

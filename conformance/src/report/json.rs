@@ -72,6 +72,7 @@ pub fn render(r: &Report) -> Value {
         "exit_code": r.exit_code(),
         "overall_variants": overall,
         "tolerated_variants": r.tolerated,
+        "unchecked_flags": r.unchecked,
         "adapter_broken": broken,
         "cases": cases,
     })

@@ -113,6 +113,14 @@ pub fn render(r: &Report, verbose: bool) -> String {
                 .join(", ")
         );
     }
+    let unchecked = &r.unchecked;
+    if !unchecked.is_empty() {
+        let _ = writeln!(
+            out,
+            "not checked: no graded value case carries the flag(s) {} (only skipped ones do; what they mark, spec/vectors.md [vec.flags], is untested by this run; -v lists the skips and why)",
+            unchecked.join(", ")
+        );
+    }
     let _ = writeln!(out, "{}", verdict(r, Question::Values));
     let _ = writeln!(out, "{}", verdict(r, Question::Validation));
     if r.nothing_ran() {
