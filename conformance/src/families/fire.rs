@@ -80,6 +80,27 @@ pub fn fire() -> crate::error::Result<Vec<(String, VectorFile)>> {
             .flags(&[Flag::RandomParams, Flag::FutureKeys]),
         );
     }
+    // The hidden layer scaled so that its pre-activations w·x + b reach ±20 on x ∈ [0, 1]: the
+    // other cases stay within ±3.2, where ReLU6 or a hardtanh-like clip equals ReLU.
+    let mut steep = random_fire(4, 8, 1, 104, Activation::Relu);
+    steep.mlp.layers[0].weight.iter_mut().for_each(|w| *w *= 10.0);
+    steep.mlp.layers[0].bias.iter_mut().for_each(|b| *b *= 4.0);
+    random.push(
+        Draft::bias(
+            "large-preactivations-square-16",
+            "random θ with hidden pre-activations up to ±20: f_θ's ReLU is not clipped",
+            fire_enc(&steep),
+            range(16),
+            range(16),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.params", "fire.activation", "variants.catalogue"])
+        .flags(&[
+            Flag::RandomParams,
+            Flag::LargePreactivations,
+            Flag::FutureKeys,
+        ]),
+    );
     let mut depth = Vec::new();
     for (dep, flag) in [(0usize, Flag::Depth0), (2, Flag::Depth2)] {
         let f = random_fire(4, 8, dep, 200 + dep as u64, Activation::Relu);

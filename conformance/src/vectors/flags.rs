@@ -33,6 +33,7 @@ macro_rules! flags {
 flags! {
     DefaultInit = "default-init": "Parameters are Appendix E's defaults with seeded nn.Linear-style MLP weights.",
     RandomParams = "random-params": "θ, c and m are drawn at random away from their defaults.",
+    LargePreactivations = "large-preactivations": "Hidden pre-activations reach well beyond ±6, where a clipped or saturating activation (ReLU6, hardtanh) departs from the specified one.",
     Depth0 = "depth-0": "The MLP has no hidden layer (a linear map of x per head).",
     Depth2 = "depth-2": "The MLP has two hidden layers (Appendix B's default approximator).",
     Gelu = "gelu": "The hidden activation is the exact GeLU.",
