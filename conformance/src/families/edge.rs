@@ -31,7 +31,8 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
         )
         .clauses(CORE)
         .clauses(&["conv.future"])
-        .flags(&[Flag::QueryZero, Flag::FutureKeys]),
+        .flags(&[Flag::QueryZero, Flag::FutureKeys])
+        .profile("bf16"),
         Draft::bias(
             "threshold-boundary",
             "queries L−1, L, L+1 with L = 8 exactly",
@@ -41,7 +42,8 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
         )
         .clauses(CORE)
         .clauses(&["fire.threshold", "conv.future"])
-        .flags(&[Flag::ThresholdBoundary, Flag::FutureKeys]),
+        .flags(&[Flag::ThresholdBoundary, Flag::FutureKeys])
+        .profile("bf16"),
         Draft::bias(
             "threshold-boundary-default",
             "queries 511, 512, 513 at L = 512",
@@ -90,7 +92,8 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
             range(38),
         )
         .clauses(CORE)
-        .flags(&[Flag::KvCache]),
+        .flags(&[Flag::KvCache])
+        .profile("bf16"),
         Draft::bias(
             "non-contiguous",
             "gapped queries and keys",
@@ -100,7 +103,8 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
         )
         .clauses(CORE)
         .clauses(&["conv.future"])
-        .flags(&[Flag::NonContiguous, Flag::FutureKeys]),
+        .flags(&[Flag::NonContiguous, Flag::FutureKeys])
+        .profile("bf16"),
         Draft::bias(
             "unsorted-repeated",
             "unsorted lists with a repeated position",
@@ -110,7 +114,8 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
         )
         .clauses(CORE)
         .clauses(&["conv.future"])
-        .flags(&[Flag::Unsorted, Flag::FutureKeys]),
+        .flags(&[Flag::Unsorted, Flag::FutureKeys])
+        .profile("bf16"),
         Draft::bias(
             "randomised-positions",
             "sorted random positions below 4096, as randomised-position training draws",
@@ -171,7 +176,8 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
         )
         .clauses(CORE)
         .clauses(&["fire.psi", "conv.future"])
-        .flags(&[Flag::NegativeC, Flag::RandomParams, Flag::FutureKeys]),
+        .flags(&[Flag::NegativeC, Flag::RandomParams, Flag::FutureKeys])
+        .profile("bf16"),
         Draft::bias(
             "negative-multiplier",
             "m = −0.75: L = |m·L_init| = 6",
@@ -185,7 +191,8 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
             Flag::NegativeMultiplier,
             Flag::RandomParams,
             Flag::FutureKeys,
-        ]),
+        ])
+        .profile("bf16"),
         Draft::bias(
             "negative-c-and-multiplier-default",
             "c = −0.1, m = −1 at default init equal the defaults",

@@ -77,7 +77,8 @@ pub fn fire() -> crate::error::Result<Vec<(String, VectorFile)>> {
             )
             .clauses(CORE)
             .clauses(&["fire.params", "variants.catalogue", "conv.length"])
-            .flags(&[Flag::RandomParams, Flag::FutureKeys]),
+            .flags(&[Flag::RandomParams, Flag::FutureKeys])
+            .profile("bf16"),
         );
     }
     // The hidden layer scaled so that its pre-activations w·x + b reach ±20 on x ∈ [0, 1]: the
@@ -99,7 +100,8 @@ pub fn fire() -> crate::error::Result<Vec<(String, VectorFile)>> {
             Flag::RandomParams,
             Flag::LargePreactivations,
             Flag::FutureKeys,
-        ]),
+        ])
+        .profile("bf16"),
     );
     let mut depth = Vec::new();
     for (dep, flag) in [(0usize, Flag::Depth0), (2, Flag::Depth2)] {
@@ -196,7 +198,8 @@ fn epsilon() -> crate::error::Result<(String, VectorFile)> {
         )
         .clauses(CORE)
         .clauses(&["fire.params"])
-        .flags(&[Flag::LargeEps, Flag::RandomParams, Flag::FutureKeys]),
+        .flags(&[Flag::LargeEps, Flag::RandomParams, Flag::FutureKeys])
+        .profile("bf16"),
         Draft::bias(
             "eps-hundredth",
             "ε = 10⁻², c = 1: where ε goes moves x by ~1 % of ψ(L)",
@@ -205,7 +208,8 @@ fn epsilon() -> crate::error::Result<(String, VectorFile)> {
             range(14),
         )
         .clauses(CORE)
-        .flags(&[Flag::LargeEps, Flag::RandomParams, Flag::FutureKeys]),
+        .flags(&[Flag::LargeEps, Flag::RandomParams, Flag::FutureKeys])
+        .profile("bf16"),
         Draft::bias(
             "eps-tenth-no-threshold-query-zero",
             "no threshold and ε = 0.1: query 0's normaliser is ε alone, so its row is f_θ(ψ(j)/ε)",
