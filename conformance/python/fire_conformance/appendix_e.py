@@ -34,6 +34,13 @@ A torch module with more hidden layers (Appendix B's approximator has two: ``mlp
 does not have is skipped with both architectures named. (A NumPy module cannot say its depth and
 gets Appendix E's one hidden layer only.)
 
+A torch module's state need not be Appendix E's exactly (``load_torch``): the case's MLP layers go,
+in order, to the module's ``mlp.N`` layers or else its ``nn.Linear`` layers, so a layer built with
+``bias=False`` or a dropped activation is graded (and named) rather than refused; scalars kept as
+``[1]`` take the case's values; buffers the case has no value for keep the constructor's; a
+parameter no case value reaches is refused by name. ``--dtype bf16`` casts it to ``bfloat16``.
+What the module writes to standard output goes to standard error: the protocol owns stdout.
+
 Options (after the module spec):
     --map OURS=THEIRS   rename a parameter (repeatable), e.g. --map L_multiplier=L_mult
     --dtype f32|f64     the dtype your module computes in (default f32; selects the tolerance)
@@ -130,22 +137,107 @@ def appendix_params(enc, any_depth=False):
     return ours[f"mlp.{last}.weight"].shape[0], ours["mlp.0.weight"].shape[0], ours
 
 
-def mlp_shapes(named):
-    """The MLP's layer shapes among ``named`` (name -> shape), in layer order."""
-    layers = sorted((int(k.split(".")[1]), shape) for k, shape in named.items()
-                    if re.fullmatch(r"mlp\.\d+\.weight", k))
-    return [tuple(shape) for _, shape in layers]
-
-
 def is_chain(shapes):
     """Whether ``[out, in]`` layer shapes compose into an MLP of one scalar input."""
-    return bool(shapes) and shapes[0][1] == 1 and all(
-        len(s) == 2 and s[1] == p[0] for p, s in zip(shapes, shapes[1:]))
+    return bool(shapes) and all(len(s) == 2 for s in shapes) and shapes[0][1] == 1 and all(
+        s[1] == p[0] for p, s in zip(shapes, shapes[1:]))
 
 
 def is_our_name(name):
     """One of our parameter names: Appendix E's, or a deeper layer's ``mlp.N.weight|bias``."""
     return name in NAMES or re.fullmatch(r"mlp\.\d+\.(weight|bias)", name) is not None
+
+
+def torch_layers(m, state, mapping):
+    """The torch module's MLP layers, first to last, as ``(weight name, bias name or None)`` in its
+    state dict: the layers named like ours (``mlp.N.weight``, directly or through ``--map``) when
+    it has such, in the order of N, else its ``nn.Linear`` layers in the order it registers them.
+    The case's layers go to these by position, not by number: ``nn.Sequential`` numbers its
+    activations too, so a module that drops one has ``mlp.0``, ``mlp.1``. A layer built with
+    ``bias=False`` has None."""
+    back = {v: k for k, v in mapping.items()}
+    named = []
+    for k in state:
+        hit = re.fullmatch(r"mlp\.(\d+)\.weight", back.get(k, k))
+        if hit:
+            named.append((int(hit.group(1)), k))
+    if named:
+        bias = lambda n: mapping.get(f"mlp.{n}.bias", f"mlp.{n}.bias")  # noqa: E731
+        return [(k, bias(n) if bias(n) in state else None) for n, k in sorted(named)]
+    return [(f"{name}.weight", f"{name}.bias" if mod.bias is not None else None)
+            for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)]
+
+
+def load_torch(m, ours, mapping, dt, width):
+    """Loads the case's parameters ``ours`` into the torch module ``m`` (already in ``dt``) and
+    returns ``{the module's name: ours}`` of what it loaded.
+
+    Layer by layer rather than one strict ``load_state_dict``: the catalogue's MLP mistakes
+    (spec/variants.md) are modules whose state a strict load refuses. A layer built with
+    ``bias=False`` takes the weight and leaves the case's bias out, which is exactly the mistake
+    (``hidden-bias-missing``, ``output-bias-missing``), graded and named like any other; a
+    dropped activation (``no-hidden-activation``) renumbers the layers, which go by position.
+    Scalars stored as ``[1]`` take the case's ``[]`` values.
+    Buffers the case has no value for (a table of positions) keep what the constructor made;
+    ``init_L`` may be absent from the state, the constructor having taken it. Anything else is
+    refused with the names: a case value with nowhere to go, or a module parameter no case
+    value reaches."""
+    state = m.state_dict()
+    params = {n for n, _ in m.named_parameters()}
+    for k, theirs in mapping.items():
+        if theirs not in state:
+            raise ValueError(f"--map {k}={theirs}: the module has no such parameter or buffer; "
+                             f"it has {list(state)}")
+    layers = torch_layers(m, state, mapping)
+    depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
+    ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
+    own = [tuple(state[w].shape) for w, _ in layers]
+    want = [tuple(ours[w].shape) for w, _ in ours_layers]
+    if not own:
+        raise ValueError("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
+                         f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
+    if not is_chain(want):
+        # An invalid case (shapes that do not chain, [num.errors]): the module could not hold
+        # these layers, and rejecting them is its answer.
+        raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
+    if own != want:
+        # A case whose MLP is not the module's (another depth, or widths the constructor does
+        # not build) is not for this module: skipped, not failed.
+        raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
+                            f"{describe(own)} (built with mlp_width={width})")
+    loaded = {}
+    for (w, b), (their_w, their_b) in zip(ours_layers, layers):
+        loaded[their_w] = w
+        if their_b is not None:
+            loaded[their_b] = b
+    for k in ("c", "init_L", "L_multiplier"):
+        theirs = mapping.get(k, k)
+        if theirs in state:
+            loaded[theirs] = k
+        elif k != "init_L":
+            raise ValueError(f"the module has no parameter or buffer `{theirs}` for the case's `{k}` "
+                             f"(it has {list(state)}); map it with --map {k}=NAME")
+    unset = [n for n in state if n in params and n not in loaded]
+    if unset:
+        raise ValueError(f"the module's parameter(s) {unset} take none of the case's values "
+                         f"({sorted(ours)}); map them with --map OURS=THEIRS, or write a build(case) glue")
+    values = {}
+    for theirs, k in loaded.items():
+        v = torch.as_tensor(ours[k], dtype=dt)
+        shape = tuple(state[theirs].shape)
+        if tuple(v.shape) != shape:
+            if v.dim() <= 1 and len(shape) <= 1 and v.numel() == int(np.prod(shape)):
+                v = v.reshape(shape)
+            else:
+                raise ValueError(f"the case's `{k}` has shape {list(v.shape)}, the module's "
+                                 f"`{theirs}` {list(shape)}")
+        values[theirs] = v
+    m.load_state_dict(values, strict=False)
+    return loaded
+
+
+# The torch dtype of each --dtype: what the module is cast to, and what it must return.
+TORCH_DTYPES = {"f64": "float64", "f32": "float32", "bf16": "bfloat16"}
 
 
 class Glue:
@@ -167,26 +259,19 @@ class Glue:
         heads, width, ours = self.params(enc)
         m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
                      eps=enc["eps"], **self.kwargs)
-        state = {self.mapping.get(k, k): v for k, v in ours.items()}
         if torch is not None and isinstance(m, torch.nn.Module):
-            # A case whose MLP is not the module's (another depth, or widths the constructor
-            # does not build) is not for this module: skipped, not failed. A module whose MLP
-            # goes by other names (no `mlp.N.weight` of ours) meets the strict load below, and
-            # so does a case whose layers do not chain (an invalid one: the load refuses it).
-            back = {v: k for k, v in self.mapping.items()}
-            own = mlp_shapes({back.get(k, k): tuple(v.shape) for k, v in m.state_dict().items()})
-            want = mlp_shapes({k: v.shape for k, v in ours.items()})
-            if own and own != want and is_chain(want):
-                raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
-                                    f"{describe(own)} (built with mlp_width={width})")
-            dt = torch.float64 if self.dtype == "f64" else torch.float32
+            # The whole module in the dtype asked, bf16 included: a bf16 module computes and
+            # returns bfloat16, graded by the bf16 profile [num.profiles].
+            dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = m.to(dt)
-            m.load_state_dict({k: torch.as_tensor(v, dtype=dt) for k, v in state.items()}, strict=True)
+            names = load_torch(m, ours, self.mapping, dt, width)
             m.eval()
         else:
+            # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
             dt = np.float64 if self.dtype == "f64" else np.float32
-            m.load_state_dict({k: np.asarray(v, dtype=dt) for k, v in state.items()})
-        return m, heads
+            names = {self.mapping.get(k, k): k for k in ours}
+            m.load_state_dict({k: np.asarray(ours[v], dtype=dt) for k, v in names.items()})
+        return m, heads, names, ours
 
     def forward(self, m, heads, case, torch_module):
         """The module's bias over what it was asked: ([H, R, C] array-like, gathered?)."""
@@ -239,6 +324,8 @@ class Glue:
         for layout in order:
             try:
                 full = call(layout)
+            except NotABias:
+                raise
             except (ValueError, RuntimeError, TypeError, IndexError) as e:
                 errors.append((layout, e))
                 continue
@@ -251,7 +338,7 @@ class Glue:
         case.check_positions()
         if case.kind not in ("bias", "vjp"):
             raise fire_kit.Skip(f"kind `{case.kind}`: the module returns the bias only")
-        m, heads = self.module(case)
+        m, heads, names, ours = self.module(case)
         torch_module = torch is not None and isinstance(m, torch.nn.Module)
         cot = None
         if case.kind == "vjp":
@@ -266,7 +353,7 @@ class Glue:
                 full, direct = self.forward(m, heads, case, True)
         else:
             full, direct = self.forward(m, heads, case, torch_module)
-        want_dt = ({"f64": torch.float64, "f32": torch.float32, "bf16": torch.bfloat16}[self.dtype]
+        want_dt = (getattr(torch, TORCH_DTYPES[self.dtype])
                    if torch_module else {"f64": np.float64, "f32": np.float32}.get(self.dtype))
         got_dt = full.dtype if torch_module else np.asarray(full).dtype
         if want_dt is not None and got_dt != want_dt:
@@ -283,11 +370,15 @@ class Glue:
                 r, k = (qi, ki) if direct else (i, j)
                 g[:, r, k] += c[:, qi, ki]
         (full * g).sum().backward()
-        back = {v: k for k, v in self.mapping.items()}
-        grads = {back.get(n, n): p.grad for n, p in m.named_parameters() if p.requires_grad}
+        # Every trainable parameter's gradient under our name, in the case's shape (a scalar the
+        # module keeps as [1] has a gradient of [1]). A module that trains `init_L`, which
+        # [grad.layout] freezes, sends that gradient too, unasked for: the reply shows it. A
+        # layer built without a bias sends none for it, and the case fails on the missing output.
+        grads = {names[n]: p.grad for n, p in m.named_parameters() if p.requires_grad and n in names}
         if case.encoding["threshold"] != "learnable":
             grads.pop("L_multiplier", None)
-        return {k: v if v is not None else torch.zeros(()) for k, v in grads.items()}
+        return {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k]))
+                for k, v in grads.items()}
 
 
 # What each layout of x is, for the error that names them all.
@@ -309,8 +400,23 @@ def every_layout_failed(errors):
     return err
 
 
+class NotABias(TypeError):
+    """The module returned something other than one array (a tuple, a dict): no layout of x
+    changes that, so it is said at once, not after trying each."""
+
+
 def squeeze(out, heads, rows, cols):
     """[H, R, C] from [H, R, C], [1, H, R, C] or [B, H, R, C] with equal batch entries."""
+    if not hasattr(out, "shape"):
+        what = type(out).__name__
+        if isinstance(out, (tuple, list)):
+            what = f"a {what} of {len(out)}"
+        elif isinstance(out, dict):
+            what = f"a dict with keys {list(out)}"
+        else:
+            what = f"a {what}"
+        raise NotABias(f"forward returned {what}; the glue expects the bias tensor alone: write a "
+                       "build(case) glue that picks it out (--fire-glue, fire-conformance-glue)")
     shape = tuple(out.shape)
     if len(shape) == 3 and shape == (heads, rows, cols):
         return out
@@ -369,6 +475,8 @@ def is_jax_module(cls):
 def main(argv=None):
     a = parser().parse_args(argv)
     mapping = parse_map(a.map)
+    # Before the module is imported: a print there or in its forward would be read as a reply.
+    fire_kit.reserve_stdout()
     cls = load_class(a.module)
     if is_jax_module(cls):
         from fire_conformance import jax_glue

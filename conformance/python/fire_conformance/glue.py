@@ -46,6 +46,8 @@ def main(argv=None):
     p.add_argument("glue", help="path/to/my_glue.py, defining build(case)")
     p.add_argument("--name", help="the name reports use (default: CAPABILITIES['name'] or the file)")
     a = p.parse_args(argv)
+    # Before the glue file is imported: a print there or in its build would be read as a reply.
+    kit.reserve_stdout()
     module, caps = load_glue(a.glue)
     caps.setdefault("name", f"glue: {a.glue}")
     if a.name:

@@ -180,6 +180,8 @@ class JaxGlue:
             args, direct = self.args(style, heads, case)
             try:
                 out = self.evaluate(m, heads, case, ours, args, direct)
+            except appendix_e.NotABias:
+                raise
             except (ValueError, RuntimeError, TypeError, IndexError) as e:
                 if len(styles) == 1:
                     raise
@@ -251,6 +253,8 @@ def main(argv=None):
     a = appendix_e.parser(__doc__).parse_args(argv)
     appendix_e.parse_map(a.map)
     _jax()
+    # Before the module is imported: a print there or in its __call__ would be read as a reply.
+    fire_kit.reserve_stdout()
     return serve(appendix_e.load_class(a.module), a)
 
 

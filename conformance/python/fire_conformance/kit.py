@@ -4,7 +4,8 @@
 Write one function, ``build(case)``, that returns the requested output, and call
 ``serve(build, name=...)``. The kit does the rest: the handshake, one reply per request, the
 encoding of NaN and infinities, turning exceptions into ``errored`` replies (the right answer to
-an invalid case), and ``Skip`` into ``skipped``. See spec/protocol.md.
+an invalid case), and ``Skip`` into ``skipped``, with standard output kept for the replies (what
+``build`` prints goes to standard error). See spec/protocol.md.
 
 Most FIRE modules compute the full T x T bias for positions 0..T-1. ``case.gather(full)`` picks the
 requested rows and columns out of such a square, so those modules also run the non-contiguous,
@@ -16,6 +17,7 @@ Standard library only; numpy is used when ``build`` returns numpy arrays (anythi
 
 import json
 import math
+import os
 import sys
 
 PROTOCOL = 1
@@ -129,15 +131,46 @@ class Case:
         return full[..., self.queries, :][..., self.keys]
 
 
-def _reply(obj):
-    sys.stdout.write(json.dumps(obj, allow_nan=False) + "\n")
+# Where replies go once ``reserve_stdout`` has run: the process's original standard output.
+_replies = None
+
+
+def reserve_stdout():
+    """Keeps the real standard output for protocol replies and sends everything else written to
+    it (``print``, logging configured with ``stream=sys.stdout``, C extensions, child processes)
+    to standard error, and returns the stream replies go to. A stray line on standard output is
+    read as a reply and fails the case, or the handshake [proto.framing]; a module's leftover debug
+    print is no FIRE mistake, so the glue entry points call this before they import user code,
+    and ``serve`` before it answers. Idempotent; a ``sys.stdout`` that is no file (captured in a
+    test) is left as it is and used for replies."""
+    global _replies
+    if _replies is not None:
+        return _replies
     sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+        err = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        _replies = sys.stdout
+        return _replies
+    _replies = os.fdopen(os.dup(fd), "w", encoding="utf-8")
+    os.dup2(err, fd)
+    sys.stdout = sys.stderr
+    return _replies
+
+
+def _reply(obj):
+    out = reserve_stdout()
+    out.write(json.dumps(obj, allow_nan=False) + "\n")
+    out.flush()
 
 
 def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
           placement="after-scaling", stdin=None):
     """Answer the harness until it says bye. ``build(case)`` returns one output (for a single
-    requested output) or a dict of outputs by name."""
+    requested output) or a dict of outputs by name. Anything else written to standard output
+    from here on goes to standard error (``reserve_stdout``)."""
+    reserve_stdout()
     stdin = stdin or sys.stdin
     for line in stdin:
         if not line.strip():

@@ -137,3 +137,10 @@ class AlwaysRaises(Correct):
 
     def __call__(self, x, attention_mask):
         return self.bias(x.shape[2])
+
+
+class ReturnsTuple(Correct):
+    """Correct bias, returned with the normalised distances for logging: forward gives a tuple."""
+
+    def __call__(self, x):
+        return self.bias(x.shape[2]), None

@@ -6,6 +6,7 @@ exact verdict on each.
     future-negated        right on the causal triangle, signed distances after the query (NaN or
                           negative there), declares future_keys="negated"; computes gradients
     t5-binary64           the official T5 bucketing computed in float64
+    prints                the independent NumPy FIRE, printing to standard output in build
 """
 
 import math
@@ -67,11 +68,17 @@ def t5_binary64(case):
     return values[:, bucket]
 
 
+def prints(case):
+    print("case", case.id)
+    return numpy_fire.build(case)
+
+
 GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
     "future-negated": (future_negated, {"future_keys": "negated",
                                          "families": ["fire", "fire-grad", "edge", "invalid"]}),
     "t5-binary64": (t5_binary64, {}),
+    "prints": (prints, {"families": ["fire", "edge", "invalid"]}),
 }
 
 if __name__ == "__main__":

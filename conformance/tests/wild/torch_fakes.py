@@ -1,6 +1,8 @@
 """The paper's Appendix E module in PyTorch, as published, the same with one mistake, and the
-GPT-style copy that reads the length from hidden states; driven through ``adapters/appendix_e.py``
-by ``tests/wild.rs`` when torch is installed."""
+GPT-style copy that reads the length from hidden states; the catalogue's MLP mistakes as they are
+written in torch (spec/variants.md, "in code"); correct modules whose state is shaped otherwise
+than Appendix E's; driven through ``adapters/appendix_e.py`` by ``tests/wild.rs`` when torch is
+installed."""
 
 import torch
 import torch.nn as nn
@@ -54,3 +56,73 @@ class TwoHidden(FIRE):
         super().__init__(num_heads, mlp_width, init_c, init_L, eps)
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, mlp_width),
                                  nn.ReLU(), nn.Linear(mlp_width, num_heads))
+
+
+class HiddenBiasFalse(FIRE):
+    """``hidden-bias-missing``: ``nn.Linear(1, W, bias=False)``."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width, bias=False), nn.ReLU(), nn.Linear(mlp_width, num_heads))
+
+
+class OutputBiasFalse(FIRE):
+    """``output-bias-missing``: ``nn.Linear(W, H, bias=False)``."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, num_heads, bias=False))
+
+
+class NoHiddenActivation(FIRE):
+    """``no-hidden-activation``: ``nn.Sequential(nn.Linear(1, W), nn.Linear(W, H))``, whose layers
+    are ``mlp.0`` and ``mlp.1``."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.Linear(mlp_width, num_heads))
+
+
+class ScalarsShape1(FIRE):
+    """Correct; ``c``, ``init_L`` and ``L_multiplier`` kept as ``[1]`` tensors, a common style."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.c = nn.Parameter(torch.tensor([init_c]))
+        self.init_L = nn.Parameter(torch.tensor([init_L]), requires_grad=False)
+        self.L_multiplier = nn.Parameter(torch.ones(1))
+
+
+class PositionsBuffer(FIRE):
+    """Correct; the positions precomputed in a persistent buffer, so in the state dict."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, max_len=8192):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.register_buffer("positions", torch.arange(max_len, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor):
+        pos = self.positions[:x.size(2)].to(x.dtype)
+        rel = self.numerator(pos[:, None] - pos[None, :])
+        norm = torch.log(torch.abs(self.c * torch.max(pos, torch.abs(self.L_multiplier * self.init_L))) + 1) + self.eps
+        return self.mlp((rel / norm[:, None]).unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class ExtraParameter(FIRE):
+    """Appendix E with a learnable output scale: a parameter no case value reaches, which the
+    glue must refuse by name rather than leave at its initial value."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x: torch.Tensor):
+        return self.scale * super().forward(x)
+
+
+class TrainableInitL(FIRE):
+    """The bias right, but ``init_L`` left trainable (``requires_grad`` True): it takes a
+    gradient that [grad.layout] freezes, and every other gradient is still right."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.init_L = nn.Parameter(torch.tensor(init_L))
