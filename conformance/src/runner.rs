@@ -398,7 +398,24 @@ fn compare_outputs(
             }
         }
     }
+    if let Some(frozen) = trained_init_l(case, got) {
+        details.push(frozen);
+    }
     (details, notes)
+}
+
+/// A gradient reply that carries a nonzero gradient for `init_L`: the module trains what
+/// [grad.layout] freezes. Its other gradients can all be right (`L = |m·L_init|` splits the same
+/// sensitivity between `m` and `L_init`), so only this output shows it; glue that returns every
+/// parameter's gradient sends it. spec: [grad.layout]
+fn trained_init_l(case: &Case, got: &BTreeMap<String, Tensor>) -> Option<String> {
+    let t = got.get("init_L").filter(|_| case.kind == Kind::Vjp)?;
+    let largest = t.data.iter().fold(0.0_f64, |a, v| a.max(v.abs()));
+    (largest != 0.0).then(|| {
+        format!(
+            "the reply carries a gradient for `init_L` (|·| up to {largest:e}), which [grad.layout] freezes: the module trains init_L (make it a buffer, or a parameter with requires_grad=False)"
+        )
+    })
 }
 
 /// One diagnosable case that ran: what it is, what came back, how it was graded.
