@@ -84,7 +84,10 @@ pub fn fire() -> crate::error::Result<Vec<(String, VectorFile)>> {
     // The hidden layer scaled so that its pre-activations w·x + b reach ±20 on x ∈ [0, 1]: the
     // other cases stay within ±3.2, where ReLU6 or a hardtanh-like clip equals ReLU.
     let mut steep = random_fire(4, 8, 1, 104, Activation::Relu);
-    steep.mlp.layers[0].weight.iter_mut().for_each(|w| *w *= 10.0);
+    steep.mlp.layers[0]
+        .weight
+        .iter_mut()
+        .for_each(|w| *w *= 10.0);
     steep.mlp.layers[0].bias.iter_mut().for_each(|b| *b *= 4.0);
     random.push(
         Draft::bias(
