@@ -462,9 +462,17 @@ fn layout_qkh(fire: &Fire, queries: &[Position], keys: &[Position]) -> Result<Bi
     // What the correct evaluation checks (the positions, the parameters) still applies.
     crate::positions::validate("query positions", queries)?;
     crate::positions::validate("key positions", keys)?;
-    evaluate(fire, &queries[..queries.len().min(1)], &keys[..keys.len().min(1)])?;
+    evaluate(
+        fire,
+        &queries[..queries.len().min(1)],
+        &keys[..keys.len().min(1)],
+    )?;
     let heads = fire.mlp.heads();
-    let n = queries.iter().chain(keys).max().map_or(0, |&p| u128::from(p) + 1);
+    let n = queries
+        .iter()
+        .chain(keys)
+        .max()
+        .map_or(0, |&p| u128::from(p) + 1);
     let h = heads as u128;
     let at = |head: usize, i: Position, j: Position| {
         let flat = (head as u128 * n + u128::from(i)) * n + u128::from(j);
