@@ -7,11 +7,13 @@
 
 pub mod compare;
 pub mod conventions;
+pub mod coverage;
 pub mod diagnose;
 pub mod error;
 pub mod export;
 pub mod families;
 pub mod generate;
+pub mod grade;
 pub mod implementation;
 pub mod implementations;
 pub mod protocol;

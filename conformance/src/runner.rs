@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
-use crate::compare::{self, compare_either, Mismatch, Profile, Shown};
-use crate::conventions::{adjust, CAUSAL_COTANGENT};
+use crate::compare::{self, Profile};
+use crate::coverage;
 use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
-use crate::implementation::{Capabilities, FutureKeys, Implementation, Placement, Reply, Request};
-use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
+pub use crate::grade::{acceptable_for, expected_for, judge};
+use crate::implementation::{Capabilities, Implementation, Reply, Request};
+use crate::vectors::format::{Case, Tensor, Verdict};
 use crate::vectors::load::Suite;
 
 /// How a case ended.
@@ -283,141 +284,6 @@ fn family(id: &str) -> &str {
     id.split('/').next().unwrap_or(id)
 }
 
-/// Grades one reply. spec: [proto.reply], [vec.invalid], [num.compare]
-pub fn judge(
-    case: &Case,
-    reply: &Reply,
-    profile: Profile,
-    caps: &Capabilities,
-) -> (Status, Vec<String>) {
-    match (reply, case.result) {
-        (Reply::Broken(m), _) => (Status::Failed, vec![m.clone()]),
-        (Reply::Skipped(r), _) => (Status::Skipped, vec![format!("skipped by the implementation: {r}")]),
-        (Reply::Errored(_), Verdict::Invalid) => (Status::Passed, vec![]),
-        (Reply::Errored(m), Verdict::Valid) => (Status::Failed, vec![format!("errored on a valid case: {m}")]),
-        (Reply::Output(_), Verdict::Invalid) => (
-            Status::Failed,
-            vec!["returned an output for an invalid case; it must be rejected (reply `errored`) [num.errors]".into()],
-        ),
-        (Reply::Output(got), Verdict::Valid) => {
-            let (failures, notes) = compare_outputs(case, got, profile, caps);
-            let status = if failures.is_empty() { Status::Passed } else { Status::Failed };
-            (status, failures.into_iter().chain(notes).collect())
-        }
-    }
-}
-
-/// The convention whose outputs grade `case` for an implementation with `caps`
-/// (`expected_under`'s key), or `None` for the normative outputs: the placement of attention
-/// cases, and for gradient cases the cotangent restricted to the causal triangle when keys
-/// after the query are not mirrored. spec: [vec.case], [attn.placement], [conv.future]
-fn convention(case: &Case, caps: &Capabilities) -> Option<&'static str> {
-    let name = match (case.kind, caps.placement, caps.future_keys) {
-        (Kind::Attention, Placement::BeforeScaling, _) => "placement=before-scaling",
-        (Kind::Vjp, _, f) if f != FutureKeys::Mirrored => CAUSAL_COTANGENT,
-        _ => return None,
-    };
-    case.expected_under
-        .as_ref()?
-        .contains_key(name)
-        .then_some(name)
-}
-
-/// The outputs `case` is graded against for an implementation with `caps`: the normative
-/// ones, or those under its declared convention where the case has them. spec: [vec.case]
-pub fn expected_for<'a>(
-    case: &'a Case,
-    caps: &Capabilities,
-) -> Option<&'a BTreeMap<String, Tensor>> {
-    match convention(case, caps) {
-        Some(name) => case.expected_under.as_ref()?.get(name),
-        None => case.expected.as_ref(),
-    }
-}
-
-/// The acceptable alternatives beside [`expected_for`]'s outputs. spec: [vec.case]
-pub fn acceptable_for<'a>(case: &'a Case, caps: &Capabilities) -> &'a [BTreeMap<String, Tensor>] {
-    let alternatives = match convention(case, caps) {
-        Some(name) => case.acceptable_under.as_ref().and_then(|u| u.get(name)),
-        None => case.acceptable.as_ref(),
-    };
-    alternatives.map_or(&[], Vec::as_slice)
-}
-
-fn compare_outputs(
-    case: &Case,
-    got: &BTreeMap<String, Tensor>,
-    profile: Profile,
-    caps: &Capabilities,
-) -> (Vec<String>, Vec<String>) {
-    let mut details = Vec::new();
-    let mut notes = Vec::new();
-    let Some(expected) = expected_for(case, caps) else {
-        return (details, notes);
-    };
-    for (name, want) in expected {
-        let (want, mask) = adjust(case.kind, &case.inputs, want, caps.future_keys);
-        let acceptable: Vec<Tensor> = acceptable_for(case, caps)
-            .iter()
-            .filter_map(|a| a.get(name))
-            .map(|a| adjust(case.kind, &case.inputs, a, caps.future_keys).0)
-            .collect();
-        let result = match got.get(name) {
-            None => Err(Mismatch::Missing),
-            Some(g) => compare_either(g, &want, &acceptable, profile, mask.as_deref()),
-        };
-        match result {
-            Ok(0) => {}
-            Ok(n) => notes.push(format!(
-                "accepted: {n} element(s) of `{name}` match one of the case's acceptable alternatives, where the spec leaves the value to the implementation (its floating-point library, or its sub-gradient at a kink)"
-            )),
-            Err(Mismatch::Missing) => {
-                details.push(format!("output `{name}` is missing from the reply"))
-            }
-            Err(Mismatch::Shape { want, got }) => details.push(format!(
-                "output `{name}` has shape {got:?}, expected {want:?}"
-            )),
-            Err(Mismatch::Values {
-                count,
-                checked,
-                worst,
-                first,
-            }) => {
-                details.push(format!(
-                    "output `{name}` {:?}: {count} of {checked} elements differ (profile {}: |got − want| ≤ {:e} + {:e} · scale {})",
-                    want.shape,
-                    profile.name,
-                    profile.atol,
-                    profile.rtol,
-                    want.scale.map_or_else(|| "max|want|".into(), |s| format!("{s:.4e}"))
-                ));
-                details.push(format!("  worst {}", Shown(&worst, &want.shape)));
-                for e in first.iter().filter(|e| e.flat != worst.flat) {
-                    details.push(format!("  at    {}", Shown(e, &want.shape)));
-                }
-            }
-        }
-    }
-    if let Some(frozen) = trained_init_l(case, got) {
-        details.push(frozen);
-    }
-    (details, notes)
-}
-
-/// A gradient reply that carries a nonzero gradient for `init_L`: the module trains what
-/// [grad.layout] freezes. Its other gradients can all be right (`L = |m·L_init|` splits the same
-/// sensitivity between `m` and `L_init`), so only this output shows it; glue that returns every
-/// parameter's gradient sends it. spec: [grad.layout]
-fn trained_init_l(case: &Case, got: &BTreeMap<String, Tensor>) -> Option<String> {
-    let t = got.get("init_L").filter(|_| case.kind == Kind::Vjp)?;
-    let largest = t.data.iter().fold(0.0_f64, |a, v| a.max(v.abs()));
-    (largest != 0.0).then(|| {
-        format!(
-            "the reply carries a gradient for `init_L` (|·| up to {largest:e}), which [grad.layout] freezes: the module trains init_L (make it a buffer, or a parameter with requires_grad=False)"
-        )
-    })
-}
-
 /// One diagnosable case that ran: what it is, what came back, how it was graded.
 struct Ran<'a> {
     outcome: usize,
@@ -521,7 +387,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     } else {
         vec![]
     };
-    let unchecked = unchecked_flags(suite, &outcomes);
+    let unchecked = coverage::unchecked_flags(suite, &outcomes);
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -533,49 +399,6 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         fail_on: opts.fail_on,
         unchecked,
     })
-}
-
-/// What an implementation computes for a case, coarsely: its kind and its encoding, FIRE's
-/// with the depth and activation of f_θ (a module of one architecture skips the others').
-fn domain(case: &Case) -> String {
-    let mlp = |m: &crate::vectors::format::MlpParams| {
-        format!(
-            "depth {} {}",
-            m.layers.len().saturating_sub(1),
-            m.activation
-        )
-    };
-    let encoding = match &case.encoding {
-        Encoding::Fire(p) => format!("fire {}", mlp(&p.mlp)),
-        Encoding::FireShared(_) => "fire-s".into(),
-        Encoding::FirePerLayer(_) => "fire per layer".into(),
-        Encoding::Baseline(b) => b.name.clone(),
-    };
-    format!("{:?} {encoding}", case.kind)
-}
-
-/// [`Report::unchecked`].
-fn unchecked_flags(suite: &Suite, outcomes: &[Outcome]) -> Vec<String> {
-    let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();
-    let values = || {
-        outcomes
-            .iter()
-            .filter(|o| o.question == Question::Values)
-            .filter_map(|o| Some((o, *cases.get(o.id.as_str())?)))
-    };
-    let graded: Vec<(&Outcome, &Case)> = values()
-        .filter(|(o, _)| o.status != Status::Skipped)
-        .collect();
-    let domains: Vec<String> = graded.iter().map(|(_, c)| domain(c)).collect();
-    let mut unchecked: Vec<String> = values()
-        .filter(|(o, c)| o.status == Status::Skipped && domains.contains(&domain(c)))
-        .flat_map(|(o, _)| o.flags.iter())
-        .filter(|f| !graded.iter().any(|(o, _)| o.flags.contains(f)))
-        .cloned()
-        .collect();
-    unchecked.sort_unstable();
-    unchecked.dedup();
-    unchecked
 }
 
 /// Where a case passed only through its acceptable alternative, names the tolerated variant the
