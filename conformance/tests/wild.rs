@@ -3,10 +3,13 @@
 //! mistakes caught in f32 and named alone, NaN-producing mistakes named by their NaN pattern,
 //! declared conventions honoured by gradient cases, broken glue called broken, vacuous runs
 //! refused, the values verdict kept apart from the validation verdict, modules whose state is not
-//! Appendix E's loaded (or refused by name), and what a module prints kept off the protocol.
+//! Appendix E's (a torch state dict, a JAX params tree) loaded or refused by name, and what a
+//! module prints kept off the protocol.
 //!
 //! NumPy fakes always run (CI sets FIRE_REQUIRE_NUMPY=1, which turns a missing numpy into a
-//! failure); the PyTorch fakes run when torch imports and are skipped loudly otherwise.
+//! failure); the PyTorch fakes run when torch imports and are skipped loudly otherwise; the JAX
+//! fakes run when jax imports, and FIRE_REQUIRE_JAX=1 (set by CI) turns a missing jax into a
+//! failure.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -346,7 +349,14 @@ fn a_forward_that_returns_a_tuple_is_called_broken_saying_so() {
 
 /// Asserts a run of `cmd` passes on values with at least `min` cases graded.
 fn passes(cmd: &str, min: u64) -> Value {
-    let (code, r) = run(cmd, &["--fail-on", "values"]);
+    passes_in(cmd, min, &[])
+}
+
+/// As [`passes`], on the cases `args` select.
+fn passes_in(cmd: &str, min: u64, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["--fail-on", "values"]);
+    let (code, r) = run(cmd, &args);
     assert_eq!(code, 0, "{cmd}: {r:#}");
     assert_eq!(count(&r, "values", "failed"), 0, "{cmd}: {r:#}");
     assert!(count(&r, "values", "passed") >= min, "{cmd}: {r:#}");
@@ -461,4 +471,145 @@ fn a_torch_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
     assert!(cases
         .iter()
         .any(|c| c["id"].as_str().unwrap().starts_with("fire/") && c["status"] == "passed"));
+}
+
+/// Whether the JAX fakes can run: a failure when FIRE_REQUIRE_JAX is set (CI), else a loud skip.
+fn jax() -> bool {
+    let ok = python_has("jax");
+    if !ok {
+        assert!(
+            std::env::var_os("FIRE_REQUIRE_JAX").is_none(),
+            "FIRE_REQUIRE_JAX is set but jax is missing"
+        );
+        eprintln!("SKIPPED: jax is not installed; the JAX wild implementations were NOT run");
+    }
+    ok
+}
+
+/// The glue command for a class of `tests/wild/jax_fakes.py` (the Appendix E adapter hands a
+/// module with `init`/`apply` to the JAX glue).
+fn jax_fake(class: &str) -> String {
+    fake("jax_fakes.py", class, "f32")
+}
+
+/// The cases the JAX runs take. Eager JAX compiles every primitive for every new shape (~50 ms
+/// each; a gradient case costs seconds), so a whole-suite run costs a minute: the bias cases
+/// below share one shape; the gradient cases add a VJP and both kinks.
+const JAX_BIAS: [&str; 2] = ["--run", "fire/random-params/*"];
+const JAX_GRAD: [&str; 6] = [
+    "--run",
+    "fire/random-params/*",
+    "--run",
+    "fire-grad/vjp/random-square-12",
+    "--run",
+    "fire-grad/kinks/*",
+];
+
+/// The ids of the cases of `r` that passed and start with `prefix`.
+fn passed_with(r: &Value, prefix: &str) -> Vec<String> {
+    r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "passed" && c["id"].as_str().unwrap().starts_with(prefix))
+        .map(|c| c["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_catalogued_mlp_mistakes_written_in_jax_are_graded_and_named() {
+    if !jax() {
+        return;
+    }
+    // A params tree without a bias leaf is loaded layer by layer, graded, and the mistake
+    // named, where a by-name lookup called the glue broken.
+    for (class, variant) in [
+        ("HiddenBiasFalse", "hidden-bias-missing"),
+        ("OutputBiasFalse", "output-bias-missing"),
+        ("NoHiddenActivation", "no-hidden-activation"),
+    ] {
+        let (code, r) = run(&jax_fake(class), &JAX_BIAS);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "failed"), 4, "{class}: {r:#}");
+        assert_eq!(overall(&r), [variant], "{class}: {r:#}");
+    }
+}
+
+#[test]
+fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and_gradients() {
+    if !jax() {
+        return;
+    }
+    for class in ["ScalarsShape1", "NamedOutputFirst"] {
+        let r = passes_in(&jax_fake(class), 7, &JAX_GRAD);
+        let grads = passed_with(&r, "fire-grad/");
+        assert_eq!(grads.len(), 3, "{class}: {grads:?}: {r:#}");
+    }
+}
+
+#[test]
+fn a_deeper_jax_approximator_is_graded_on_the_cases_of_its_depth() {
+    if !jax() {
+        return;
+    }
+    let args = [
+        "--run",
+        "fire/depth/depth-2*",
+        "--run",
+        "fire-grad/vjp/depth-2",
+        "--run",
+        "fire/default-init/square-8",
+    ];
+    let r = passes_in(&jax_fake("TwoHidden"), 3, &args);
+    let deep: Vec<String> = passed_with(&r, "")
+        .into_iter()
+        .filter(|id| id.contains("depth-2"))
+        .collect();
+    assert!(deep.len() >= 3, "{deep:?}: {r:#}");
+    assert!(
+        deep.iter().any(|id| id.starts_with("fire-grad/")),
+        "{deep:?}"
+    );
+    // The one-hidden-layer cases are not its architecture: skipped, none graded.
+    assert!(passed_with(&r, "fire/default-init/").is_empty(), "{r:#}");
+}
+
+#[test]
+fn a_jax_module_with_a_parameter_no_case_value_reaches_is_refused_by_name() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("ExtraParameter"), &JAX_BIAS);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("['scale']") && error.contains("--map"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_jax_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
+    if !jax() {
+        return;
+    }
+    let mut args = JAX_GRAD.to_vec();
+    args.extend(["--fail-on", "values"]);
+    let (code, r) = run(&jax_fake("TrainableInitL"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    let failed: Vec<&Value> = cases
+        .iter()
+        .filter(|c| c["status"] == "failed" && c["question"] == "values")
+        .collect();
+    assert!(!failed.is_empty());
+    for c in &failed {
+        let id = c["id"].as_str().unwrap();
+        assert!(id.starts_with("fire-grad/"), "{id} failed: {c:#}");
+        assert!(
+            c["details"].to_string().contains("[grad.layout] freezes"),
+            "{id}: {c:#}"
+        );
+    }
+    assert!(!passed_with(&r, "fire/").is_empty(), "{r:#}");
 }

@@ -12,13 +12,19 @@ exactly that; so is a plain-JAX class with those two methods (``examples/jax_fir
 How it is called (``x``, ``hidden``, ``scores``, ``seq_len``, ``positions``, ``qk``) is read from
 ``__call__``'s parameters as in ``appendix_e``, or forced with ``--call``; an introspected
 ``__call__(x)`` is tried with x as ``[1, H, T, 1]``, ``[1, T, 1]`` and ``[1, H, T, T]`` in turn, as
-there. The parameters are found in the module's own
-``params`` tree (from ``init``): the leaves named ``c``, ``L_multiplier`` and, when it is a
-parameter, ``init_L``; and the two ``Dense`` layers (``kernel``/``bias`` pairs, first layer first;
-a ``kernel`` is ``[in, out]``, the transpose of PyTorch's ``weight``). Other layouts are mapped
-with ``--map OURS=PATH``, PATH ``/``-separated in the tree, e.g.
-``--map mlp.0.weight=mlp/layers_0/kernel --map L_multiplier=L_mult``. Variables outside
-``params`` (an ``init_L`` constant, say) come from ``init`` with the case's constructor arguments.
+there.
+
+The parameters are found in the module's own ``params`` tree (from ``init``), layer by layer as
+the torch glue loads a state dict (``load_jax``): the leaves named ``c``, ``L_multiplier`` and,
+when it is a parameter, ``init_L``; and the MLP's layers, every 2-D ``kernel`` leaf with the
+``bias`` beside it, in the order their shapes compose (a ``kernel`` is ``[in, out]``, the
+transpose of PyTorch's ``weight``). A module of another depth (Appendix B's two hidden layers) is
+graded on the cases of its depth; a ``Dense(use_bias=False)`` layer is graded, and its mistake
+named, rather than refused; a scalar kept as ``[1]`` takes the case's value; a parameter no case
+value reaches is refused by name. Other layouts are mapped with ``--map OURS=PATH``, PATH
+``/``-separated in the tree, e.g. ``--map mlp.0.weight=mlp/layers_0/kernel --map
+L_multiplier=L_mult`` (map every layer once you map one). Variables outside ``params`` (an
+``init_L`` constant, say) come from ``init`` with the case's constructor arguments.
 
 Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future-keys``,
 ``--max-len``, ``--kwargs``). ``--dtype f64`` turns on ``jax_enable_x64``.
@@ -26,6 +32,7 @@ Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future
 
 import inspect
 import json
+import re
 import sys
 import types
 
@@ -33,8 +40,8 @@ import numpy as np
 
 from fire_conformance import appendix_e
 from fire_conformance import kit as fire_kit
+from fire_conformance.appendix_e import is_chain
 
-OURS = appendix_e.NAMES
 SCALARS = ("c", "init_L", "L_multiplier")
 
 
@@ -68,34 +75,101 @@ def _unflatten(flat):
     return tree
 
 
-def find_params(flat, mapping):
-    """Our parameter name -> path in the module's params tree, from ``--map`` and the leaf names."""
-    paths = {name: tuple(p.split("/")) for name, p in mapping.items()}
-    for name in SCALARS:
-        if name not in paths:
-            hits = [p for p in flat if p[-1] == name]
-            if len(hits) == 1:
-                paths[name] = hits[0]
-    layers = []
-    for p in flat:
-        if p[-1] == "kernel" and p[:-1] + ("bias",) in flat and p[:-1] not in layers:
-            layers.append(p[:-1])
-    if len(layers) == 2:
-        # Creation order, unless the shapes say otherwise: the first layer reads one scalar.
-        if np.shape(flat[layers[0] + ("kernel",)])[0] != 1 and np.shape(flat[layers[1] + ("kernel",)])[0] == 1:
-            layers.reverse()
-        for ours, layer in (("mlp.0", layers[0]), ("mlp.2", layers[1])):
-            paths.setdefault(f"{ours}.weight", layer + ("kernel",))
-            paths.setdefault(f"{ours}.bias", layer + ("bias",))
-    for name, p in paths.items():
-        if p not in flat:
-            raise ValueError(f"--map {name}={'/'.join(p)}: no such parameter; the module's are "
+def _chain_order(layers, flat):
+    """``layers`` (kernel paths) in the order their ``[in, out]`` kernels compose from one scalar
+    input: the tree's own order (Flax's is creation order) when that composes, else the one
+    order that does. Several orders compose only when hidden layers share a width; then the
+    tree's order stands."""
+    shapes = {k: tuple(np.shape(flat[k])) for k in layers}
+
+    def chains(order):
+        return is_chain([shapes[k][::-1] for k in order])
+
+    if chains(layers):
+        return layers
+    order, rest = [], list(layers)
+    want = 1
+    while rest:
+        fits = [k for k in rest if len(shapes[k]) == 2 and shapes[k][0] == want]
+        if not fits:
+            return layers
+        order.append(fits[0])
+        rest.remove(fits[0])
+        want = shapes[fits[0]][1]
+    return order
+
+
+def jax_layers(flat, mapping):
+    """The module's MLP layers, first to last, as ``(kernel path, bias path or None)`` in its
+    params tree: the layers mapped to our names (``--map mlp.N.weight=PATH``) when any are, in
+    the order of N, else every 2-D ``kernel`` leaf, in the order their shapes compose (the
+    tree's order where several do). A ``Dense(use_bias=False)`` has no bias: None."""
+    named = []
+    for name, path in mapping.items():
+        hit = re.fullmatch(r"mlp\.(\d+)\.weight", name)
+        if hit:
+            named.append((int(hit.group(1)), path))
+    if named:
+        out = []
+        for n, path in sorted(named):
+            b = mapping.get(f"mlp.{n}.bias", path[:-1] + ("bias",))
+            out.append((path, b if b in flat else None))
+        return out
+    kernels = [p for p in flat if p[-1] == "kernel" and np.ndim(flat[p]) == 2]
+    return [(k, k[:-1] + ("bias",) if k[:-1] + ("bias",) in flat else None)
+            for k in _chain_order(kernels, flat)]
+
+
+def load_jax(flat, ours, mapping):
+    """Where each of the case's parameters ``ours`` goes in the module's flattened params tree
+    ``flat``: ``{path: our name}``. Layer by layer, as ``appendix_e.load_torch`` loads a torch
+    module and for the same reason: the catalogue's MLP mistakes (spec/variants.md) are modules
+    whose tree is not Appendix E's. A ``Dense(use_bias=False)`` takes the kernel and leaves the
+    case's bias out, which is exactly the mistake (``hidden-bias-missing``,
+    ``output-bias-missing``), graded and named. A case whose MLP is not the module's (another
+    depth, other widths) is skipped; a case value with nowhere to go, or a module parameter no
+    case value reaches, is refused by name. ``init_L`` may be outside ``params`` (a constant the
+    constructor set)."""
+    for name, path in mapping.items():
+        if path not in flat:
+            raise ValueError(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
                              f"{['/'.join(q) for q in flat]}")
-    missing = [n for n in OURS if n not in paths and n != "init_L"]
-    if missing:
-        raise ValueError(f"cannot find {missing} among the module's parameters "
-                         f"{['/'.join(q) for q in flat]}; map them with --map OURS=PATH")
-    return paths
+    layers = jax_layers(flat, mapping)
+    depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
+    ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
+    # Kernels are [in, out]: compared as [out, in], the case's (and PyTorch's) layout.
+    own = [tuple(np.shape(flat[k]))[::-1] for k, _ in layers]
+    want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
+    if not own:
+        raise ValueError("the module has no MLP layer the glue can find (no 2-D `kernel` among "
+                         f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
+    if not is_chain(want):
+        # An invalid case (shapes that do not chain, [num.errors]): rejecting it is the answer.
+        raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
+    if own != want:
+        raise fire_kit.Skip(f"the case's MLP is {appendix_e.describe(want)}, this module's "
+                            f"{appendix_e.describe(own)}")
+    loaded = {}
+    for (w, b), (their_w, their_b) in zip(ours_layers, layers):
+        loaded[their_w] = w
+        if their_b is not None:
+            loaded[their_b] = b
+    for name in SCALARS:
+        if name in mapping:
+            loaded[mapping[name]] = name
+            continue
+        hits = [p for p in flat if p[-1] == name]
+        if len(hits) == 1:
+            loaded[hits[0]] = name
+        elif name != "init_L":
+            found = f"{len(hits)} leaves named so" if hits else "no leaf named so"
+            raise ValueError(f"the module's params have {found} for the case's `{name}` "
+                             f"({['/'.join(q) for q in flat]}); map it with --map {name}=PATH")
+    unset = ["/".join(p) for p in flat if p not in loaded]
+    if unset:
+        raise ValueError(f"the module's parameter(s) {unset} take none of the case's values "
+                         f"({sorted(ours)}); map them with --map OURS=PATH, or write a build(case) glue")
+    return loaded
 
 
 def _place(value, leaf, path):
@@ -132,7 +206,8 @@ class JaxGlue:
         self.jax, self.jnp = _jax()
         if dtype == "f64":
             self.jax.config.update("jax_enable_x64", True)
-        self.cls, self.mapping, self.dtype, self.max_len = cls, mapping, dtype, max_len
+        self.cls, self.dtype, self.max_len = cls, dtype, max_len
+        self.mapping = {name: tuple(path.split("/")) for name, path in mapping.items()}
         self.kwargs, self.call = kwargs, call
         # As in appendix_e.Glue: the x layout that worked where the layouts disagree (T != H).
         self.layout = None
@@ -171,7 +246,8 @@ class JaxGlue:
         if case.kind not in ("bias", "vjp"):
             raise fire_kit.Skip(f"kind `{case.kind}`: the module returns the bias only")
         enc = case.encoding
-        heads, width, ours = appendix_e.appendix_params(enc)
+        # Any depth: the module's params tree says which cases it can take (`load_jax`).
+        heads, width, ours = appendix_e.appendix_params(enc, any_depth=True)
         m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
                      eps=enc["eps"], **self.kwargs)
         styles = self.layouts(m)
@@ -197,8 +273,8 @@ class JaxGlue:
         jax, jnp = self.jax, self.jnp
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
         flat = _flatten(variables.get("params", {}))
-        paths = find_params(flat, self.mapping)
-        for name, path in paths.items():
+        loaded = load_jax(flat, ours, self.mapping)
+        for path, name in loaded.items():
             flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=self.dt)
         params = _unflatten(flat)
         rows, cols = (len(case.queries), len(case.keys)) if direct else (case.length, case.length)
@@ -228,15 +304,19 @@ class JaxGlue:
             # Repeated positions add up, as they do in the sum the cotangent defines.
             np.add.at(g, (slice(None), np.asarray(case.queries)[:, None], np.asarray(case.keys)[None, :]), cot)
         (grads,) = pullback(jnp.asarray(g, dtype=full.dtype))
+        # Every parameter's gradient under our name, in the case's shape. A module that trains
+        # `init_L` (a leaf of `params`), which [grad.layout] freezes, sends that gradient too,
+        # unasked for: the reply shows it. A layer without a bias sends none for it, and the
+        # case fails on the missing output.
         gflat = _flatten(grads)
         out = {}
-        for name in case.outputs:
-            if name not in paths:
-                raise ValueError(f"the gradient of `{name}` is asked for, and the module has no such parameter")
-            g_leaf = np.asarray(gflat[paths[name]], dtype=np.float64)
-            if paths[name][-1] == "kernel":
+        for path, name in loaded.items():
+            g_leaf = np.asarray(gflat[path], dtype=np.float64)
+            if path[-1] == "kernel":
                 g_leaf = g_leaf.T
             out[name] = g_leaf.reshape(np.shape(ours[name]))
+        if case.encoding["threshold"] != "learnable":
+            out.pop("L_multiplier", None)
         return out
 
 

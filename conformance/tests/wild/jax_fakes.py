@@ -1,0 +1,132 @@
+"""JAX FIREs with Flax linen's interface (``init``/``apply``) whose params trees are not Appendix
+E's two-``Dense`` layout: the catalogue's MLP mistakes (a ``Dense(use_bias=False)``, a dropped
+activation), a deeper approximator, scalars kept as ``[1]``, layers named and ordered otherwise,
+a trainable ``init_L``, a parameter no case value reaches. Plain JAX (no Flax), trees named as
+``nn.Dense`` names them. Driven by tests/wild.rs through ``fire_conformance.jax_glue``.
+"""
+
+import jax
+import jax.numpy as jnp
+
+
+class FIRE:
+    """Appendix E in JAX; the subclasses change one thing each."""
+
+    hidden_bias = True
+    output_bias = True
+    activation = staticmethod(jax.nn.relu)
+    hidden_layers = 1
+    scalar_shape = ()
+    init_L_trainable = False
+    # The params tree's layer names, first layer first; the tree keeps them in `tree_order`.
+    names = None
+    tree_order = None
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        self.num_heads, self.mlp_width = num_heads, mlp_width
+        self.init_c, self.init_L, self.eps = init_c, init_L, eps
+
+    def layer_names(self):
+        return self.names or [f"Dense_{n}" for n in range(self.hidden_layers + 1)]
+
+    def init(self, rng, x):
+        w, h = self.mlp_width, self.num_heads
+        dims = [1] + [w] * self.hidden_layers + [h]
+        names = self.layer_names()
+        keys = jax.random.split(rng, len(names))
+        layers = {}
+        for n, name in enumerate(names):
+            layer = {"kernel": jax.random.normal(keys[n], (dims[n], dims[n + 1])) / dims[n] ** 0.5}
+            last = n == len(names) - 1
+            if (self.output_bias if last else self.hidden_bias):
+                layer["bias"] = jnp.zeros(dims[n + 1])
+            layers[name] = layer
+        order = self.tree_order or names
+        scalar = lambda v: jnp.full(self.scalar_shape, v)  # noqa: E731
+        params = {name: layers[name] for name in order}
+        params.update({"c": scalar(self.init_c), "L_multiplier": scalar(1.0)})
+        params.update(self.extra_params())
+        if self.init_L_trainable:
+            params["init_L"] = scalar(self.init_L)
+            return {"params": params}
+        return {"params": params, "constants": {"init_L": jnp.asarray(self.init_L)}}
+
+    def extra_params(self):
+        return {}
+
+    def apply(self, variables, x):
+        p = variables["params"]
+        init_L = p["init_L"] if self.init_L_trainable else variables["constants"]["init_L"]
+        c, L_multiplier = p["c"].reshape(()), p["L_multiplier"].reshape(())
+        init_L = init_L.reshape(())
+        seq_length = x.shape[2]
+        positions = jnp.arange(seq_length, dtype=x.dtype)
+        rel_distance = positions[:, None] - positions[None, :]
+        threshold = jnp.abs(L_multiplier * init_L)
+        pos_normalizer = jnp.maximum(positions, threshold)[:, None]
+        rel_distance = jnp.log(jnp.abs(c * rel_distance) + 1)
+        pos_normalizer = jnp.log(jnp.abs(c * pos_normalizer) + 1) + self.eps
+        h = (rel_distance / pos_normalizer)[..., None]
+        names = self.layer_names()
+        for n, name in enumerate(names):
+            layer = p[name]
+            h = h @ layer["kernel"] + layer.get("bias", 0.0)
+            if n < len(names) - 1:
+                h = self.activation(h)
+        return self.finish(jnp.transpose(h, (2, 0, 1))[None], p)
+
+    def finish(self, bias, p):
+        return bias
+
+
+class HiddenBiasFalse(FIRE):
+    """The hidden layer is ``nn.Dense(width, use_bias=False)``."""
+
+    hidden_bias = False
+
+
+class OutputBiasFalse(FIRE):
+    """The output layer is ``nn.Dense(heads, use_bias=False)``."""
+
+    output_bias = False
+
+
+class NoHiddenActivation(FIRE):
+    """No ReLU between the two layers."""
+
+    activation = staticmethod(lambda h: h)
+
+
+class TwoHidden(FIRE):
+    """Appendix B's approximator: two ReLU hidden layers."""
+
+    hidden_layers = 2
+
+
+class ScalarsShape1(FIRE):
+    """``c`` and ``L_multiplier`` kept as ``[1]`` arrays."""
+
+    scalar_shape = (1,)
+
+
+class NamedOutputFirst(FIRE):
+    """Layers named ``hidden``/``out`` with ``out`` first in the tree: order from the shapes."""
+
+    names = ["hidden", "out"]
+    tree_order = ["out", "hidden"]
+
+
+class TrainableInitL(FIRE):
+    """``init_L`` a leaf of ``params``: trained, where [grad.layout] freezes it."""
+
+    init_L_trainable = True
+
+
+class ExtraParameter(FIRE):
+    """A learnable output scale no case value reaches."""
+
+    def extra_params(self):
+        return {"scale": jnp.asarray(1.0)}
+
+    def finish(self, bias, p):
+        return bias * p["scale"]
