@@ -42,6 +42,23 @@ use crate::tile::BiasPlan;
 const TILE_Q: usize = 64;
 /// Keys per tile of the backward.
 const TILE_K: usize = 64;
+/// Floats a key block of the backward's sweep holds: its packed keys and values and its rows of
+/// `dk` and `dv`, `4 · keys · d` of them ([`key_block`]).
+const KEY_BLOCK_FLOATS: usize = 128 * 1024;
+
+/// Keys per block of the backward's sweep at head dimension `d`, a multiple of [`TILE_K`]: every
+/// query tile meets a block before the next, so the block's packed keys and values and its rows
+/// of `dk` and `dv` (512 KiB: in a core's L2, or next to it in L3) stay cached while the query
+/// tiles pass, where sweeping all the keys per query tile streams four head-sized arrays per
+/// tile once they outgrow the cache (8 MiB a head at N = 8 192, d = 64). Measured at N = 8 192
+/// on Zen 3 (2 threads): the backward 0.90x the unblocked sweep's time with blocks of 256
+/// keys, ~0.85x with 512 or 1 024, worse again with 2 048; flat at N = 2 048. The sums keep
+/// their order (dq's over keys, dk's and dv's over queries), so dq, dk and dv are
+/// bit-identical to the unblocked sweep's; only the f64 statistics of the bias's parameters
+/// add in another order.
+pub(crate) fn key_block(d: usize) -> usize {
+    (KEY_BLOCK_FLOATS / (4 * d.max(1)) / TILE_K).max(1) * TILE_K
+}
 
 /// A bias plan whose parameters are trained through the fused kernel.
 pub trait GradPlan: BiasPlan {
@@ -453,86 +470,112 @@ impl HeadTask<'_> {
         inner::pack(self.v, nk, d, block, 1.0, &mut vp);
         let (mut s, mut dp, mut affine) = (Vec::new(), Vec::new(), Vec::new());
         let mut lim = Vec::new();
-        for r0 in (0..nq).step_by(TILE_Q) {
-            let rows = TILE_Q.min(nq - r0);
-            let rows_padded = rows.div_ceil(ROWS) * ROWS;
-            affine.resize(rows, None);
-            let qrows = &self.q[r0 * d..(r0 + rows) * d];
-            let dorows = &self.dout[r0 * d..(r0 + rows) * d];
-            let all = 0..nk;
-            let visible: Vec<usize> = self.queries[r0..r0 + rows]
-                .iter()
-                .map(|&i| crate::tile::visible(self.keys, &all, i, self.contiguous))
-                .collect();
-            let end = visible.iter().copied().max().unwrap_or(0);
-            for c0 in (0..end).step_by(TILE_K) {
-                let cols = TILE_K.min(end - c0);
-                let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
-                let ktile = &self.k[c0 * d..(c0 + cols) * d];
-                let kt = &kp[c0 * d..(c0 + stride) * d];
-                let vt = &vp[c0 * d..(c0 + stride) * d];
-                // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ). Not
-                // cleared: the bias fill and the products write every entry read below (rows
-                // `..rows`, columns `..vis`; the rest of a row is zeroed).
-                s.resize(rows_padded * stride, 0.0);
-                let table = match self.bias {
-                    Some(plan) => plan.as_bias().fill_causal_affine(
-                        self.head,
-                        r0..r0 + rows,
-                        c0..c0 + cols,
-                        &mut s,
-                        stride,
-                        &mut affine,
-                    ),
-                    None => &[],
-                };
-                let start = match self.bias {
-                    Some(_) => Start::Bias {
-                        table,
-                        affine: &affine,
-                    },
-                    None => Start::Zero,
-                };
-                // Each row's visible prefix of the tile: the products over rows skip what no
-                // row of a block sees.
-                lim.clear();
-                lim.extend(visible.iter().map(|&v| v.saturating_sub(c0).min(cols)));
-                let l = Some(&lim[..]);
-                inner::scores::<M>(qrows, rows, kt, d, &mut s, start, l, None);
-                dp.resize(rows_padded * stride, 0.0);
-                inner::scores::<M>(dorows, rows, vt, d, &mut dp, Start::Zero, l, None);
-                for r in 0..rows {
-                    let vis = lim[r];
-                    let lse = self.lse[r0 + r];
-                    let srow = &mut s[r * stride..(r + 1) * stride];
-                    let dprow = &mut dp[r * stride..(r + 1) * stride];
-                    for (sv, dv) in srow[..vis].iter_mut().zip(&mut dprow[..vis]) {
-                        let p = inner::exp::<M>(*sv - lse);
-                        *sv = p;
-                        *dv = p * (*dv - big_d[r0 + r]);
-                    }
-                    srow[vis..].fill(0.0);
-                    dprow[vis..].fill(0.0);
+        // Each query tile's rows and each row's visible prefix of the keys.
+        let all = 0..nk;
+        let tiles: Vec<(usize, usize, Vec<usize>)> = (0..nq)
+            .step_by(TILE_Q)
+            .map(|r0| {
+                let rows = TILE_Q.min(nq - r0);
+                let visible = self.queries[r0..r0 + rows]
+                    .iter()
+                    .map(|&i| crate::tile::visible(self.keys, &all, i, self.contiguous))
+                    .collect();
+                (r0, rows, visible)
+            })
+            .collect();
+        // The keys in blocks, each met by every query tile that sees into it before the next
+        // block: the block's packed keys and values and its rows of dk and dv stay cached
+        // while the query tiles pass ([`key_block`]).
+        let key_block = key_block(d);
+        for b0 in (0..nk).step_by(key_block) {
+            for (r0, rows, visible) in &tiles {
+                let (r0, rows) = (*r0, *rows);
+                let end = visible.iter().copied().max().unwrap_or(0);
+                if end <= b0 {
+                    continue;
                 }
-                // Now `s` holds p and `dp` holds dS.
-                let pv = (stride, 1);
-                inner::weighted_values::<M>(&dp, pv, rows, l, ktile, cols, d, &mut dq[r0 * d..]);
-                // dV += Pᵀ·dO and dK += dSᵀ·q: the same product over the transposed tiles,
-                // read in place through the strides.
-                let pt = (1, stride);
-                let dv_t = &mut dv[c0 * d..];
-                inner::weighted_values::<M>(&s, pt, cols, None, dorows, rows, d, dv_t);
-                let dk_t = &mut dk[c0 * d..];
-                inner::weighted_values::<M>(&dp, pt, cols, None, qrows, rows, d, dk_t);
-                if let Some(plan) = self.bias {
-                    plan.accumulate(
-                        self.head,
-                        r0..r0 + rows,
-                        c0..c0 + cols,
+                let rows_padded = rows.div_ceil(ROWS) * ROWS;
+                affine.resize(rows, None);
+                let qrows = &self.q[r0 * d..(r0 + rows) * d];
+                let dorows = &self.dout[r0 * d..(r0 + rows) * d];
+                for c0 in (b0..end.min(b0 + key_block)).step_by(TILE_K) {
+                    let cols = TILE_K.min(end - c0);
+                    let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
+                    let ktile = &self.k[c0 * d..(c0 + cols) * d];
+                    let kt = &kp[c0 * d..(c0 + stride) * d];
+                    let vt = &vp[c0 * d..(c0 + stride) * d];
+                    // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ). Not
+                    // cleared: the bias fill and the products write every entry read below (rows
+                    // `..rows`, columns `..vis`; the rest of a row is zeroed).
+                    s.resize(rows_padded * stride, 0.0);
+                    let table = match self.bias {
+                        Some(plan) => plan.as_bias().fill_causal_affine(
+                            self.head,
+                            r0..r0 + rows,
+                            c0..c0 + cols,
+                            &mut s,
+                            stride,
+                            &mut affine,
+                        ),
+                        None => &[],
+                    };
+                    let start = match self.bias {
+                        Some(_) => Start::Bias {
+                            table,
+                            affine: &affine,
+                        },
+                        None => Start::Zero,
+                    };
+                    // Each row's visible prefix of the tile: the products over rows skip what no
+                    // row of a block sees.
+                    lim.clear();
+                    lim.extend(visible.iter().map(|&v| v.saturating_sub(c0).min(cols)));
+                    let l = Some(&lim[..]);
+                    inner::scores::<M>(qrows, rows, kt, d, &mut s, start, l, None);
+                    dp.resize(rows_padded * stride, 0.0);
+                    inner::scores::<M>(dorows, rows, vt, d, &mut dp, Start::Zero, l, None);
+                    for r in 0..rows {
+                        let vis = lim[r];
+                        let lse = self.lse[r0 + r];
+                        let srow = &mut s[r * stride..(r + 1) * stride];
+                        let dprow = &mut dp[r * stride..(r + 1) * stride];
+                        for (sv, dv) in srow[..vis].iter_mut().zip(&mut dprow[..vis]) {
+                            let p = inner::exp::<M>(*sv - lse);
+                            *sv = p;
+                            *dv = p * (*dv - big_d[r0 + r]);
+                        }
+                        srow[vis..].fill(0.0);
+                        dprow[vis..].fill(0.0);
+                    }
+                    // Now `s` holds p and `dp` holds dS.
+                    let pv = (stride, 1);
+                    inner::weighted_values::<M>(
                         &dp,
-                        stride,
-                        &mut stats,
+                        pv,
+                        rows,
+                        l,
+                        ktile,
+                        cols,
+                        d,
+                        &mut dq[r0 * d..],
                     );
+                    // dV += Pᵀ·dO and dK += dSᵀ·q: the same product over the transposed tiles,
+                    // read in place through the strides.
+                    let pt = (1, stride);
+                    let dv_t = &mut dv[c0 * d..];
+                    inner::weighted_values::<M>(&s, pt, cols, None, dorows, rows, d, dv_t);
+                    let dk_t = &mut dk[c0 * d..];
+                    inner::weighted_values::<M>(&dp, pt, cols, None, qrows, rows, d, dk_t);
+                    if let Some(plan) = self.bias {
+                        plan.accumulate(
+                            self.head,
+                            r0..r0 + rows,
+                            c0..c0 + cols,
+                            &dp,
+                            stride,
+                            &mut stats,
+                        );
+                    }
                 }
             }
         }

@@ -372,3 +372,136 @@ fn merged_rows_refuse_what_they_cannot_hold() {
     let not_self = run(cross, &mut [0.0; 72], 18, [0, 6, 12]).unwrap_err();
     assert!(not_self.contains("self-attention"), "{not_self}");
 }
+
+/// `dq`, `dk`, `dv` and a distance table's gradient over a sequence several of the backward's
+/// key blocks long (d = 256: blocks of 128 keys; 300 positions end in a partial block and a
+/// partial tile) against the attention backpropagated in f64, softmax by softmax: the sweep
+/// block by block reaches every visible pair exactly once. Contiguous and gapped positions.
+#[test]
+fn the_gradients_over_several_key_blocks_equal_a_materialised_twin() {
+    use crate::attention::fused_causal_lse;
+    let (heads, n, d) = (2, 300, 256);
+    assert!(crate::backward::key_block(d) * 2 < n);
+    let shape = Shape {
+        heads,
+        queries: n,
+        keys: n,
+        head_dim: d,
+    };
+    let (q, k, v) = (
+        random(heads * n * d, 1),
+        random(heads * n * d, 2),
+        random(heads * n * d, 3),
+    );
+    let dout = random(heads * n * d, 4);
+    let contiguous: Vec<Position> = (0..n as Position).collect();
+    let gapped: Vec<Position> = (0..n as Position).map(|t| t * 3 / 2).collect();
+    for positions in [&contiguous, &gapped] {
+        let capacity = *positions.last().unwrap() as usize + 1;
+        let values = random(heads * capacity, 5);
+        let table = DistanceTable::new(heads, capacity, values.clone()).unwrap();
+        let plan = table.grad_plan(positions, positions).unwrap();
+        let (out, lse) = fused_causal_lse(
+            &q,
+            &k,
+            &v,
+            shape,
+            positions,
+            positions,
+            Some(plan.as_bias()),
+        )
+        .unwrap();
+        let got = fused_causal_backward(
+            1,
+            &q,
+            &k,
+            &v,
+            &out,
+            &lse,
+            &dout,
+            shape,
+            positions,
+            positions,
+            Some(plan.as_ref()),
+        )
+        .unwrap();
+        let bias =
+            |h: usize, i: Position, j: Position| f64::from(values[h * capacity + (i - j) as usize]);
+        let want = materialised_backward(&q, &k, &v, &dout, heads, d, positions, bias);
+        let widen = |x: &[f32]| x.iter().map(|&v| f64::from(v)).collect::<Vec<_>>();
+        let label = if positions == &gapped {
+            "gapped"
+        } else {
+            "contiguous"
+        };
+        assert_close(&format!("dq, {label}"), &widen(&got.dq), &want.0);
+        assert_close(&format!("dk, {label}"), &widen(&got.dk), &want.1);
+        assert_close(&format!("dv, {label}"), &widen(&got.dv), &want.2);
+        // The table's gradient: dS summed per distance.
+        let mut per_distance = vec![0f64; heads * capacity];
+        for h in 0..heads {
+            for (r, &i) in positions.iter().enumerate() {
+                for (c, &j) in positions.iter().enumerate().take(r + 1) {
+                    per_distance[h * capacity + (i - j) as usize] += want.3[(h * n + r) * n + c];
+                }
+            }
+        }
+        assert_close(&format!("table, {label}"), &got.dparams, &per_distance);
+    }
+}
+
+/// Causal attention `softmax(q·kᵀ/√d + b)·v` backpropagated in f64 from `dout`, head by head:
+/// `(dq, dk, dv, dS)`, the last `[H, N, N]`.
+#[allow(clippy::too_many_arguments)]
+fn materialised_backward(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dout: &[f32],
+    heads: usize,
+    d: usize,
+    positions: &[Position],
+    bias: impl Fn(usize, Position, Position) -> f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+    let n = positions.len();
+    let at = |x: &[f32], h: usize, r: usize| -> Vec<f64> {
+        x[(h * n + r) * d..(h * n + r + 1) * d]
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect()
+    };
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let scale = 1.0 / (d as f64).sqrt();
+    let (mut dq, mut dk, mut dv) = (
+        vec![0f64; heads * n * d],
+        vec![0f64; heads * n * d],
+        vec![0f64; heads * n * d],
+    );
+    let mut ds_all = vec![0f64; heads * n * n];
+    for h in 0..heads {
+        for r in 0..n {
+            let (qr, dor) = (at(q, h, r), at(dout, h, r));
+            let visible = 0..=r;
+            let s: Vec<f64> = visible
+                .clone()
+                .map(|c| dot(&qr, &at(k, h, c)) * scale + bias(h, positions[r], positions[c]))
+                .collect();
+            let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            let p: Vec<f64> = s.iter().map(|x| (x - m).exp() / z).collect();
+            let dp: Vec<f64> = visible.clone().map(|c| dot(&dor, &at(v, h, c))).collect();
+            let big_d: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+            for c in visible {
+                let ds = p[c] * (dp[c] - big_d);
+                ds_all[(h * n + r) * n + c] = ds;
+                let (kc, base_r, base_c) = (at(k, h, c), (h * n + r) * d, (h * n + c) * d);
+                for e in 0..d {
+                    dq[base_r + e] += ds * kc[e] * scale;
+                    dk[base_c + e] += ds * qr[e] * scale;
+                    dv[base_c + e] += p[c] * dor[e];
+                }
+            }
+        }
+    }
+    (dq, dk, dv, ds_all)
+}
