@@ -424,7 +424,12 @@ fn a_torch_module_with_a_parameter_no_case_value_reaches_is_refused_by_name() {
     if !torch() {
         return;
     }
-    let (code, r) = run(&torch_fake("ExtraParameter", "f32"), &[]);
+    refused_naming_scale(&torch_fake("ExtraParameter", "f32"), &[]);
+}
+
+/// Asserts a run of `cmd` is called broken (exit 3) naming the unreached parameter `scale`.
+fn refused_naming_scale(cmd: &str, args: &[&str]) {
+    let (code, r) = run(cmd, args);
     assert_eq!(code, 3, "{r:#}");
     let error = r["adapter_broken"]["error"].as_str().unwrap();
     assert!(
@@ -448,10 +453,15 @@ fn a_torch_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
     if !torch() {
         return;
     }
-    let (code, r) = run(
-        &torch_fake("TrainableInitL", "f32"),
-        &["--fail-on", "values"],
-    );
+    fails_the_gradient_cases_on_init_l(&torch_fake("TrainableInitL", "f32"), &[]);
+}
+
+/// Asserts a run of `cmd` fails on values, only on gradient cases, each saying that
+/// [grad.layout] freezes `init_L`, while a bias case passes (the bias itself is right).
+fn fails_the_gradient_cases_on_init_l(cmd: &str, args: &[&str]) {
+    let mut args = args.to_vec();
+    args.extend(["--fail-on", "values"]);
+    let (code, r) = run(cmd, &args);
     assert_eq!(code, 1, "{r:#}");
     let cases = r["cases"].as_array().unwrap();
     let failed: Vec<&Value> = cases
@@ -467,7 +477,6 @@ fn a_torch_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
             "{id}: {c:#}"
         );
     }
-    // The bias itself is right.
     assert!(cases
         .iter()
         .any(|c| c["id"].as_str().unwrap().starts_with("fire/") && c["status"] == "passed"));
@@ -579,13 +588,7 @@ fn a_jax_module_with_a_parameter_no_case_value_reaches_is_refused_by_name() {
     if !jax() {
         return;
     }
-    let (code, r) = run(&jax_fake("ExtraParameter"), &JAX_BIAS);
-    assert_eq!(code, 3, "{r:#}");
-    let error = r["adapter_broken"]["error"].as_str().unwrap();
-    assert!(
-        error.contains("['scale']") && error.contains("--map"),
-        "{error}"
-    );
+    refused_naming_scale(&jax_fake("ExtraParameter"), &JAX_BIAS);
 }
 
 #[test]
@@ -593,23 +596,5 @@ fn a_jax_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
     if !jax() {
         return;
     }
-    let mut args = JAX_GRAD.to_vec();
-    args.extend(["--fail-on", "values"]);
-    let (code, r) = run(&jax_fake("TrainableInitL"), &args);
-    assert_eq!(code, 1, "{r:#}");
-    let cases = r["cases"].as_array().unwrap();
-    let failed: Vec<&Value> = cases
-        .iter()
-        .filter(|c| c["status"] == "failed" && c["question"] == "values")
-        .collect();
-    assert!(!failed.is_empty());
-    for c in &failed {
-        let id = c["id"].as_str().unwrap();
-        assert!(id.starts_with("fire-grad/"), "{id} failed: {c:#}");
-        assert!(
-            c["details"].to_string().contains("[grad.layout] freezes"),
-            "{id}: {c:#}"
-        );
-    }
-    assert!(!passed_with(&r, "fire/").is_empty(), "{r:#}");
+    fails_the_gradient_cases_on_init_l(&jax_fake("TrainableInitL"), &JAX_GRAD);
 }

@@ -168,6 +168,33 @@ def torch_layers(m, state, mapping):
             for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)]
 
 
+def assign_layers(ours, layers, own, missing, built=""):
+    """The case's MLP layers given, first to last, to the module's ``layers`` (``(weight name,
+    bias name or None)`` in the module's own naming, ``own`` their ``[out, in]`` shapes), as
+    ``{the module's name: ours}``: by position, not by number, and a layer without a bias
+    leaves the case's bias out — exactly the catalogue's ``*-bias-missing`` mistakes, graded.
+    ``missing`` is the error when the module has no layer. A case whose layers do not compose
+    is an invalid case ([num.errors]), which the module could not hold: refused. A case whose
+    MLP is not the module's (another depth, widths the constructor does not build; ``built``
+    says how it was built) is not for this module: skipped, not failed."""
+    depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
+    ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
+    want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
+    if not own:
+        raise ValueError(missing)
+    if not is_chain(want):
+        raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
+    if own != want:
+        raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
+                            f"{describe(own)}{built}")
+    loaded = {}
+    for (w, b), (their_w, their_b) in zip(ours_layers, layers):
+        loaded[their_w] = w
+        if their_b is not None:
+            loaded[their_b] = b
+    return loaded
+
+
 def load_torch(m, ours, mapping, dt, width):
     """Loads the case's parameters ``ours`` into the torch module ``m`` (already in ``dt``) and
     returns ``{the module's name: ours}`` of what it loaded.
@@ -189,27 +216,10 @@ def load_torch(m, ours, mapping, dt, width):
             raise ValueError(f"--map {k}={theirs}: the module has no such parameter or buffer; "
                              f"it has {list(state)}")
     layers = torch_layers(m, state, mapping)
-    depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
-    ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
     own = [tuple(state[w].shape) for w, _ in layers]
-    want = [tuple(ours[w].shape) for w, _ in ours_layers]
-    if not own:
-        raise ValueError("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
-                         f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
-    if not is_chain(want):
-        # An invalid case (shapes that do not chain, [num.errors]): the module could not hold
-        # these layers, and rejecting them is its answer.
-        raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
-    if own != want:
-        # A case whose MLP is not the module's (another depth, or widths the constructor does
-        # not build) is not for this module: skipped, not failed.
-        raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
-                            f"{describe(own)} (built with mlp_width={width})")
-    loaded = {}
-    for (w, b), (their_w, their_b) in zip(ours_layers, layers):
-        loaded[their_w] = w
-        if their_b is not None:
-            loaded[their_b] = b
+    missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
+               f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
+    loaded = assign_layers(ours, layers, own, missing, f" (built with mlp_width={width})")
     for k in ("c", "init_L", "L_multiplier"):
         theirs = mapping.get(k, k)
         if theirs in state:

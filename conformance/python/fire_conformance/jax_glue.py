@@ -135,25 +135,11 @@ def load_jax(flat, ours, mapping):
             raise ValueError(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
                              f"{['/'.join(q) for q in flat]}")
     layers = jax_layers(flat, mapping)
-    depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
-    ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
     # Kernels are [in, out]: compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] for k, _ in layers]
-    want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
-    if not own:
-        raise ValueError("the module has no MLP layer the glue can find (no 2-D `kernel` among "
-                         f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
-    if not is_chain(want):
-        # An invalid case (shapes that do not chain, [num.errors]): rejecting it is the answer.
-        raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
-    if own != want:
-        raise fire_kit.Skip(f"the case's MLP is {appendix_e.describe(want)}, this module's "
-                            f"{appendix_e.describe(own)}")
-    loaded = {}
-    for (w, b), (their_w, their_b) in zip(ours_layers, layers):
-        loaded[their_w] = w
-        if their_b is not None:
-            loaded[their_b] = b
+    missing = ("the module has no MLP layer the glue can find (no 2-D `kernel` among "
+               f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
+    loaded = appendix_e.assign_layers(ours, layers, own, missing)
     for name in SCALARS:
         if name in mapping:
             loaded[mapping[name]] = name
