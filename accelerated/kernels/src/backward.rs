@@ -470,17 +470,19 @@ impl HeadTask<'_> {
         inner::pack(self.v, nk, d, block, 1.0, &mut vp);
         let (mut s, mut dp, mut affine) = (Vec::new(), Vec::new(), Vec::new());
         let mut lim = Vec::new();
-        // Each query tile's rows and each row's visible prefix of the keys.
+        // Each query tile's first row, rows, each row's visible prefix of the keys, and the
+        // end of the longest.
         let all = 0..nk;
-        let tiles: Vec<(usize, usize, Vec<usize>)> = (0..nq)
+        let tiles: Vec<(usize, usize, Vec<usize>, usize)> = (0..nq)
             .step_by(TILE_Q)
             .map(|r0| {
                 let rows = TILE_Q.min(nq - r0);
                 let visible = self.queries[r0..r0 + rows]
                     .iter()
                     .map(|&i| crate::tile::visible(self.keys, &all, i, self.contiguous))
-                    .collect();
-                (r0, rows, visible)
+                    .collect::<Vec<usize>>();
+                let end = visible.iter().copied().max().unwrap_or(0);
+                (r0, rows, visible, end)
             })
             .collect();
         // The keys in blocks, each met by every query tile that sees into it before the next
@@ -488,9 +490,8 @@ impl HeadTask<'_> {
         // while the query tiles pass ([`key_block`]).
         let key_block = key_block(d);
         for b0 in (0..nk).step_by(key_block) {
-            for (r0, rows, visible) in &tiles {
-                let (r0, rows) = (*r0, *rows);
-                let end = visible.iter().copied().max().unwrap_or(0);
+            for (r0, rows, visible, end) in &tiles {
+                let (r0, rows, end) = (*r0, *rows, *end);
                 if end <= b0 {
                     continue;
                 }
