@@ -2,8 +2,8 @@
 //! an online softmax (flash-attention style), so neither the `[H, N, N]` bias nor the
 //! `[H, N, N]` scores ever exist. Peak memory beyond q, k, v and the output is the bias plan
 //! (O(N) for FIRE, O(N·H) for a tabulated baseline), one packed copy of k (each head's keys
-//! laid out for the score product once, not once per query tile) and O(tile²) scratch per
-//! thread.
+//! laid out for the score product once, not once per query tile), a copy of v where the
+//! caller's starts off a cache line (the crate's `aligned` module) and O(tile²) scratch per thread.
 //!
 //! Layout: `q: [H, Nq, d]`, `k, v: [H, Nk, d]`, output `[H, Nq, d]`, all row-major f32 (what a
 //! candle `[B, H, N, d]` tensor is per batch row after `.contiguous()`). Query positions are
@@ -18,6 +18,7 @@ use std::cell::Cell;
 use fire_vocabulary::Position;
 use rayon::prelude::*;
 
+use crate::aligned::{aligned, AlignedVec};
 use crate::error::{shape, Error, Result};
 use crate::inner::{self, Start, ROWS};
 use crate::simd::{self, Kernel, Madd};
@@ -237,7 +238,10 @@ pub fn fused_causal_lse_batch(
     let block = simd::dispatch(KeyBlock);
     let head_packed = inner::packed_len(nk, d, block);
     let scale = score_scale(d);
-    let mut kp = vec![0f32; batch * heads * head_packed];
+    // On cache lines, as the products read them in whole vectors ([`crate::aligned`]): the
+    // packed keys, and the values (copied if the caller's are not).
+    let mut kp = AlignedVec::zeroed(batch * heads * head_packed);
+    let v = aligned(v, nk * d);
     kp.par_chunks_mut(head_packed)
         .zip(k.par_chunks(nk * d))
         .for_each(|(dst, src)| {
@@ -501,7 +505,8 @@ impl Task<'_> {
 #[derive(Default)]
 struct Buffers {
     visible: Vec<usize>,
-    s: Vec<f32>,
+    /// The tile of scores, on a cache line ([`crate::aligned`]).
+    s: AlignedVec,
     tile_max: Vec<f32>,
     affine: Vec<Option<AffineRow>>,
     lim: Vec<usize>,

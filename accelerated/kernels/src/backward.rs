@@ -16,7 +16,8 @@
 //! their gradient from the tiles of `dS` as they pass ([`GradPlan::accumulate`]): FIRE sums
 //! them per segment of its compiled f_θ (two numbers per segment and head, then one
 //! backpropagation per segment: [`crate::fire_grad`]), a distance table per distance. Memory
-//! beyond the inputs and gradients: per task, packed copies of its head's k and v, O(tile²)
+//! beyond the inputs and gradients: per task, packed copies of its head's k and v (and of its
+//! q, k and dO where the caller's start off a cache line: the crate's `aligned` module), O(tile²)
 //! scratch and one statistics vector.
 //!
 //! Work is split over batch rows × heads (each task owns its head's `dq`, `dk`, `dv`), with the
@@ -31,6 +32,7 @@ use rayon::prelude::*;
 
 use fire_vocabulary::Position;
 
+use crate::aligned::{aligned, AlignedVec};
 use crate::attention::Shape;
 use crate::error::{shape, Result};
 use crate::inner::{self, Start, ROWS};
@@ -206,9 +208,9 @@ pub fn fused_causal_backward(
         dparams,
     };
     for (dq, dk, dv) in tasks {
-        grads.dq.extend(dq);
-        grads.dk.extend(dk);
-        grads.dv.extend(dv);
+        grads.dq.extend_from_slice(&dq);
+        grads.dk.extend_from_slice(&dk);
+        grads.dv.extend_from_slice(&dv);
     }
     Ok(grads)
 }
@@ -402,10 +404,10 @@ fn backward_tasks(inputs: &BackwardInputs<'_>) -> Result<(Vec<TaskGradients>, Ve
 }
 
 /// One task's `(dq, dk, dv)`.
-type TaskGradients = (Vec<f32>, Vec<f32>, Vec<f32>);
+type TaskGradients = (AlignedVec, AlignedVec, AlignedVec);
 
 /// One task's `(dq, dk, dv, bias statistics)`.
-type HeadGradients = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f64>);
+type HeadGradients = (AlignedVec, AlignedVec, AlignedVec, Vec<f64>);
 
 /// One batch row × head.
 struct HeadTask<'a> {
@@ -451,9 +453,17 @@ impl HeadTask<'_> {
         let d = self.d;
         let (nq, nk) = (self.queries.len(), self.keys.len());
         let scale = crate::attention::score_scale(d);
-        let mut dq = vec![0f32; nq * d];
-        let mut dk = vec![0f32; nk * d];
-        let mut dv = vec![0f32; nk * d];
+        // Everything the products read or write in whole vectors on cache lines
+        // ([`crate::aligned`]): the gradients, the packed keys and values, the tiles, and the
+        // head's q, k and dO (copied where the caller's are not).
+        let mut dq = AlignedVec::zeroed(nq * d);
+        let mut dk = AlignedVec::zeroed(nk * d);
+        let mut dv = AlignedVec::zeroed(nk * d);
+        let (q, k, dout) = (
+            aligned(self.q, nq * d),
+            aligned(self.k, nk * d),
+            aligned(self.dout, nq * d),
+        );
         let mut stats = vec![0f64; stats_len];
         // D_i = dO_i · O_i.
         let big_d: Vec<f32> = self
@@ -464,11 +474,13 @@ impl HeadTask<'_> {
             .collect();
         // Every query tile reads the same key and value tiles: packed once per head.
         let block = inner::keys::<M>();
-        let (mut kp, mut vp) = (Vec::new(), Vec::new());
+        let packed = inner::packed_len(nk, d, block);
+        let (mut kp, mut vp) = (AlignedVec::zeroed(packed), AlignedVec::zeroed(packed));
         // With the scores' 1/√d, as the forward packs them.
-        inner::pack(self.k, nk, d, block, scale, &mut kp);
-        inner::pack(self.v, nk, d, block, 1.0, &mut vp);
-        let (mut s, mut dp, mut affine) = (Vec::new(), Vec::new(), Vec::new());
+        inner::pack_into(&k, nk, d, block, scale, &mut kp);
+        inner::pack_into(self.v, nk, d, block, 1.0, &mut vp);
+        let (mut s, mut dp) = (AlignedVec::default(), AlignedVec::default());
+        let mut affine = Vec::new();
         let mut lim = Vec::new();
         // Each query tile's first row, rows, each row's visible prefix of the keys, and the
         // end of the longest.
@@ -497,12 +509,12 @@ impl HeadTask<'_> {
                 }
                 let rows_padded = rows.div_ceil(ROWS) * ROWS;
                 affine.resize(rows, None);
-                let qrows = &self.q[r0 * d..(r0 + rows) * d];
-                let dorows = &self.dout[r0 * d..(r0 + rows) * d];
+                let qrows = &q[r0 * d..(r0 + rows) * d];
+                let dorows = &dout[r0 * d..(r0 + rows) * d];
                 for c0 in (b0..end.min(b0 + key_block)).step_by(TILE_K) {
                     let cols = TILE_K.min(end - c0);
                     let stride = cols.div_ceil(inner::keys::<M>()) * inner::keys::<M>();
-                    let ktile = &self.k[c0 * d..(c0 + cols) * d];
+                    let ktile = &k[c0 * d..(c0 + cols) * d];
                     let kt = &kp[c0 * d..(c0 + stride) * d];
                     let vt = &vp[c0 * d..(c0 + stride) * d];
                     // s = q·kᵀ/√d + b, exactly as the forward built it; then p = exp(s − ℓ). Not

@@ -16,7 +16,8 @@
 //! - [`fire`]: FIRE (and FIRE-S: one plan shared by every layer) as a tile source;
 //!   [`baselines`]: NoPE, Alibi, Kerple, T5, Sandwich, tabulated per distance; [`table`]: any
 //!   distance-only bias given as a table, for training.
-//! - [`simd`]: safe runtime dispatch of the hot loops (AVX2 + FMA, AVX-512, NEON); [`gemm`]:
+//! - [`simd`]: safe runtime dispatch of the hot loops (AVX2 + FMA, AVX-512, NEON), whose
+//!   vector operands `aligned` keeps on cache lines; [`gemm`]:
 //!   matrix products on slices, one band of the output per thread (the crate's one module
 //!   with `unsafe`: the bounds-checked `gemm` call and the bands' disjoint writes).
 //! - [`attention`]: the fused causal kernel and the decoding step; [`backward`]: its backward
@@ -26,6 +27,7 @@
 //! - [`materialised`]: the slow, obvious twins every fast path is tested against; [`bench`](mod@bench):
 //!   side-by-side measurements returning a table of ratios.
 
+mod aligned;
 pub mod attention;
 pub mod backward;
 pub mod baselines;

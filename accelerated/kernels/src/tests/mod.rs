@@ -1,5 +1,6 @@
 //! Every fast path against its slow twin and against `fire_reference`.
 
+mod aligned;
 mod attention;
 mod backward;
 mod bias;
