@@ -7,8 +7,9 @@
 //! allocation of four and the rest of the time every vector read from it is split; the
 //! kernels' time then depended on where the allocator happened to put their buffers. Measured
 //! on an Intel Xeon with AVX-512 (`attention_timing 8192 12 64 nope 3`, two threads, five
-//! alternating rounds): with `v` and the packed keys both 16 bytes past a line the NoPE forward
-//! took 1.17x and the backward 1.06x the time with both on a line; either one alone ~1.07x.
+//! alternating rounds): with `q`, `k`, `v` and the packed keys 16 bytes past a line the NoPE
+//! forward took 1.17x and the backward 1.07x the time with all of them on a line; the inputs
+//! alone or the packed keys alone off a line, 1.0-1.1x.
 //!
 //! Safe Rust: an [`AlignedVec`] over-allocates a `Vec<f32>` by one line and starts at the first
 //! value on a boundary (`<*const f32>::align_offset`); [`aligned`] borrows a caller's slice that
