@@ -78,10 +78,11 @@ impl DerefMut for AlignedVec {
     }
 }
 
-/// The first index of `buf` at a [`LINE`] boundary, 0 where none is found in the first line.
+/// The first index of `buf` at a [`LINE`] boundary, 0 where none is found in the first line
+/// (`buf` holds at least [`PAD`] values past its used ones, so any such index fits).
 fn line_offset(buf: &[f32]) -> usize {
     match buf.as_ptr().align_offset(LINE) {
-        o if o < PAD && o <= buf.len() => o,
+        o if o < PAD => o,
         _ => 0,
     }
 }

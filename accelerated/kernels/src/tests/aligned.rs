@@ -3,7 +3,7 @@
 
 use fire_vocabulary::{Position, SplitMix64};
 
-use super::{fire_pair, random};
+use super::{attention_inputs, fire_pair, random};
 use crate::aligned::{aligned, on_line, AlignedVec};
 use crate::attention::{fused_causal_lse_batch, Shape};
 use crate::backward::{
@@ -89,12 +89,7 @@ fn the_results_do_not_depend_on_the_inputs_addresses() {
         head_dim: d,
     };
     let len = batch * heads * n * d;
-    let (q, k, v, dout) = (
-        random(len, 1),
-        random(len, 2),
-        random(len, 3),
-        random(len, 4),
-    );
+    let [q, k, v, dout] = attention_inputs(len);
     let run = |shift: usize| {
         let mut stores = [(); 5].map(|_| Vec::new());
         let [sq, sk, sv, sd, so] = &mut stores;

@@ -11,7 +11,7 @@ use nalgebra::DMatrix;
 
 use fire_vocabulary::Position;
 
-use super::{fire_pair, random};
+use super::{attention_inputs, fire_pair, random};
 use crate::attention::Shape;
 use crate::backward::{fused_causal_backward, GradPlan};
 use crate::fire::FireBias;
@@ -254,12 +254,7 @@ fn merged_rows_hold_the_split_gradients_bit_for_bit() {
     };
     let pos: Vec<Position> = (0..n as Position).collect();
     let len = batch * heads * n * d;
-    let (q, k, v, dout) = (
-        random(len, 1),
-        random(len, 2),
-        random(len, 3),
-        random(len, 4),
-    );
+    let [q, k, v, dout] = attention_inputs(len);
     let (_, mlp, params) = fire_pair(heads, 8, 1, 5, 20.0 / 512.0);
     let fire = FireBias::new(mlp, params, n).unwrap();
     let plan = fire.grad_plan(&pos, &pos).unwrap();

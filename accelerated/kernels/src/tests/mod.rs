@@ -71,6 +71,11 @@ pub(super) fn random(n: usize, seed: u64) -> Vec<f32> {
     (0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect()
 }
 
+/// Random `q`, `k`, `v` and `dO` of `len` values each (seeds 1 to 4), for a backward call.
+pub(super) fn attention_inputs(len: usize) -> [Vec<f32>; 4] {
+    [1, 2, 3, 4].map(|seed| random(len, seed))
+}
+
 /// Largest |a − b| over two slices of equal length; NaN when any difference is NaN
 /// (`f32::max` drops a NaN, which would let a NaN output pass every tolerance).
 pub(super) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
