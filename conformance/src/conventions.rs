@@ -3,8 +3,58 @@
 //! The causal lower triangle (key ≤ query) is the core every implementation must match; the
 //! upper triangle is checked under the declared [`FutureKeys`]. spec: [conv.future], [conv.causal]
 
+use std::borrow::Cow;
+
 use crate::implementation::FutureKeys;
 use crate::vectors::format::{Inputs, Kind, Tensor};
+
+/// The largest value a `masked` module's bias may take at a key after its query and still read
+/// as the mask. PyTorch and JAX models mask with `-inf`, `torch.finfo(dtype).min`, `-1e9`,
+/// `-1e30`, or BERT's `-10000.0`; `exp` of any of them is exactly 0 in every float format the
+/// harness grades (f64's smallest subnormal is `exp(-745)`), so each removes the key from the
+/// softmax exactly as −∞ does. A bias value anywhere near FIRE's range is not a mask.
+/// spec: [conv.future]
+pub const MASK_CEILING: f64 = -1e4;
+
+/// Whether `v` is the mask under the `masked` convention: −∞ or a finite value at most
+/// [`MASK_CEILING`] (never NaN). spec: [conv.future]
+pub fn is_mask(v: f64) -> bool {
+    v <= MASK_CEILING
+}
+
+/// Whether the `n`-th element of an output laid out `[.., Q, K]` over `inputs` is at a key
+/// after its query.
+fn after_query(inputs: &Inputs, n: usize) -> bool {
+    let (nq, nk) = (inputs.queries.len(), inputs.keys.len());
+    inputs.keys[n % nk] > inputs.queries[(n / nk) % nq]
+}
+
+/// `got` as its declared convention reads it: under `masked`, every value at a key after its
+/// query that [`is_mask`] reads as −∞, the value the expected tensor holds there ([`adjust`]);
+/// anything else (a value in FIRE's range, NaN) is left to fail the comparison as it stands.
+/// spec: [conv.future]
+pub fn as_declared<'a>(
+    kind: Kind,
+    inputs: &Inputs,
+    got: &'a Tensor,
+    future: FutureKeys,
+) -> Cow<'a, Tensor> {
+    let (nq, nk) = (inputs.queries.len(), inputs.keys.len());
+    if kind != Kind::Bias
+        || future != FutureKeys::Masked
+        || nq * nk == 0
+        || !got.data.len().is_multiple_of(nq * nk)
+    {
+        return Cow::Borrowed(got);
+    }
+    let mut out = got.clone();
+    for (n, v) in out.data.iter_mut().enumerate() {
+        if after_query(inputs, n) && is_mask(*v) {
+            *v = f64::NEG_INFINITY;
+        }
+    }
+    Cow::Owned(out)
+}
 
 /// The expected tensor under `future` and the elements to check, for an output of `kind`.
 /// Bias tensors end in `[Q, K]`; other outputs are returned unchanged.
@@ -24,9 +74,7 @@ pub fn adjust(
     let mut out = want.clone();
     let mut check = vec![true; want.data.len()];
     for (n, v) in out.data.iter_mut().enumerate() {
-        let q = (n / nk) % nq;
-        let k = n % nk;
-        if inputs.keys[k] > inputs.queries[q] {
+        if after_query(inputs, n) {
             match future {
                 FutureKeys::Zero => *v = 0.0,
                 FutureKeys::Masked => *v = f64::NEG_INFINITY,
@@ -41,6 +89,14 @@ pub fn adjust(
 /// Only the causal elements: the mask that checks `key ≤ query` and nothing else.
 pub fn causal_only(kind: Kind, inputs: &Inputs, want: &Tensor) -> Option<Vec<bool>> {
     adjust(kind, inputs, want, FutureKeys::Negated).1
+}
+
+/// How many elements of an output of `kind` the declared convention leaves unchecked: under
+/// `negated`, every element at a key after its query; otherwise none. spec: [conv.future]
+pub fn unchecked_under(kind: Kind, inputs: &Inputs, want: &Tensor, future: FutureKeys) -> usize {
+    adjust(kind, inputs, want, future)
+        .1
+        .map_or(0, |check| check.iter().filter(|c| !**c).count())
 }
 
 /// The name under which a gradient case carries the gradients of its cotangent restricted to
@@ -63,8 +119,7 @@ pub fn causal_cotangent(inputs: &Inputs) -> Option<Tensor> {
     let mut out = cot.clone();
     let mut changed = false;
     for (n, v) in out.data.iter_mut().enumerate() {
-        let (q, k) = ((n / nk) % nq, n % nk);
-        if inputs.keys[k] > inputs.queries[q] && *v != 0.0 {
+        if after_query(inputs, n) && *v != 0.0 {
             *v = 0.0;
             changed = true;
         }

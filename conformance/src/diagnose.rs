@@ -16,7 +16,7 @@ use std::fmt;
 use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
 use crate::compare::{excess_ratio, Profile};
-use crate::conventions::adjust;
+use crate::conventions::{adjust, as_declared, MASK_CEILING};
 use crate::implementation::{Capabilities, FutureKeys};
 use crate::implementations::reference::evaluate_placed;
 use crate::vectors::flags::Flag;
@@ -184,7 +184,8 @@ pub fn distance(
             }
         };
         // Nothing left to judge (the convention hides the whole subset) is no agreement.
-        excess_ratio(g, &c, profile, mask.as_deref())
+        let g = as_declared(case.kind, &case.inputs, g, future);
+        excess_ratio(&g, &c, profile, mask.as_deref())
     });
     per_output.fold(0.0, f64::max)
 }
@@ -317,10 +318,12 @@ pub fn diagnose(
             .collect();
         finding.notes.push(match fits.first() {
             Some(f) => format!(
-                "keys after the query follow `{f}`, but the implementation declared `{}`: declare `future_keys: {f}` if that is intended [conv.future]",
+                "keys after the query follow `{f}`, but the implementation declared `{}`: if that is intended, declare it (`future_keys=\"{f}\"` to the kit's serve, `--future-keys {f}` to the adapters) [conv.future]",
                 future.name()
             ),
-            None => "only keys after the query differ: if the model masks them, declare `future_keys: negated` and they are not checked [conv.future]".into(),
+            None => format!(
+                "only keys after the query differ, and no convention reproduces them (`masked` takes −∞ or any value ≤ {MASK_CEILING:e}): a module meant to mirror Appendix E there has a mistake that only shows at j > i; one that computes something else there by design (signed distances) may declare `negated`, which leaves those entries unchecked [conv.future]"
+            ),
         });
     }
     finding

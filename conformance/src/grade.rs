@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::compare::{compare_either, Mismatch, Profile, Shown};
-use crate::conventions::{adjust, CAUSAL_COTANGENT};
+use crate::conventions::{adjust, as_declared, CAUSAL_COTANGENT};
 use crate::implementation::{Capabilities, FutureKeys, Placement, Reply};
 use crate::runner::Status;
 use crate::vectors::format::{Case, Kind, Tensor, Verdict};
@@ -91,7 +91,10 @@ fn compare_outputs(
             .collect();
         let result = match got.get(name) {
             None => Err(Mismatch::Missing),
-            Some(g) => compare_either(g, &want, &acceptable, profile, mask.as_deref()),
+            Some(g) => {
+                let g = as_declared(case.kind, &case.inputs, g, caps.future_keys);
+                compare_either(&g, &want, &acceptable, profile, mask.as_deref())
+            }
         };
         match result {
             Ok(0) => {}

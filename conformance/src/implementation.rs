@@ -17,9 +17,12 @@ pub enum FutureKeys {
     Mirrored,
     /// Exactly 0.
     Zero,
-    /// −∞ (the mask folded into the bias).
+    /// The mask folded into the bias: −∞, or a finite mask value such as `finfo.min` or
+    /// `-1e9` (any value at most [`crate::conventions::MASK_CEILING`]).
     Masked,
-    /// Signed distances; the upper triangle is not checked.
+    /// Something other than FIRE's mirrored value by design (typically the signed distance
+    /// `i − j`, whose ψ is NaN or negative); the upper triangle is not checked at all, and the
+    /// report says how many elements that leaves out.
     Negated,
 }
 

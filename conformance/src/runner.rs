@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::compare::{self, Profile};
+use crate::conventions::unchecked_under;
 use crate::coverage;
 use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
@@ -150,6 +151,10 @@ pub struct Report {
     /// Cases of what the implementation never computes (another architecture, a baseline,
     /// attention for a bias module) do not count. spec: [proto.report]
     pub unchecked: Vec<String>,
+    /// How many elements of graded bias cases sit at a key after their query and went unchecked
+    /// because the implementation declared `negated`: a mistake only there cannot show in this
+    /// run. spec: [conv.future], [proto.report]
+    pub future_unchecked: usize,
 }
 
 /// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
@@ -317,6 +322,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let mut outcomes = Vec::new();
     let mut ran: Vec<Ran> = Vec::new();
     let mut errors: Vec<(usize, String)> = Vec::new();
+    let mut future_unchecked = 0;
     for case in suite.cases() {
         if (!opts.run.is_empty() && !run.is_match(&case.id)) || skip.is_match(&case.id) {
             continue;
@@ -352,6 +358,12 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         outcome.profile = Some(profile);
         let reply = imp.run(&Request::for_case_under(case, &dtype, caps.future_keys));
         let (status, details) = judge(case, &reply, profile, &caps);
+        if let (Reply::Output(_), Some(expected)) = (&reply, expected_for(case, &caps)) {
+            future_unchecked += expected
+                .values()
+                .map(|w| unchecked_under(case.kind, &case.inputs, w, caps.future_keys))
+                .sum::<usize>();
+        }
         outcome.status = status;
         outcome.details = details;
         match &reply {
@@ -398,6 +410,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         tolerated,
         fail_on: opts.fail_on,
         unchecked,
+        future_unchecked,
     })
 }
 

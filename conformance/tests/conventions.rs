@@ -16,11 +16,32 @@ use fire_conformance::vectors::load;
 use fire_reference::attention::Placement as RefPlacement;
 
 /// The reference, but keys after the query get `future` and the bias enters `placement`; it
-/// declares `declared`.
+/// declares `declared`. Under `masked` the mask value is `mask`.
 struct Convention {
     future: FutureKeys,
     placement: Placement,
     declared: (FutureKeys, Placement),
+    mask: f64,
+}
+
+impl Convention {
+    fn new(future: FutureKeys, placement: Placement, declared: (FutureKeys, Placement)) -> Self {
+        Convention {
+            future,
+            placement,
+            declared,
+            mask: f64::NEG_INFINITY,
+        }
+    }
+
+    /// Right under the declared `future` convention, after-scaling.
+    fn honest(future: FutureKeys) -> Self {
+        Self::new(
+            future,
+            Placement::AfterScaling,
+            (future, Placement::AfterScaling),
+        )
+    }
 }
 
 impl Implementation for Convention {
@@ -53,7 +74,7 @@ impl Implementation for Convention {
                     if r.inputs.keys[n % nk] > r.inputs.queries[(n / nk) % nq] {
                         match self.future {
                             FutureKeys::Zero => *v = 0.0,
-                            FutureKeys::Masked => *v = f64::NEG_INFINITY,
+                            FutureKeys::Masked => *v = self.mask,
                             FutureKeys::Negated => *v = 12345.0,
                             FutureKeys::Mirrored => {}
                         }
@@ -78,19 +99,15 @@ fn run(imp: &mut Convention, glob: &str) -> runner::Report {
 #[test]
 fn declared_future_key_conventions_pass_and_undeclared_ones_are_named() {
     for future in [FutureKeys::Zero, FutureKeys::Masked, FutureKeys::Negated] {
-        let mut honest = Convention {
-            future,
-            placement: Placement::AfterScaling,
-            declared: (future, Placement::AfterScaling),
-        };
+        let mut honest = Convention::honest(future);
         let r = run(&mut honest, "fire/random-params/*");
         assert_eq!(r.counts().1, 0, "{:?} declared: {}", future, r.summary());
     }
-    let mut silent = Convention {
-        future: FutureKeys::Zero,
-        placement: Placement::AfterScaling,
-        declared: (FutureKeys::Mirrored, Placement::AfterScaling),
-    };
+    let mut silent = Convention::new(
+        FutureKeys::Zero,
+        Placement::AfterScaling,
+        (FutureKeys::Mirrored, Placement::AfterScaling),
+    );
     let r = run(&mut silent, "fire/random-params/*");
     let o = r
         .outcomes
@@ -106,17 +123,17 @@ fn declared_future_key_conventions_pass_and_undeclared_ones_are_named() {
 
 #[test]
 fn a_declared_before_scaling_placement_passes_and_an_undeclared_one_is_named() {
-    let mut honest = Convention {
-        future: FutureKeys::Mirrored,
-        placement: Placement::BeforeScaling,
-        declared: (FutureKeys::Mirrored, Placement::BeforeScaling),
-    };
+    let mut honest = Convention::new(
+        FutureKeys::Mirrored,
+        Placement::BeforeScaling,
+        (FutureKeys::Mirrored, Placement::BeforeScaling),
+    );
     assert_eq!(run(&mut honest, "attention/*").counts().1, 0);
-    let mut silent = Convention {
-        future: FutureKeys::Mirrored,
-        placement: Placement::BeforeScaling,
-        declared: (FutureKeys::Mirrored, Placement::AfterScaling),
-    };
+    let mut silent = Convention::new(
+        FutureKeys::Mirrored,
+        Placement::BeforeScaling,
+        (FutureKeys::Mirrored, Placement::AfterScaling),
+    );
     let r = run(&mut silent, "attention/*");
     assert!(r.counts().1 > 0);
     assert_eq!(
@@ -132,21 +149,101 @@ fn a_declared_before_scaling_placement_passes_and_an_undeclared_one_is_named() {
 #[test]
 fn declared_conventions_apply_to_gradient_cotangents() {
     for future in [FutureKeys::Zero, FutureKeys::Masked, FutureKeys::Negated] {
-        let mut honest = Convention {
-            future,
-            placement: Placement::AfterScaling,
-            declared: (future, Placement::AfterScaling),
-        };
+        let mut honest = Convention::honest(future);
         let r = run(&mut honest, "fire-grad/*");
         let (passed, failed, _) = r.counts();
         assert_eq!(failed, 0, "{future:?}: {}", r.summary());
         assert!(passed >= 10, "{future:?}: {}", r.summary());
     }
     // Declaring `mirrored` while masking the gradient is a real deviation, and is caught.
-    let mut silent = Convention {
-        future: FutureKeys::Zero,
-        placement: Placement::AfterScaling,
-        declared: (FutureKeys::Mirrored, Placement::AfterScaling),
-    };
+    let mut silent = Convention::new(
+        FutureKeys::Zero,
+        Placement::AfterScaling,
+        (FutureKeys::Mirrored, Placement::AfterScaling),
+    );
     assert!(run(&mut silent, "fire-grad/*").counts().1 > 0);
+}
+
+/// `masked` means the mask folded into the bias, whatever finite value the module masks with:
+/// `finfo(f32).min`, `-1e9` and BERT's `-1e4` pass as `-inf` does; a value a softmax still
+/// weighs (`-100`), zero or NaN is no mask, fails, and the diagnosis says no convention fits.
+#[test]
+fn masked_accepts_every_mask_value_and_nothing_else() {
+    for mask in [
+        f64::NEG_INFINITY,
+        f64::from(f32::MIN),
+        f64::from(half_min()),
+        -1e9,
+        -1e30,
+        -1e4,
+    ] {
+        let mut honest = Convention::honest(FutureKeys::Masked);
+        honest.mask = mask;
+        let r = run(&mut honest, "fire/*");
+        let (passed, failed, _) = r.counts();
+        assert_eq!(failed, 0, "mask {mask:e}: {}", r.summary());
+        assert!(passed >= 10, "mask {mask:e}: {}", r.summary());
+        assert_eq!(r.future_unchecked, 0);
+    }
+    for not_a_mask in [-100.0, -9999.0, 0.0, f64::NAN, f64::INFINITY] {
+        let mut wrong = Convention::honest(FutureKeys::Masked);
+        wrong.mask = not_a_mask;
+        let r = run(&mut wrong, "fire/random-params/*");
+        let failed: Vec<_> = r
+            .outcomes
+            .iter()
+            .filter(|o| o.status == Status::Failed)
+            .collect();
+        assert!(!failed.is_empty(), "{not_a_mask:e} passed as a mask");
+        let notes = &failed[0].finding.as_ref().unwrap().notes;
+        if not_a_mask == -100.0 {
+            // A future-only deviation no convention explains is called one, with the risk of
+            // declaring it away as `negated`.
+            assert!(
+                notes
+                    .iter()
+                    .any(|n| n.contains("no convention reproduces them") && n.contains("negated")),
+                "{notes:?}"
+            );
+        }
+        if not_a_mask == 0.0 {
+            // Zero is a declared convention of its own, and the diagnosis says so.
+            assert!(
+                notes.iter().any(|n| n.contains("follow `zero`")),
+                "{notes:?}"
+            );
+        }
+    }
+}
+
+/// float16's most negative finite value, the `finfo(torch.float16).min` of a half-precision
+/// module.
+fn half_min() -> f32 {
+    -65504.0
+}
+
+/// `negated` checks nothing above the diagonal, and the report says how much it left out;
+/// the other declarations leave nothing out.
+#[test]
+fn negated_reports_what_it_leaves_unchecked() {
+    let r = run(
+        &mut Convention::honest(FutureKeys::Negated),
+        "fire/random-params/*",
+    );
+    assert_eq!(r.counts().1, 0, "{}", r.summary());
+    assert!(r.future_unchecked > 0);
+    let text = fire_conformance::report::text::render(&r, false);
+    assert!(
+        text.contains(&format!(
+            "not checked: {} bias element(s) at keys after their query",
+            r.future_unchecked
+        )),
+        "{text}"
+    );
+    for future in [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked] {
+        let r = run(&mut Convention::honest(future), "fire/random-params/*");
+        assert_eq!(r.future_unchecked, 0, "{future:?}");
+        let text = fire_conformance::report::text::render(&r, false);
+        assert!(!text.contains("at keys after their query"), "{text}");
+    }
 }

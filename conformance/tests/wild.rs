@@ -179,6 +179,44 @@ fn a_module_right_under_its_declared_convention_passes_bias_and_gradient_cases()
     assert!(grads_passed >= 10, "{grads_passed} gradient cases passed");
 }
 
+/// A module masking keys after the query with `finfo(float32).min`, as Hugging Face models do,
+/// passes when it declares `masked`, gradients included, through the real JSON path.
+#[test]
+fn a_module_masking_with_finfo_min_passes_when_it_declares_masked() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(&glue("future-finfo-min"), &[]);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(r["future_keys_unchecked"], 0);
+    let graded = |family: &str| {
+        r["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| {
+                c["id"].as_str().unwrap().starts_with(family)
+                    && c["flags"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f == "future-keys")
+                    && c["status"] == "passed"
+            })
+            .count()
+    };
+    assert!(
+        graded("fire/") >= 10,
+        "{} masked bias cases passed",
+        graded("fire/")
+    );
+    assert!(
+        graded("fire-grad/") >= 10,
+        "{} gradient cases passed",
+        graded("fire-grad/")
+    );
+}
+
 #[test]
 fn t5_bucketing_in_binary64_passes_and_is_reported() {
     if !numpy() {

@@ -45,7 +45,8 @@ Options (after the module spec):
     --map OURS=THEIRS   rename a parameter (repeatable), e.g. --map L_multiplier=L_mult
     --dtype f32|f64     the dtype your module computes in (default f32; selects the tolerance)
     --call STYLE        how to call forward (see above; default: introspection)
-    --future-keys X     mirrored (Appendix E, default), zero, masked or negated
+    --future-keys X     mirrored (Appendix E, default), zero, masked (-inf or any value <= -1e4,
+                        e.g. finfo.min) or negated (nothing checked above the diagonal)
     --max-len N         the largest T x T square to evaluate (default 4096); larger cases skip
     --kwargs JSON       extra constructor keyword arguments
 
@@ -267,8 +268,16 @@ class Glue:
     def module(self, case):
         enc = case.encoding
         heads, width, ours = self.params(enc)
-        m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
-                     eps=enc["eps"], **self.kwargs)
+        try:
+            m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
+                         eps=enc["eps"], **self.kwargs)
+        except TypeError as e:
+            # A constructor whose signature is not Appendix E's fails the same way on every
+            # case; say how to reach it rather than leave a bare TypeError to every reply.
+            raise TypeError(
+                f"{e} (the glue constructs the module as Appendix E does: num_heads, mlp_width, "
+                "init_c, init_L, eps; pass other required arguments with --kwargs JSON, or write a "
+                "build(case) glue)") from e
         if torch is not None and isinstance(m, torch.nn.Module):
             # The whole module in the dtype asked, bf16 included: a bf16 module computes and
             # returns bfloat16, graded by the bf16 profile [num.profiles].

@@ -73,6 +73,7 @@ pub fn render(r: &Report) -> Value {
         "overall_variants": overall,
         "tolerated_variants": r.tolerated,
         "unchecked_flags": r.unchecked,
+        "future_keys_unchecked": r.future_unchecked,
         "adapter_broken": broken,
         "cases": cases,
     })

@@ -121,6 +121,13 @@ pub fn render(r: &Report, verbose: bool) -> String {
             unchecked.join(", ")
         );
     }
+    if r.future_unchecked > 0 {
+        let _ = writeln!(
+            out,
+            "not checked: {} bias element(s) at keys after their query, which the declared `negated` leaves out [conv.future]; a mistake that shows only there passes this run (declare `mirrored`, `zero` or `masked` to have them checked)",
+            r.future_unchecked
+        );
+    }
     let _ = writeln!(out, "{}", verdict(r, Question::Values));
     let _ = writeln!(out, "{}", verdict(r, Question::Validation));
     if r.nothing_ran() {

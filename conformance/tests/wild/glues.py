@@ -5,6 +5,8 @@ exact verdict on each.
     positions-as-indices  evaluates the position lists' indices 0..n-1 instead of the positions
     future-negated        right on the causal triangle, signed distances after the query (NaN or
                           negative there), declares future_keys="negated"; computes gradients
+    future-finfo-min      right on the causal triangle, masks keys after the query with
+                          np.finfo(np.float32).min as HF-style models do, declares "masked"
     t5-binary64           the official T5 bucketing computed in float64
     prints                the independent NumPy FIRE, printing to standard output in build
 """
@@ -48,6 +50,19 @@ def future_negated(case):
     return np.where((j > i)[None], np.moveaxis(wrong, -1, 0), b)
 
 
+def future_finfo_min(case):
+    case.check_positions()
+    if case.encoding["type"] != "fire" or case.kind not in ("bias", "vjp"):
+        raise fire_kit.Skip("single FIRE modules, bias and gradients")
+    m = numpy_fire.Fire(case.encoding)
+    if case.kind == "vjp":
+        return m.vjp(case.queries, case.keys, case.inputs["cotangent"].array())
+    b = m.bias(case.queries, case.keys)
+    i = np.asarray(case.queries, dtype=float)[:, None]
+    j = np.asarray(case.keys, dtype=float)[None, :]
+    return np.where((j > i)[None], float(np.finfo(np.float32).min), b)
+
+
 def t5_binary64(case):
     case.check_positions()
     enc = case.encoding
@@ -77,6 +92,8 @@ GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
     "future-negated": (future_negated, {"future_keys": "negated",
                                          "families": ["fire", "fire-grad", "edge", "invalid"]}),
+    "future-finfo-min": (future_finfo_min, {"future_keys": "masked",
+                                             "families": ["fire", "fire-grad", "edge", "invalid"]}),
     "t5-binary64": (t5_binary64, {}),
     "prints": (prints, {"families": ["fire", "edge", "invalid"]}),
 }

@@ -65,7 +65,7 @@ pub(super) const FIRE: &[Variant] = &[
     v("normalizer-missing", "feeds ψ(|i − j|) to the MLP without dividing by the normaliser", "fire.input",
       "x = psi(rel)", PerPair(normalizer_missing)),
     // Where ε goes.
-    v("eps-missing", "omits ε from the normaliser", "fire.normalizer",
+    v("eps-missing", "omits ε from the normaliser (or ignores the constructor's ε for a far smaller constant)", "fire.normalizer",
       "x = psi(rel) / psi(torch.max(pos, L))", PerPair(eps_missing)),
     v("eps-inside-log", "adds ε to max(i, L) inside ψ instead of to ψ", "fire.normalizer",
       "norm = psi(torch.max(pos, L) + eps)", PerPair(eps_inside_log)),
@@ -94,7 +94,7 @@ pub(super) const FIRE: &[Variant] = &[
     v("output-bias-missing", "builds the output layer without a bias", "fire.mlp",
       "nn.Linear(W, H, bias=False)", PerPair(output_bias_missing)),
     v("weights-column-major", "reads each [out, in] weight buffer as column-major", "fire.mlp",
-      "w.t().reshape(out_features, in_features)", PerPair(weights_column_major)),
+      "w.reshape(in_features, out_features).t()", PerPair(weights_column_major)),
     v("gelu-tanh", "uses the tanh approximation of GeLU where the exact form is specified", "fire.activation",
       "nn.GELU(approximate='tanh')", PerPair(gelu_tanh)),
     v("gelu-for-relu", "uses the exact GeLU where ReLU is specified", "fire.activation",
