@@ -10,11 +10,13 @@ use crate::vectors::format::{Inputs, Kind, Tensor};
 
 /// The largest value a `masked` module's bias may take at a key after its query and still read
 /// as the mask. PyTorch and JAX models mask with `-inf`, `torch.finfo(dtype).min`, `-1e9`,
-/// `-1e30`, or BERT's `-10000.0`; `exp` of any of them is exactly 0 in every float format the
-/// harness grades (f64's smallest subnormal is `exp(-745)`), so each removes the key from the
-/// softmax exactly as −∞ does. A bias value anywhere near FIRE's range is not a mask.
+/// `-1e30`, or BERT's `-10000.0`, often *added* to the bias (`bias + mask`, which lands a little
+/// above −10⁴) and in bf16 rounded (`-1e4` is −9 984 there). `exp` of anything ≤ −10³ is exactly
+/// 0 in every float format the harness grades (f32 and bf16 underflow below ≈ −104, f64 below
+/// −745), so each removes the key from the softmax exactly as −∞ does; the ceiling sits a decade
+/// below that, far outside FIRE's range, so a bias value is never read as a mask.
 /// spec: [conv.future]
-pub const MASK_CEILING: f64 = -1e4;
+pub const MASK_CEILING: f64 = -1e3;
 
 /// Whether `v` is the mask under the `masked` convention: −∞ or a finite value at most
 /// [`MASK_CEILING`] (never NaN). spec: [conv.future]

@@ -165,8 +165,9 @@ fn declared_conventions_apply_to_gradient_cotangents() {
 }
 
 /// `masked` means the mask folded into the bias, whatever finite value the module masks with:
-/// `finfo(f32).min`, `-1e9` and BERT's `-1e4` pass as `-inf` does; a value a softmax still
-/// weighs (`-100`), zero or NaN is no mask, fails, and the diagnosis says no convention fits.
+/// `finfo(f32).min`, `-1e9`, BERT's `-1e4`, `-1e4` added to a bias (`-9999.2`) and `-1e4` in
+/// bf16 (`-9984`) pass as `-inf` does; a value a softmax still weighs (`-100`, `-500`), zero or
+/// NaN is no mask, fails, and the diagnosis says no convention fits.
 #[test]
 fn masked_accepts_every_mask_value_and_nothing_else() {
     for mask in [
@@ -176,6 +177,9 @@ fn masked_accepts_every_mask_value_and_nothing_else() {
         -1e9,
         -1e30,
         -1e4,
+        -1e4 + 0.8,
+        -9984.0,
+        -1e3,
     ] {
         let mut honest = Convention::honest(FutureKeys::Masked);
         honest.mask = mask;
@@ -185,7 +189,7 @@ fn masked_accepts_every_mask_value_and_nothing_else() {
         assert!(passed >= 10, "mask {mask:e}: {}", r.summary());
         assert_eq!(r.future_unchecked, 0);
     }
-    for not_a_mask in [-100.0, -9999.0, 0.0, f64::NAN, f64::INFINITY] {
+    for not_a_mask in [-100.0, -500.0, 0.0, f64::NAN, f64::INFINITY] {
         let mut wrong = Convention::honest(FutureKeys::Masked);
         wrong.mask = not_a_mask;
         let r = run(&mut wrong, "fire/random-params/*");

@@ -43,9 +43,9 @@ What the module writes to standard output goes to standard error: the protocol o
 
 Options (after the module spec):
     --map OURS=THEIRS   rename a parameter (repeatable), e.g. --map L_multiplier=L_mult
-    --dtype f32|f64     the dtype your module computes in (default f32; selects the tolerance)
+    --dtype f32|f64|bf16  the dtype your module computes in (default f32; selects the tolerance)
     --call STYLE        how to call forward (see above; default: introspection)
-    --future-keys X     mirrored (Appendix E, default), zero, masked (-inf or any value <= -1e4,
+    --future-keys X     mirrored (Appendix E, default), zero, masked (-inf or any value <= -1e3,
                         e.g. finfo.min) or negated (nothing checked above the diagonal)
     --max-len N         the largest T x T square to evaluate (default 4096); larger cases skip
     --kwargs JSON       extra constructor keyword arguments

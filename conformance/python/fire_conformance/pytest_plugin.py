@@ -49,7 +49,7 @@ def pytest_addoption(parser):
                 help="rename a parameter for --fire-impl (repeatable), e.g. L_multiplier=L_mult")
     g.addoption("--fire-call", metavar="STYLE", help="how --fire-impl calls forward: x, hidden, scores, seq_len, positions, qk, ...")
     g.addoption("--fire-future-keys", metavar="CONVENTION",
-                help="what --fire-impl gives keys after the query: mirrored (default), zero, masked (-inf or any value <= -1e4), negated (unchecked there)")
+                help="what --fire-impl gives keys after the query: mirrored (default), zero, masked (-inf or any value <= -1e3), negated (unchecked there)")
     g.addoption("--fire-xfails", metavar="FILE", help="case-id globs expected to fail, one per line")
     g.addoption("--fire-fail-on", choices=FAIL_ON,
                 help="which verdicts become items: values, validation or both (default)")
