@@ -32,7 +32,12 @@ pub enum Misbehaviour {
     Flood,
     /// Write bare `NaN` tokens (Python's `json.dumps` default).
     BareNan,
+    /// Take [`SLOW_START`] over the first case, as a JIT compiler does, then reply correctly.
+    SlowStart,
 }
+
+/// How long [`Misbehaviour::SlowStart`] takes over its first case.
+pub const SLOW_START: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Misbehaviour {
     /// Parses a name.
@@ -46,6 +51,7 @@ impl Misbehaviour {
             "wrong-id" => Self::WrongId,
             "flood" => Self::Flood,
             "bare-nan" => Self::BareNan,
+            "slow-start" => Self::SlowStart,
             _ => return None,
         })
     }
@@ -71,6 +77,7 @@ pub fn serve(
     misbehave: Option<Misbehaviour>,
 ) -> Result<()> {
     let caps = imp.capabilities()?;
+    let mut first = true;
     for line in input.lines() {
         let line = line.map_err(Error::io("standard input"))?;
         let v: serde_json::Value = match serde_json::from_str(&line) {
@@ -103,7 +110,7 @@ pub fn serve(
                 };
                 match misbehave {
                     None => protocol::result_line(&id, &reply),
-                    Some(m) => match act(m, &id, reply, &mut output)? {
+                    Some(m) => match act(m, &id, reply, std::mem::take(&mut first), &mut output)? {
                         Some(l) => l,
                         None => return Ok(()),
                     },
@@ -118,7 +125,13 @@ pub fn serve(
     Ok(())
 }
 
-fn act(m: Misbehaviour, id: &str, reply: Reply, out: &mut impl Write) -> Result<Option<String>> {
+fn act(
+    m: Misbehaviour,
+    id: &str,
+    reply: Reply,
+    first: bool,
+    out: &mut impl Write,
+) -> Result<Option<String>> {
     let mangle = |f: &dyn Fn(&mut crate::vectors::format::Tensor)| match reply.clone() {
         Reply::Output(mut outs) => {
             outs.values_mut().for_each(f);
@@ -138,6 +151,12 @@ fn act(m: Misbehaviour, id: &str, reply: Reply, out: &mut impl Write) -> Result<
         ),
         Misbehaviour::WrongShape => protocol::result_line(id, &mangle(&|t| t.shape.insert(0, 1))),
         Misbehaviour::WrongId => protocol::result_line("some/other/case", &reply),
+        Misbehaviour::SlowStart => {
+            if first {
+                std::thread::sleep(SLOW_START);
+            }
+            protocol::result_line(id, &reply)
+        }
         Misbehaviour::BareNan => {
             json!({"type": "result", "id": id, "status": "output", "outputs": {}})
                 .to_string()

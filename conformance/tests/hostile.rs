@@ -29,7 +29,12 @@ fn limits() -> Limits {
 
 /// Runs two cases against `cmd`; returns each outcome's status and joined details.
 fn two_cases(cmd: &str) -> Vec<(Status, String)> {
-    let mut imp = External::new(cmd, limits());
+    two_cases_within(cmd, limits())
+}
+
+/// As [`two_cases`], under `limits`.
+fn two_cases_within(cmd: &str, limits: Limits) -> Vec<(Status, String)> {
+    let mut imp = External::new(cmd, limits);
     let opts = Options {
         run: vec![
             "edge/positions/query-zero".into(),
@@ -70,9 +75,38 @@ fn a_crash_fails_the_case_and_the_next_case_runs_on_a_restart() {
     misbehaving("crash", "closed its output");
 }
 
+/// The first case has the start-up allowance (JIT compilation lands there); once it has hung,
+/// every later case has the plain per-case limit, and the message names the flag to raise.
 #[test]
 fn a_hang_times_out() {
-    misbehaving("hang", "no reply within 1.5s");
+    let limits = Limits {
+        startup: Duration::from_secs(4),
+        ..limits()
+    };
+    let outcomes = two_cases_within(&format!("{BIN} serve --misbehave hang"), limits);
+    for (status, _) in &outcomes {
+        assert_eq!(*status, Status::Failed);
+    }
+    let first = &outcomes[0].1;
+    assert!(
+        first.contains("no reply within 4.0s to the first case")
+            && first.contains("--startup-timeout"),
+        "{first}"
+    );
+    let second = &outcomes[1].1;
+    assert!(
+        second.contains("no reply within 1.5s") && second.contains("--timeout"),
+        "{second}"
+    );
+}
+
+/// A first case slower than the per-case limit (a `torch.compile`d module compiling) passes.
+#[test]
+fn a_slow_first_case_has_the_start_up_allowance() {
+    assert!(fire_conformance::serve::SLOW_START > limits().case);
+    for (status, details) in two_cases(&format!("{BIN} serve --misbehave slow-start")) {
+        assert_eq!(status, Status::Passed, "{details}");
+    }
 }
 
 #[test]

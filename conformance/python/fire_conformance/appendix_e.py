@@ -144,6 +144,30 @@ def is_chain(shapes):
         s[1] == p[0] for p, s in zip(shapes, shapes[1:]))
 
 
+def chain_order(layers, shape):
+    """``layers`` in the order their ``[out, in]`` shapes (``shape(layer)``) compose from one
+    scalar input: the given order (creation order, for torch and Flax) when that composes, else
+    the first order that does, taking the given order's layers as early as they fit. Several
+    orders compose only when hidden layers share a width; then the given order decides among
+    them. When none composes the given order stands, and the shapes are reported as they are.
+    So a module that builds its output layer before its input layer is graded all the same."""
+    layers = list(layers)
+
+    def extend(order, rest, want):
+        if not rest:
+            return order
+        for k in rest:
+            if len(shape(k)) == 2 and shape(k)[1] == want:
+                found = extend(order + [k], [r for r in rest if r is not k], shape(k)[0])
+                if found is not None:
+                    return found
+        return None
+
+    if is_chain([shape(k) for k in layers]):
+        return layers
+    return extend([], layers, 1) or layers
+
+
 def is_our_name(name):
     """One of our parameter names: Appendix E's, or a deeper layer's ``mlp.N.weight|bias``."""
     return name in NAMES or re.fullmatch(r"mlp\.\d+\.(weight|bias)", name) is not None
@@ -152,7 +176,8 @@ def is_our_name(name):
 def torch_layers(m, state, mapping):
     """The torch module's MLP layers, first to last, as ``(weight name, bias name or None)`` in its
     state dict: the layers named like ours (``mlp.N.weight``, directly or through ``--map``) when
-    it has such, in the order of N, else its ``nn.Linear`` layers in the order it registers them.
+    it has such, in the order of N, else its ``nn.Linear`` layers in the order their shapes
+    compose (the order it registers them where several do; ``chain_order``).
     The case's layers go to these by position, not by number: ``nn.Sequential`` numbers its
     activations too, so a module that drops one has ``mlp.0``, ``mlp.1``. A layer built with
     ``bias=False`` has None."""
@@ -165,8 +190,10 @@ def torch_layers(m, state, mapping):
     if named:
         bias = lambda n: mapping.get(f"mlp.{n}.bias", f"mlp.{n}.bias")  # noqa: E731
         return [(k, bias(n) if bias(n) in state else None) for n, k in sorted(named)]
-    return [(f"{name}.weight", f"{name}.bias" if mod.bias is not None else None)
-            for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)]
+    linear = [(f"{name}.weight", f"{name}.bias" if mod.bias is not None else None)
+              for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)]
+    shapes = dict((w, tuple(state[w].shape)) for w, _ in linear)
+    return chain_order(linear, lambda layer: shapes[layer[0]])
 
 
 def assign_layers(ours, layers, own, missing, built=""):
@@ -465,8 +492,14 @@ def parser(description=__doc__):
 
 
 def describe(shapes):
-    """An MLP's layer shapes as ``1 → 32 → 32 → 12``."""
-    return " → ".join(str(n) for n in [shapes[0][1]] + [s[0] for s in shapes]) if shapes else "empty"
+    """An MLP's ``[out, in]`` layer shapes as ``1 → 32 → 32 → 12``; shapes that do not compose
+    from one input as they are, first to last."""
+    if not shapes:
+        return "empty"
+    if not is_chain(shapes):
+        return "layers of [out, in] shapes " + ", ".join(str(list(s)) for s in shapes) + \
+            ", which do not compose from one input"
+    return " → ".join(str(n) for n in [shapes[0][1]] + [s[0] for s in shapes])
 
 
 def parse_map(pairs, known=is_our_name):

@@ -40,7 +40,7 @@ import numpy as np
 
 from fire_conformance import appendix_e
 from fire_conformance import kit as fire_kit
-from fire_conformance.appendix_e import is_chain
+from fire_conformance.appendix_e import chain_order
 
 SCALARS = ("c", "init_L", "L_multiplier")
 
@@ -75,30 +75,6 @@ def _unflatten(flat):
     return tree
 
 
-def _chain_order(layers, flat):
-    """``layers`` (kernel paths) in the order their ``[in, out]`` kernels compose from one scalar
-    input: the tree's own order (Flax's is creation order) when that composes, else the one
-    order that does. Several orders compose only when hidden layers share a width; then the
-    tree's order stands."""
-    shapes = {k: tuple(np.shape(flat[k])) for k in layers}
-
-    def chains(order):
-        return is_chain([shapes[k][::-1] for k in order])
-
-    if chains(layers):
-        return layers
-    order, rest = [], list(layers)
-    want = 1
-    while rest:
-        fits = [k for k in rest if len(shapes[k]) == 2 and shapes[k][0] == want]
-        if not fits:
-            return layers
-        order.append(fits[0])
-        rest.remove(fits[0])
-        want = shapes[fits[0]][1]
-    return order
-
-
 def jax_layers(flat, mapping):
     """The module's MLP layers, first to last, as ``(kernel path, bias path or None)`` in its
     params tree: the layers mapped to our names (``--map mlp.N.weight=PATH``) when any are, in
@@ -117,7 +93,7 @@ def jax_layers(flat, mapping):
         return out
     kernels = [p for p in flat if p[-1] == "kernel" and np.ndim(flat[p]) == 2]
     return [(k, k[:-1] + ("bias",) if k[:-1] + ("bias",) in flat else None)
-            for k in _chain_order(kernels, flat)]
+            for k in chain_order(kernels, lambda k: tuple(np.shape(flat[k]))[::-1])]
 
 
 def load_jax(flat, ours, mapping):

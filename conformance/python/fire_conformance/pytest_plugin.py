@@ -54,7 +54,7 @@ def pytest_addoption(parser):
     g.addoption("--fire-fail-on", choices=FAIL_ON,
                 help="which verdicts become items: values, validation or both (default)")
     g.addoption("--fire-vectors", metavar="DIR", help="a suite folder instead of the embedded suite")
-    g.addoption("--fire-timeout", metavar="SECONDS", help="seconds allowed per case (harness default 30)")
+    g.addoption("--fire-timeout", metavar="SECONDS", help="seconds allowed per case (harness default 30; a process's first case has the 120 s start-up allowance)")
     g.addoption("--fire-binary", metavar="PATH", help="the fire-conformance binary (default: the installed one)")
 
 

@@ -62,7 +62,8 @@ enum Command {
         /// Serve the reference through this catalogued variant (a deliberate mistake).
         #[arg(long)]
         variant: Option<String>,
-        /// Misbehave on every case: crash, hang, garbage, nan, wrong-shape, wrong-id, flood, bare-nan.
+        /// Misbehave on every case: crash, hang, garbage, nan, wrong-shape, wrong-id, flood, bare-nan;
+        /// or slow-start (3 s over the first case, then correct).
         #[arg(long)]
         misbehave: Option<String>,
     },
@@ -162,7 +163,8 @@ struct RunArgs {
     /// Seconds allowed per case.
     #[arg(long, default_value_t = 30.0)]
     timeout: f64,
-    /// Seconds allowed for start-up and the handshake.
+    /// Seconds allowed for start-up and the handshake, and for a process's first case, where
+    /// JIT compilation lands (until a first case has once hung or crashed).
     #[arg(long, default_value_t = 120.0)]
     startup_timeout: f64,
     /// The implementation's address-space limit in MiB, inherited by every process it starts

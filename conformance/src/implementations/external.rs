@@ -22,7 +22,9 @@ use crate::protocol;
 pub struct Limits {
     /// Per case.
     pub case: Duration,
-    /// For start-up and the handshake.
+    /// For start-up and the handshake; also the allowance of a process's first case (at least
+    /// `case`), where JIT compilation lands (`torch.compile`, `jax.jit`, CUDA start-up), until a
+    /// first case has once failed to come back. spec: [proto.lifecycle]
     pub startup: Duration,
     /// The longest line accepted, in bytes.
     pub max_line: usize,
@@ -71,6 +73,8 @@ struct Process {
     stdin: Option<ChildStdin>,
     lines: Receiver<Line>,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// Whether a request has been sent: the first one carries the warm-up allowance.
+    asked: bool,
 }
 
 const STDERR_TAIL: usize = 2000;
@@ -161,6 +165,7 @@ impl Process {
             child,
             lines,
             stderr,
+            asked: false,
         })
     }
 
@@ -237,8 +242,8 @@ impl Process {
         }
     }
 
-    /// Waits for one line; `Err` carries why none came.
-    fn receive(&mut self, timeout: Duration) -> Result<String, String> {
+    /// Waits for one line; `Err` carries why none came (`hint` follows a timeout's message).
+    fn receive(&mut self, timeout: Duration, hint: &str) -> Result<String, String> {
         match self.lines.recv_timeout(timeout) {
             Ok(Line::Text(t)) => Ok(t),
             Ok(Line::TooLong) => {
@@ -259,7 +264,7 @@ impl Process {
                 ))
             }
             Err(RecvTimeoutError::Timeout) => Err(format!(
-                "no reply within {:.1}s (hang?); the implementation was restarted",
+                "no reply within {:.1}s{hint}; the implementation was restarted",
                 timeout.as_secs_f64()
             )),
         }
@@ -272,6 +277,10 @@ pub struct External {
     limits: Limits,
     process: Option<Process>,
     failed_starts: usize,
+    /// Set once a process's first case came back broken (a hang, a crash): from then on every
+    /// case has the plain per-case limit, so a hanging implementation costs `case`, not
+    /// `startup`, per case.
+    warm_up_failed: bool,
     suite_version: String,
 }
 
@@ -289,6 +298,7 @@ impl External {
             limits,
             process: None,
             failed_starts: 0,
+            warm_up_failed: false,
             suite_version: crate::vectors::manifest::SUITE_VERSION.into(),
         }
     }
@@ -304,7 +314,7 @@ impl External {
         } else {
             Duration::from_millis(500)
         };
-        let hello = match (p.receive(wait), sent) {
+        let hello = match (p.receive(wait, " (hang?)"), sent) {
             (Ok(line), _) => protocol::parse_hello(&line),
             (Err(e), Ok(())) => Err(e),
             (Err(e), Err(w)) => Err(format!("cannot write the handshake ({w}); {e}")),
@@ -351,9 +361,23 @@ impl Implementation for External {
         let Some(p) = self.process.as_mut() else {
             return Reply::Broken("no process".into());
         };
+        // The first case after a start may pay for compilation; a hang pays it only once.
+        let first = !std::mem::replace(&mut p.asked, true);
+        let (wait, hint) = if first && !self.warm_up_failed {
+            (
+                self.limits.case.max(self.limits.startup),
+                " to the first case, which has the start-up allowance (--startup-timeout) for \
+                 compilation (hang?)",
+            )
+        } else {
+            (
+                self.limits.case,
+                " (hang? a case that needs longer needs a larger --timeout)",
+            )
+        };
         let line = match p.send(&protocol::request(request)) {
-            Ok(()) => p.receive(self.limits.case),
-            Err(_) => p.receive(Duration::from_millis(500)).and_then(|_| {
+            Ok(()) => p.receive(wait, hint),
+            Err(_) => p.receive(Duration::from_millis(500), "").and_then(|_| {
                 Err("the implementation stopped reading its input (crashed?)".into())
             }),
         };
@@ -362,6 +386,7 @@ impl Implementation for External {
             Err(e) => Reply::Broken(e),
         };
         if let Reply::Broken(_) = reply {
+            self.warm_up_failed |= first;
             // The stream may be out of step: start afresh for the next case.
             self.drop_process();
         }

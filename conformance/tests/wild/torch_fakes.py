@@ -126,3 +126,18 @@ class TrainableInitL(FIRE):
     def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
         super().__init__(num_heads, mlp_width, init_c, init_L, eps)
         self.init_L = nn.Parameter(torch.tensor(init_L))
+
+
+class OutputLayerFirst(FIRE):
+    """Correct; the MLP's two layers are plain attributes, the output layer built before the
+    input layer, so neither its names nor its registration order say which comes first: only
+    their shapes do."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        del self.mlp
+        self.proj_out = nn.Linear(mlp_width, num_heads)
+        self.proj_in = nn.Linear(1, mlp_width)
+
+    def mlp(self, x):
+        return self.proj_out(torch.relu(self.proj_in(x)))
