@@ -27,9 +27,9 @@ pub fn judge(
             vec!["returned an output for an invalid case; it must be rejected (reply `errored`) [num.errors]".into()],
         ),
         (Reply::Output(got), Verdict::Valid) => {
-            let (failures, notes) = compare_outputs(case, got, profile, caps);
-            let status = if failures.is_empty() { Status::Passed } else { Status::Failed };
-            (status, failures.into_iter().chain(notes).collect())
+            let graded = compare_outputs(case, got, profile, caps);
+            let status = if graded.failures.is_empty() { Status::Passed } else { Status::Failed };
+            (status, graded.failures.into_iter().chain(graded.notes).collect())
         }
     }
 }
@@ -71,16 +71,42 @@ pub fn acceptable_for<'a>(case: &'a Case, caps: &Capabilities) -> &'a [BTreeMap<
     alternatives.map_or(&[], Vec::as_slice)
 }
 
+/// The outputs of a valid reply that fail their comparison, by name (`init_L` where the reply
+/// trains it, [grad.layout]): for a gradient case, the parameters whose gradients are wrong.
+pub fn differing_outputs(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+) -> Vec<String> {
+    compare_outputs(case, got, profile, caps).differing
+}
+
+/// What [`compare_outputs`] found.
+#[derive(Default)]
+struct Graded {
+    /// Why the reply fails, line by line (empty: it passes).
+    failures: Vec<String>,
+    /// What a passing comparison accepted.
+    notes: Vec<String>,
+    /// The outputs that fail, by name.
+    differing: Vec<String>,
+}
+
 fn compare_outputs(
     case: &Case,
     got: &BTreeMap<String, Tensor>,
     profile: Profile,
     caps: &Capabilities,
-) -> (Vec<String>, Vec<String>) {
-    let mut details = Vec::new();
-    let mut notes = Vec::new();
+) -> Graded {
+    let mut graded = Graded::default();
+    let Graded {
+        failures: details,
+        notes,
+        differing,
+    } = &mut graded;
     let Some(expected) = expected_for(case, caps) else {
-        return (details, notes);
+        return graded;
     };
     for (name, want) in expected {
         let (want, mask) = adjust(case.kind, &case.inputs, want, caps.future_keys);
@@ -96,6 +122,9 @@ fn compare_outputs(
                 compare_either(&g, &want, &acceptable, profile, mask.as_deref())
             }
         };
+        if result.is_err() {
+            differing.push(name.clone());
+        }
         match result {
             Ok(0) => {}
             Ok(n) => notes.push(format!(
@@ -130,8 +159,9 @@ fn compare_outputs(
     }
     if let Some(frozen) = trained_init_l(case, got) {
         details.push(frozen);
+        differing.push("init_L".into());
     }
-    (details, notes)
+    graded
 }
 
 /// A gradient reply that carries a nonzero gradient for `init_L`: the module trains what

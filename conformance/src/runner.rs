@@ -13,8 +13,8 @@ use crate::coverage;
 use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
 pub use crate::grade::{acceptable_for, expected_for, judge};
-use crate::implementation::{Capabilities, Implementation, Reply, Request};
-use crate::vectors::format::{Case, Tensor, Verdict};
+use crate::implementation::{Capabilities, FutureKeys, Implementation, Reply, Request};
+use crate::vectors::format::{Case, Kind, Tensor, Verdict};
 use crate::vectors::load::Suite;
 
 /// How a case ended.
@@ -113,6 +113,13 @@ pub enum Overall {
     /// Named variants consistent with every diagnosable case that ran, each explaining at least
     /// one failure (empty: no single variant does).
     Variants(Vec<&'static str>),
+    /// No variant explains the failures, and every failing case passes under this convention
+    /// for keys after the query, not the declared one: a declaration to fix, not the maths.
+    /// spec: [conv.future]
+    Convention(FutureKeys),
+    /// No variant explains the failures, and every failing case is a gradient case: the forward
+    /// values checked are right, the gradients of these parameters are not. spec: [grad.vjp]
+    Gradients(Vec<String>),
     /// Every valid case that ran errored (or broke): the adapter, not the maths, is at fault.
     /// Holds the error common to most of them and how many valid cases ran.
     AdapterBroken {
@@ -191,6 +198,7 @@ impl Report {
     pub fn overall_variants(&self) -> Vec<&'static str> {
         match &self.overall {
             Some(Overall::Variants(v)) => v.clone(),
+            Some(Overall::Convention(_) | Overall::Gradients(_)) => vec![],
             _ => vec![],
         }
     }
@@ -289,12 +297,14 @@ fn family(id: &str) -> &str {
     id.split('/').next().unwrap_or(id)
 }
 
-/// One diagnosable case that ran: what it is, what came back, how it was graded.
+/// One valid case that ran and gave an output: what it is, what came back, how it was graded.
 struct Ran<'a> {
     outcome: usize,
     case: &'a Case,
     got: BTreeMap<String, Tensor>,
     profile: Profile,
+    /// Whether some catalogued variant applies ([`diagnose::diagnosable`]).
+    diagnosable: bool,
 }
 
 /// Runs every selected case of `suite` against `imp`.
@@ -367,11 +377,12 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         outcome.status = status;
         outcome.details = details;
         match &reply {
-            Reply::Output(got) if diagnose::diagnosable(case) => ran.push(Ran {
+            Reply::Output(got) if case.result == Verdict::Valid => ran.push(Ran {
                 outcome: outcomes.len(),
                 case,
                 got: got.clone(),
                 profile,
+                diagnosable: diagnose::diagnosable(case),
             }),
             Reply::Errored(m) | Reply::Broken(m) => errors.push((outcomes.len(), m.clone())),
             _ => {}
@@ -492,8 +503,9 @@ fn broken_adapter(outcomes: &mut [Outcome], errors: &[(usize, String)]) -> Optio
     })
 }
 
-/// Diagnoses every failing case, then names the variants consistent with every diagnosable case
-/// that ran and explaining at least one failure. spec: [variants.catalogue]
+/// Diagnoses every failing diagnosable case, then names the variants consistent with every
+/// diagnosable case that ran and explaining at least one failure; failing that, what the
+/// failures have in common ([`unexplained`]). spec: [variants.catalogue]
 fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> Option<Overall> {
     let failed: Vec<bool> = ran
         .iter()
@@ -508,7 +520,7 @@ fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> O
         .collect();
     let mut explained: Vec<&'static str> = Vec::new();
     for ((r, p), &failing) in ran.iter().zip(&predicted).zip(&failed) {
-        if failing {
+        if failing && r.diagnosable {
             let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
             explained.extend(f.variants.iter().map(|v| v.name));
             explained.extend(f.closest.map(|(v, _)| v.name));
@@ -519,6 +531,7 @@ fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> O
         ran.iter()
             .zip(&predicted)
             .zip(&failed)
+            .filter(|((r, _), _)| r.diagnosable)
             .all(|((r, p), &failing)| {
                 match p.iter().find(|(v, _)| v.name == name) {
                     Some((_, Some(prediction))) => diagnose::consistent(
@@ -545,5 +558,58 @@ fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> O
             names.push(v.name);
         }
     }
+    if names.is_empty() {
+        return Some(unexplained(outcomes, ran, &failed, caps));
+    }
     Some(Overall::Variants(names))
+}
+
+/// The run's verdict when no catalogued variant explains its failures, where the failing cases
+/// still have something in common: every one passes under another convention for keys after
+/// the query ([`Overall::Convention`]), or every one is a gradient case ([`Overall::Gradients`]).
+/// Only when every failed value case gave an output (none errored or broke).
+fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabilities) -> Overall {
+    let failing: Vec<&Ran> = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .map(|(r, _)| r)
+        .collect();
+    let all_failed = outcomes
+        .iter()
+        .filter(|o| {
+            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
+        })
+        .count();
+    if failing.is_empty() || failing.len() != all_failed {
+        return Overall::Variants(vec![]);
+    }
+    let passes_under = |future: FutureKeys| {
+        let under = Capabilities {
+            future_keys: future,
+            ..caps.clone()
+        };
+        failing
+            .iter()
+            .all(|r| crate::grade::differing_outputs(r.case, &r.got, r.profile, &under).is_empty())
+    };
+    let other = [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked]
+        .into_iter()
+        .filter(|f| *f != caps.future_keys)
+        .find(|f| passes_under(*f));
+    if let Some(f) = other {
+        return Overall::Convention(f);
+    }
+    if failing.iter().all(|r| r.case.kind == Kind::Vjp) {
+        let mut params: Vec<String> = Vec::new();
+        for r in &failing {
+            for name in crate::grade::differing_outputs(r.case, &r.got, r.profile, caps) {
+                if !params.contains(&name) {
+                    params.push(name);
+                }
+            }
+        }
+        return Overall::Gradients(params);
+    }
+    Overall::Variants(vec![])
 }

@@ -119,6 +119,20 @@ fn declared_future_key_conventions_pass_and_undeclared_ones_are_named() {
         notes.iter().any(|n| n.contains("follow `zero`")),
         "{notes:?}"
     );
+    // The run's verdict says so too, over bias and gradient cases alike: a declaration to fix.
+    let r = run(&mut silent, "fire*");
+    assert!(r.counts().1 > 0);
+    assert_eq!(
+        r.overall,
+        Some(Overall::Convention(FutureKeys::Zero)),
+        "{}",
+        r.summary()
+    );
+    let text = fire_conformance::report::text::render(&r, false);
+    assert!(
+        text.contains("follow `zero`, not the declared `mirrored`"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -200,6 +214,13 @@ fn masked_accepts_every_mask_value_and_nothing_else() {
             .collect();
         assert!(!failed.is_empty(), "{not_a_mask:e} passed as a mask");
         let notes = &failed[0].finding.as_ref().unwrap().notes;
+        // A wrong mask is a mistake, not another convention; zeros are the `zero` convention.
+        let overall = if not_a_mask == 0.0 {
+            Overall::Convention(FutureKeys::Zero)
+        } else {
+            Overall::Variants(vec![])
+        };
+        assert_eq!(r.overall, Some(overall), "{not_a_mask:e}");
         if not_a_mask == -100.0 {
             // A future-only deviation no convention explains is called one, with the risk of
             // declaring it away as `negated`.

@@ -536,6 +536,9 @@ fn fails_the_gradient_cases_on_init_l(cmd: &str, args: &[&str]) {
     assert!(cases
         .iter()
         .any(|c| c["id"].as_str().unwrap().starts_with("fire/") && c["status"] == "passed"));
+    // The run-level verdict names the gradient that is wrong.
+    let wrong = r["overall_gradients"].as_array().unwrap();
+    assert!(wrong.iter().any(|g| g == "init_L"), "{wrong:?}");
 }
 
 /// Whether the JAX fakes can run: a failure when FIRE_REQUIRE_JAX is set (CI), else a loud skip.

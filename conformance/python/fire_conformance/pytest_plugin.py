@@ -260,6 +260,13 @@ class FireCase(pytest.Item):
         if variants:
             extra.append("overall: the failures are explained by variant(s) "
                          + ", ".join(f"`{v}`" for v in variants))
+        if report.get("overall_convention"):
+            f = report["overall_convention"]
+            extra.append(f"overall: every failing case follows future keys `{f}`, not the declared "
+                         f"`{report['future_keys']}`; if intended, pass --fire-future-keys {f}")
+        if report.get("overall_gradients"):
+            extra.append("overall: only gradient cases fail; the gradient(s) of "
+                         + ", ".join(f"`{g}`" for g in report["overall_gradients"]) + " are wrong")
         raise FireFailure("\n".join([text.rstrip()] + extra))
 
     def repr_failure(self, excinfo):

@@ -48,8 +48,14 @@ pub fn render(r: &Report) -> Value {
             })
         })
         .collect();
+    let (convention, gradients) = match &r.overall {
+        Some(Overall::Convention(f)) => (json!(f.name()), Value::Null),
+        Some(Overall::Gradients(g)) => (Value::Null, json!(g)),
+        _ => (Value::Null, Value::Null),
+    };
     let (overall, broken) = match &r.overall {
         Some(Overall::Variants(v)) => (Some(v.clone()), Value::Null),
+        Some(Overall::Convention(_) | Overall::Gradients(_)) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
             json!({"error": error, "count": count, "valid_cases_ran": ran}),
@@ -71,6 +77,8 @@ pub fn render(r: &Report) -> Value {
         "nothing_ran": r.nothing_ran(),
         "exit_code": r.exit_code(),
         "overall_variants": overall,
+        "overall_convention": convention,
+        "overall_gradients": gradients,
         "tolerated_variants": r.tolerated,
         "unchecked_flags": r.unchecked,
         "future_keys_unchecked": r.future_unchecked,

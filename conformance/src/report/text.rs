@@ -100,6 +100,25 @@ pub fn render(r: &Report, verbose: bool) -> String {
                 ),
             };
         }
+        Some(Overall::Convention(f)) => {
+            let _ = writeln!(
+                out,
+                "overall: no catalogued variant, but a declaration: every failing case is right on the causal triangle and its keys after the query follow `{f}`, not the declared `{declared}`; if that is intended, declare `{f}` (`future_keys=\"{f}\"` to the kit's serve, `--future-keys {f}` to the adapters) [conv.future]",
+                f = f.name(),
+                declared = c.future_keys.name()
+            );
+        }
+        Some(Overall::Gradients(params)) => {
+            let _ = writeln!(
+                out,
+                "overall: only gradient cases fail (every bias and attention case that ran passed): the gradient(s) of {} are wrong; look for a parameter detached or frozen, one trained that [grad.layout] freezes, or a hand-written backward [grad.vjp]",
+                params
+                    .iter()
+                    .map(|p| format!("`{p}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         None => {}
     }
     if !r.tolerated.is_empty() {
