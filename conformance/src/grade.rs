@@ -20,6 +20,10 @@ pub fn judge(
     match (reply, case.result) {
         (Reply::Broken(m), _) => (Status::Failed, vec![m.clone()]),
         (Reply::Skipped(r), _) => (Status::Skipped, vec![format!("skipped by the implementation: {r}")]),
+        (Reply::UnsupportedDtype(r), _) => (
+            Status::Skipped,
+            vec![format!("skipped by the implementation, which cannot compute in this dtype: {r}")],
+        ),
         (Reply::Errored(_), Verdict::Invalid) => (Status::Passed, vec![]),
         (Reply::Errored(m), Verdict::Valid) => (Status::Failed, vec![format!("errored on a valid case: {m}")]),
         (Reply::Output(_), Verdict::Invalid) => (

@@ -133,6 +133,12 @@ pub enum Reply {
     Output(BTreeMap<String, Tensor>),
     /// The implementation does not support this case, and says why.
     Skipped(String),
+    /// Skipped because the implementation cannot compute in the requested dtype (it raised a
+    /// dtype error, or returned another dtype), and says why. Such a skip holds for the whole
+    /// run or not at all: where other valid cases of the same run came back with outputs, the
+    /// runner fails it, since a dtype that changes with the input is a bug on that input.
+    /// spec: [proto.reply]
+    UnsupportedDtype(String),
     /// The implementation refused or failed (the right answer for an invalid case).
     Errored(String),
     /// The harness could not get a well-formed reply (crash, hang, garbage, flood, wrong id).

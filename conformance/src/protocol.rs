@@ -238,7 +238,15 @@ pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
             // A malformed output belongs to its case: fail that case, not the whole stream.
             parsed.map_or_else(Reply::Broken, Reply::Output)
         }
-        Some("skipped") => Reply::Skipped(text("reason")),
+        Some("skipped") => match m.get("unsupported").and_then(Value::as_str) {
+            Some("dtype") => Reply::UnsupportedDtype(text("reason")),
+            Some(other) => {
+                return Err(format!(
+                    "unknown `unsupported` {other:?} in a skipped result (dtype)"
+                ))
+            }
+            None => Reply::Skipped(text("reason")),
+        },
         Some("errored") => Reply::Errored(text("message")),
         other => {
             return Err(format!(
@@ -262,6 +270,10 @@ pub fn result_line(id: &str, reply: &Reply) -> String {
         Reply::Skipped(r) => {
             json!({"type": "result", "id": id, "status": "skipped", "reason": r}).to_string()
         }
+        Reply::UnsupportedDtype(r) => json!({
+            "type": "result", "id": id, "status": "skipped", "reason": r, "unsupported": "dtype"
+        })
+        .to_string(),
         Reply::Errored(m) | Reply::Broken(m) => {
             json!({"type": "result", "id": id, "status": "errored", "message": m}).to_string()
         }

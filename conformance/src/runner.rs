@@ -2,7 +2,6 @@
 //! verdicts (values and validation). spec: [proto.request], [proto.reply], [proto.report],
 //! [num.profiles]
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -13,8 +12,10 @@ use crate::coverage;
 use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
 pub use crate::grade::{acceptable_for, expected_for, judge};
-use crate::implementation::{Capabilities, FutureKeys, Implementation, Reply, Request};
-use crate::vectors::format::{Case, Kind, Tensor, Verdict};
+use crate::implementation::{Capabilities, Implementation, Reply, Request};
+pub use crate::overall::Overall;
+use crate::overall::{broken_adapter, diagnose_run, Ran};
+use crate::vectors::format::Verdict;
 use crate::vectors::load::Suite;
 
 /// How a case ended.
@@ -107,31 +108,6 @@ pub struct Outcome {
     pub duration: Duration,
 }
 
-/// The run-level judgement of the values.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Overall {
-    /// Named variants consistent with every diagnosable case that ran, each explaining at least
-    /// one failure (empty: no single variant does).
-    Variants(Vec<&'static str>),
-    /// No variant explains the failures, and every failing case passes under this convention
-    /// for keys after the query, not the declared one: a declaration to fix, not the maths.
-    /// spec: [conv.future]
-    Convention(FutureKeys),
-    /// No variant explains the failures, and every failing case is a gradient case: the forward
-    /// values checked are right, the gradients of these parameters are not. spec: [grad.vjp]
-    Gradients(Vec<String>),
-    /// Every valid case that ran errored (or broke): the adapter, not the maths, is at fault.
-    /// Holds the error common to most of them and how many valid cases ran.
-    AdapterBroken {
-        /// The most frequent error message.
-        error: String,
-        /// How many valid cases gave exactly it.
-        count: usize,
-        /// How many valid cases ran.
-        ran: usize,
-    },
-}
-
 /// A finished run.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -198,7 +174,7 @@ impl Report {
     pub fn overall_variants(&self) -> Vec<&'static str> {
         match &self.overall {
             Some(Overall::Variants(v)) => v.clone(),
-            Some(Overall::Convention(_) | Overall::Gradients(_)) => vec![],
+            Some(Overall::Convention(_) | Overall::Gradients { .. }) => vec![],
             _ => vec![],
         }
     }
@@ -297,16 +273,6 @@ fn family(id: &str) -> &str {
     id.split('/').next().unwrap_or(id)
 }
 
-/// One valid case that ran and gave an output: what it is, what came back, how it was graded.
-struct Ran<'a> {
-    outcome: usize,
-    case: &'a Case,
-    got: BTreeMap<String, Tensor>,
-    profile: Profile,
-    /// Whether some catalogued variant applies ([`diagnose::diagnosable`]).
-    diagnosable: bool,
-}
-
 /// Runs every selected case of `suite` against `imp`.
 pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Result<Report> {
     let caps = imp.capabilities()?;
@@ -333,6 +299,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let mut ran: Vec<Ran> = Vec::new();
     let mut errors: Vec<(usize, String)> = Vec::new();
     let mut future_unchecked = 0;
+    let mut dtype_skips: Vec<(usize, bool)> = Vec::new();
     for case in suite.cases() {
         if (!opts.run.is_empty() && !run.is_match(&case.id)) || skip.is_match(&case.id) {
             continue;
@@ -385,6 +352,9 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
                 diagnosable: diagnose::diagnosable(case),
             }),
             Reply::Errored(m) | Reply::Broken(m) => errors.push((outcomes.len(), m.clone())),
+            Reply::UnsupportedDtype(_) if case.result == Verdict::Valid => {
+                dtype_skips.push((outcomes.len(), xfail.is_match(&case.id)));
+            }
             _ => {}
         }
         let listed = xfail.is_match(&case.id);
@@ -401,6 +371,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         outcome.duration = start.elapsed();
         outcomes.push(outcome);
     }
+    fail_inconsistent_dtype(&mut outcomes, &dtype_skips, ran.len(), &dtype);
     let mut overall = broken_adapter(&mut outcomes, &errors);
     if overall.is_none() && opts.diagnose {
         overall = diagnose_run(&mut outcomes, &ran, &caps);
@@ -423,6 +394,33 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         unchecked,
         future_unchecked,
     })
+}
+
+/// A skip for a dtype the implementation cannot compute in holds for the whole run or not at
+/// all: where `outputs` valid cases of the run came back in `dtype`, each valid case in
+/// `dtype_skips` (outcome index, listed in `--xfails`) fails, since a module that computes in
+/// `dtype` on some inputs and raises a dtype error or returns another dtype on others has a
+/// bug on those inputs (a path taken only by long inputs, say). spec: [proto.reply]
+fn fail_inconsistent_dtype(
+    outcomes: &mut [Outcome],
+    dtype_skips: &[(usize, bool)],
+    outputs: usize,
+    dtype: &str,
+) {
+    if outputs == 0 {
+        return;
+    }
+    for &(n, listed) in dtype_skips {
+        let o = &mut outcomes[n];
+        o.status = if listed {
+            Status::XFailed
+        } else {
+            Status::Failed
+        };
+        o.details.push(format!(
+            "failed: the implementation computed {outputs} other valid case(s) of this run in {dtype}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
+        ));
+    }
 }
 
 /// Where a case passed only through its acceptable alternative, names the tolerated variant the
@@ -455,161 +453,4 @@ fn name_tolerated(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) ->
         }
     }
     names
-}
-
-/// Glue that cannot call the module errors on every case, valid or not, and its rejections of
-/// invalid cases then prove nothing. When every valid case that ran errored or broke, the run is
-/// an adapter failure; otherwise an invalid case rejected with an error that some valid case
-/// also got is inconclusive. spec: [vec.invalid], [proto.report]
-fn broken_adapter(outcomes: &mut [Outcome], errors: &[(usize, String)]) -> Option<Overall> {
-    let message = |n: usize| {
-        errors
-            .iter()
-            .find(|(i, _)| *i == n)
-            .map(|(_, m)| m.as_str())
-    };
-    let valid_ran: Vec<usize> = (0..outcomes.len())
-        .filter(|&n| outcomes[n].question == Question::Values && outcomes[n].profile.is_some())
-        .filter(|&n| !matches!(outcomes[n].status, Status::Skipped))
-        .collect();
-    let valid_errors: Vec<&str> = valid_ran.iter().filter_map(|&n| message(n)).collect();
-    let all_broken = !valid_ran.is_empty() && valid_errors.len() == valid_ran.len();
-    for (n, o) in outcomes.iter_mut().enumerate() {
-        if o.question != Question::Validation || o.status != Status::Passed {
-            continue;
-        }
-        let same = message(n).is_some_and(|m| valid_errors.contains(&m));
-        if all_broken || same {
-            o.status = Status::Inconclusive;
-            o.details.push(if all_broken {
-                "not assessed: every valid case errored too, so this rejection says nothing about validation".into()
-            } else {
-                "not assessed: a valid case errored with the same message, so this rejection says nothing about validation".into()
-            });
-        }
-    }
-    if !all_broken {
-        return None;
-    }
-    let mut freq: BTreeMap<&str, usize> = BTreeMap::new();
-    for m in &valid_errors {
-        *freq.entry(m).or_default() += 1;
-    }
-    let (error, count) = freq.into_iter().max_by_key(|(_, c)| *c).unwrap_or(("", 0));
-    Some(Overall::AdapterBroken {
-        error: error.to_owned(),
-        count,
-        ran: valid_ran.len(),
-    })
-}
-
-/// Diagnoses every failing diagnosable case, then names the variants consistent with every
-/// diagnosable case that ran and explaining at least one failure; failing that, what the
-/// failures have in common ([`unexplained`]). spec: [variants.catalogue]
-fn diagnose_run(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) -> Option<Overall> {
-    let failed: Vec<bool> = ran
-        .iter()
-        .map(|r| matches!(outcomes[r.outcome].status, Status::Failed | Status::XFailed))
-        .collect();
-    if !failed.contains(&true) {
-        return None;
-    }
-    let predicted: Vec<Vec<diagnose::Prediction>> = ran
-        .iter()
-        .map(|r| diagnose::predictions(r.case, caps))
-        .collect();
-    let mut explained: Vec<&'static str> = Vec::new();
-    for ((r, p), &failing) in ran.iter().zip(&predicted).zip(&failed) {
-        if failing && r.diagnosable {
-            let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
-            explained.extend(f.variants.iter().map(|v| v.name));
-            explained.extend(f.closest.map(|(v, _)| v.name));
-            outcomes[r.outcome].finding = Some(f);
-        }
-    }
-    let consistent = |name: &str| {
-        ran.iter()
-            .zip(&predicted)
-            .zip(&failed)
-            .filter(|((r, _), _)| r.diagnosable)
-            .all(|((r, p), &failing)| {
-                match p.iter().find(|(v, _)| v.name == name) {
-                    Some((_, Some(prediction))) => diagnose::consistent(
-                        diagnose::distance(
-                            r.case,
-                            prediction,
-                            &r.got,
-                            r.profile,
-                            caps.future_keys,
-                            None,
-                        ),
-                        r.profile,
-                    ),
-                    // The variant applies but cannot evaluate the case: it explains nothing here.
-                    Some((_, None)) => false,
-                    // The variant does not touch this case: it predicts the reference.
-                    None => !failing,
-                }
-            })
-    };
-    let mut names: Vec<&'static str> = Vec::new();
-    for v in fire_reference::variants::CATALOGUE {
-        if explained.contains(&v.name) && !names.contains(&v.name) && consistent(v.name) {
-            names.push(v.name);
-        }
-    }
-    if names.is_empty() {
-        return Some(unexplained(outcomes, ran, &failed, caps));
-    }
-    Some(Overall::Variants(names))
-}
-
-/// The run's verdict when no catalogued variant explains its failures, where the failing cases
-/// still have something in common: every one passes under another convention for keys after
-/// the query ([`Overall::Convention`]), or every one is a gradient case ([`Overall::Gradients`]).
-/// Only when every failed value case gave an output (none errored or broke).
-fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabilities) -> Overall {
-    let failing: Vec<&Ran> = ran
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| **f)
-        .map(|(r, _)| r)
-        .collect();
-    let all_failed = outcomes
-        .iter()
-        .filter(|o| {
-            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
-        })
-        .count();
-    if failing.is_empty() || failing.len() != all_failed {
-        return Overall::Variants(vec![]);
-    }
-    let passes_under = |future: FutureKeys| {
-        let under = Capabilities {
-            future_keys: future,
-            ..caps.clone()
-        };
-        failing
-            .iter()
-            .all(|r| crate::grade::differing_outputs(r.case, &r.got, r.profile, &under).is_empty())
-    };
-    let other = [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked]
-        .into_iter()
-        .filter(|f| *f != caps.future_keys)
-        .find(|f| passes_under(*f));
-    if let Some(f) = other {
-        return Overall::Convention(f);
-    }
-    if failing.iter().all(|r| r.case.kind == Kind::Vjp) {
-        let mut params: Vec<String> = Vec::new();
-        for r in &failing {
-            for name in crate::grade::differing_outputs(r.case, &r.got, r.profile, caps) {
-                if !params.contains(&name) {
-                    params.push(name);
-                }
-            }
-        }
-        return Overall::Gradients(params);
-    }
-    Overall::Variants(vec![])
 }

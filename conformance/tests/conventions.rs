@@ -75,6 +75,7 @@ impl Implementation for Convention {
                         match self.future {
                             FutureKeys::Zero => *v = 0.0,
                             FutureKeys::Masked => *v = self.mask,
+                            FutureKeys::Negated if self.mask.is_nan() => *v = f64::NAN,
                             FutureKeys::Negated => *v = 12345.0,
                             FutureKeys::Mirrored => {}
                         }
@@ -271,4 +272,49 @@ fn negated_reports_what_it_leaves_unchecked() {
         let text = fire_conformance::report::text::render(&r, false);
         assert!(!text.contains("at keys after their query"), "{text}");
     }
+}
+
+/// `negated` with NaN above the diagonal, whose gradients are NaN as 0·NaN makes them.
+struct NanAbove(Convention);
+
+impl Implementation for NanAbove {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        self.0.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        match self.0.run(r) {
+            Reply::Output(mut out) if r.kind == Kind::Vjp => {
+                for t in out.values_mut() {
+                    t.data.iter_mut().for_each(|v| *v = f64::NAN);
+                }
+                Reply::Output(out)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Under `negated` the bias passes however it is computed above the diagonal, but NaN there
+/// fails the gradient cases, and the run-level verdict names the NaN as the cause.
+#[test]
+fn nan_gradients_under_negated_are_called_nan_not_a_detached_parameter() {
+    let mut honest = Convention::honest(FutureKeys::Negated);
+    honest.mask = f64::NAN;
+    let mut imp = NanAbove(honest);
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let opts = Options {
+        run: vec!["fire*".into()],
+        diagnose: true,
+        ..Options::default()
+    };
+    let r = runner::run(&suite, &mut imp, &opts).unwrap();
+    assert!(r.counts().1 > 0);
+    assert!(
+        matches!(&r.overall, Some(Overall::Gradients { nan: true, params }) if params.contains(&"c".to_owned())),
+        "{:?}",
+        r.overall
+    );
+    let text = fire_conformance::report::text::render(&r, false);
+    assert!(text.contains("are NaN") && text.contains("0·NaN"), "{text}");
 }

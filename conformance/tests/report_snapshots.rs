@@ -86,6 +86,12 @@ fn report_of_an_implementation_with_wrong_gradients() {
         ..Options::default()
     };
     let report = runner::run(&suite, &mut WrongGradient, &options).unwrap();
-    assert_eq!(report.overall, Some(Overall::Gradients(vec!["c".into()])));
+    assert_eq!(
+        report.overall,
+        Some(Overall::Gradients {
+            params: vec!["c".into()],
+            nan: false
+        })
+    );
     insta::assert_snapshot!(redacted(text::render(&report, false)));
 }

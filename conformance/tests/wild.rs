@@ -323,6 +323,36 @@ fn a_module_that_cannot_compute_in_the_asked_dtype_is_skipped_with_the_reason() 
     assert!(reason.contains("rerun with the --dtype"), "{reason}");
 }
 
+/// A dtype the module cannot compute in holds for the whole run or not at all: a module that
+/// answers short cases in f64 and long ones in float32 fails the long ones (here its long path
+/// also drops the threshold, which a skip would have hidden).
+#[test]
+fn a_module_whose_dtype_changes_with_the_input_fails_where_it_changes() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(
+        &appendix("ThresholdIgnoredOnLongInputs", "f64"),
+        &["--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    let changed: Vec<&Value> = cases
+        .iter()
+        .filter(|c| {
+            c["details"]
+                .to_string()
+                .contains("cannot compute in this dtype")
+        })
+        .collect();
+    assert!(!changed.is_empty(), "{r:#}");
+    for c in &changed {
+        assert_eq!(c["status"], "failed", "{c:#}");
+        assert!(c["details"].to_string().contains("[proto.reply]"), "{c:#}");
+    }
+    assert!(count(&r, "values", "passed") >= 10, "{r:#}");
+}
+
 #[test]
 fn the_papers_pytorch_module_passes_in_f32_and_a_mistaken_one_is_named() {
     if !torch() {
@@ -475,6 +505,33 @@ fn a_torch_module_that_builds_its_output_layer_first_is_graded_and_passes() {
     }
 }
 
+/// NaN above the diagonal is allowed under `negated` for the bias, but it poisons the gradients
+/// (0·NaN), and the run-level verdict says so rather than blaming a detached parameter.
+#[test]
+fn a_torch_module_with_nan_above_the_diagonal_passes_its_bias_and_fails_its_gradients_saying_why() {
+    if !torch() {
+        return;
+    }
+    let cmd = format!(
+        "{} --future-keys negated",
+        torch_fake("SignedDistance", "f32")
+    );
+    let (code, r) = run(&cmd, &["--fail-on", "values", "--run", "fire*"]);
+    assert_eq!(code, 1, "{r:#}");
+    // Only gradient cases fail: those whose square reaches c·(i − j) < −1, where ψ is NaN.
+    let mut grads_failed = 0;
+    for c in r["cases"].as_array().unwrap() {
+        let (id, status) = (c["id"].as_str().unwrap(), &c["status"]);
+        if id.starts_with("fire-grad/") {
+            grads_failed += usize::from(status == "failed");
+        } else {
+            assert_ne!(status, "failed", "{id}: {c:#}");
+        }
+    }
+    assert!(grads_failed > 0, "{r:#}");
+    assert_eq!(r["overall_gradients_nan"], true, "{r:#}");
+}
+
 #[test]
 fn a_torch_module_with_a_parameter_no_case_value_reaches_is_refused_by_name() {
     if !torch() {
@@ -502,6 +559,16 @@ fn the_papers_pytorch_module_runs_in_bf16() {
     // Cast to bfloat16, it computes and returns bfloat16, graded by the bf16 profile; cast to
     // float32 it was refused for not returning the dtype asked, and nothing was graded.
     passes(&torch_fake("FIRE", "bf16"), 2);
+}
+
+#[test]
+fn a_mixed_precision_torch_module_is_graded_at_bf16() {
+    if !torch() {
+        return;
+    }
+    // bf16 arithmetic, a float32 bias: graded by the bf16 profile, where every case skipped
+    // with "rerun with the --dtype it computes in" although it did.
+    passes(&torch_fake("MixedPrecision", "bf16"), 2);
 }
 
 #[test]
@@ -595,6 +662,7 @@ fn the_catalogued_mlp_mistakes_written_in_jax_are_graded_and_named() {
         ("HiddenBiasFalse", "hidden-bias-missing"),
         ("OutputBiasFalse", "output-bias-missing"),
         ("NoHiddenActivation", "no-hidden-activation"),
+        ("GeluDefault", "gelu-tanh-for-relu"),
     ] {
         let (code, r) = run(&jax_fake(class), &JAX_BIAS);
         assert_eq!(code, 1, "{class}: {r:#}");
@@ -640,6 +708,30 @@ fn a_deeper_jax_approximator_is_graded_on_the_cases_of_its_depth() {
     );
     // The one-hidden-layer cases are not its architecture: skipped, none graded.
     assert!(passed_with(&r, "fire/default-init/").is_empty(), "{r:#}");
+}
+
+#[test]
+fn a_jax_module_whose_constructor_ignores_its_width_is_refused_not_skipped() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("WidthIgnored"), &JAX_BIAS);
+    assert_ne!(code, 0, "{r:#}");
+    assert!(count(&r, "values", "failed") > 0, "{r:#}");
+    assert!(
+        r.to_string().contains("ignores num_heads or mlp_width"),
+        "{r:#}"
+    );
+}
+
+#[test]
+fn a_jax_module_without_a_threshold_multiplier_is_graded_and_named() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("NoMultiplier"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(overall(&r), ["multiplier-ignored"], "{r:#}");
 }
 
 #[test]

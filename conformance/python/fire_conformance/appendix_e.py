@@ -196,15 +196,22 @@ def torch_layers(m, state, mapping):
     return chain_order(linear, lambda layer: shapes[layer[0]])
 
 
-def assign_layers(ours, layers, own, missing, built=""):
+class ParamsMismatch(ValueError):
+    """The module's parameters cannot take the case's values (a name or a shape the glue cannot
+    reach): no layout of x changes that, so it is said at once, not after trying each."""
+
+
+def assign_layers(ours, layers, own, missing, built):
     """The case's MLP layers given, first to last, to the module's ``layers`` (``(weight name,
     bias name or None)`` in the module's own naming, ``own`` their ``[out, in]`` shapes), as
     ``{the module's name: ours}``: by position, not by number, and a layer without a bias
     leaves the case's bias out — exactly the catalogue's ``*-bias-missing`` mistakes, graded.
     ``missing`` is the error when the module has no layer. A case whose layers do not compose
     is an invalid case ([num.errors]), which the module could not hold: refused. A case whose
-    MLP is not the module's (another depth, widths the constructor does not build; ``built``
-    says how it was built) is not for this module: skipped, not failed."""
+    MLP has another depth than the module's is not for this module: skipped, not failed. One of
+    the module's depth whose widths differ was asked of a constructor that ignored its
+    ``num_heads`` or ``mlp_width`` (``built`` says how it was built): refused, since skipping
+    would leave every case of another architecture ungraded (a hard-coded ε among them)."""
     depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
     ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
     want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
@@ -212,9 +219,14 @@ def assign_layers(ours, layers, own, missing, built=""):
         raise ValueError(missing)
     if not is_chain(want):
         raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
+    if own != want and len(own) == len(want) and is_chain(own):
+        raise ParamsMismatch(f"the module was built for the case's MLP, {describe(want)} ({built}), "
+                             f"but its layers are {describe(own)}: its constructor ignores num_heads "
+                             "or mlp_width; honour them, or write a build(case) glue that skips "
+                             "what the module cannot build")
     if own != want:
         raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
-                            f"{describe(own)}{built}")
+                            f"{describe(own)} ({built})")
     loaded = {}
     for (w, b), (their_w, their_b) in zip(ours_layers, layers):
         loaded[their_w] = w
@@ -223,7 +235,7 @@ def assign_layers(ours, layers, own, missing, built=""):
     return loaded
 
 
-def load_torch(m, ours, mapping, dt, width):
+def load_torch(m, ours, mapping, dt, built):
     """Loads the case's parameters ``ours`` into the torch module ``m`` (already in ``dt``) and
     returns ``{the module's name: ours}`` of what it loaded.
 
@@ -241,24 +253,26 @@ def load_torch(m, ours, mapping, dt, width):
     params = {n for n, _ in m.named_parameters()}
     for k, theirs in mapping.items():
         if theirs not in state:
-            raise ValueError(f"--map {k}={theirs}: the module has no such parameter or buffer; "
+            raise ParamsMismatch(f"--map {k}={theirs}: the module has no such parameter or buffer; "
                              f"it has {list(state)}")
     layers = torch_layers(m, state, mapping)
     own = [tuple(state[w].shape) for w, _ in layers]
     missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
                f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
-    loaded = assign_layers(ours, layers, own, missing, f" (built with mlp_width={width})")
+    loaded = assign_layers(ours, layers, own, missing, built)
     for k in ("c", "init_L", "L_multiplier"):
         theirs = mapping.get(k, k)
         if theirs in state:
             loaded[theirs] = k
-        elif k != "init_L":
-            raise ValueError(f"the module has no parameter or buffer `{theirs}` for the case's `{k}` "
+        elif k not in OPTIONAL_SCALARS or k in mapping:
+            raise ParamsMismatch(f"the module has no parameter or buffer `{theirs}` for the case's `{k}` "
                              f"(it has {list(state)}); map it with --map {k}=NAME")
     unset = [n for n in state if n in params and n not in loaded]
     if unset:
-        raise ValueError(f"the module's parameter(s) {unset} take none of the case's values "
-                         f"({sorted(ours)}); map them with --map OURS=THEIRS, or write a build(case) glue")
+        raise ParamsMismatch(f"the module's parameter(s) {unset} take none of the case's values "
+                             f"({sorted(ours)}); map them with --map OURS=THEIRS, or write a "
+                             "build(case) glue (one that converts, where the module stores a value "
+                             "otherwise: log L, softplus⁻¹ c)")
     values = {}
     for theirs, k in loaded.items():
         v = torch.as_tensor(ours[k], dtype=dt)
@@ -274,8 +288,20 @@ def load_torch(m, ours, mapping, dt, width):
     return loaded
 
 
+# Scalars a module may lack: `init_L`, taken by the constructor; `L_multiplier`, whose absence
+# is the catalogue's `multiplier-ignored` (L = L_init), graded and named rather than refused.
+OPTIONAL_SCALARS = ("init_L", "L_multiplier")
+
+
 # The torch dtype of each --dtype: what the module is cast to, and what it must return.
 TORCH_DTYPES = {"f64": "float64", "f32": "float32", "bf16": "bfloat16"}
+
+
+def wider_than_bf16(dtype, got):
+    """Whether a module asked for bf16 returned float32 or float64: a mixed-precision module
+    (autocast style: bf16 products, f32 accumulation or output) is graded by the bf16 profile
+    all the same, since the tolerance comes from --dtype and a wider output hides nothing."""
+    return dtype == "bf16" and str(got).rsplit(".", 1)[-1] in ("float32", "float64")
 
 
 class Glue:
@@ -295,22 +321,13 @@ class Glue:
     def module(self, case):
         enc = case.encoding
         heads, width, ours = self.params(enc)
-        try:
-            m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
-                         eps=enc["eps"], **self.kwargs)
-        except TypeError as e:
-            # A constructor whose signature is not Appendix E's fails the same way on every
-            # case; say how to reach it rather than leave a bare TypeError to every reply.
-            raise TypeError(
-                f"{e} (the glue constructs the module as Appendix E does: num_heads, mlp_width, "
-                "init_c, init_L, eps; pass other required arguments with --kwargs JSON, or write a "
-                "build(case) glue)") from e
+        m = construct(self.cls, heads, width, enc, self.kwargs)
         if torch is not None and isinstance(m, torch.nn.Module):
             # The whole module in the dtype asked, bf16 included: a bf16 module computes and
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = m.to(dt)
-            names = load_torch(m, ours, self.mapping, dt, width)
+            names = load_torch(m, ours, self.mapping, dt, f"built with num_heads={heads}, mlp_width={width}")
             m.eval()
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
@@ -357,7 +374,7 @@ class Glue:
             except (RuntimeError, TypeError) as e:
                 text = str(e)
                 if torch_module and any(w in text for w in ("Double", "Float", "dtype", "scalar type")):
-                    raise fire_kit.Skip(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
+                    raise fire_kit.UnsupportedDtype(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
                                         f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
                 raise
             return squeeze(out, heads, rows, cols)
@@ -402,9 +419,9 @@ class Glue:
         want_dt = (getattr(torch, TORCH_DTYPES[self.dtype])
                    if torch_module else {"f64": np.float64, "f32": np.float32}.get(self.dtype))
         got_dt = full.dtype if torch_module else np.asarray(full).dtype
-        if want_dt is not None and got_dt != want_dt:
-            raise fire_kit.Skip(f"the module returns {got_dt} but --dtype {self.dtype} was given; "
-                                "rerun with the --dtype it computes in")
+        if want_dt is not None and got_dt != want_dt and not wider_than_bf16(self.dtype, got_dt):
+            raise fire_kit.UnsupportedDtype(f"the module returns {got_dt} but --dtype {self.dtype} was "
+                                            "given; rerun with the --dtype it computes in")
         if case.kind == "bias":
             if torch_module:
                 full = full.detach().cpu().double().numpy()
@@ -431,13 +448,39 @@ class Glue:
 X_SHAPES = {"x": "[1, H, T, 1]", "hidden": "[1, T, 1]", "scores": "[1, H, T, T]"}
 
 
+def construct(cls, heads, width, enc, kwargs):
+    """The module, constructed as Appendix E's is (``num_heads``, ``mlp_width``, ``init_c``,
+    ``init_L``, ``eps``) plus ``--kwargs``. A constructor whose signature is not Appendix E's
+    fails the same way on every case; the error says how to reach it rather than leave a bare
+    TypeError to every reply."""
+    try:
+        return cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
+                   eps=enc["eps"], **kwargs)
+    except TypeError as e:
+        if "unexpected keyword" in str(e):
+            how = ("its constructor names its arguments otherwise, which --kwargs cannot rename: "
+                   "write a build(case) glue that constructs it (conformance/README.md)")
+        else:
+            how = "pass other required arguments with --kwargs JSON, or write a build(case) glue"
+        raise TypeError(f"{e} (the glue constructs the module as Appendix E does: num_heads, "
+                        f"mlp_width, init_c, init_L, eps; {how})") from e
+
+
 def every_layout_failed(errors):
-    """The error for a ``forward(x)`` that failed with every layout of x: each attempt's error,
-    the first's type (a ``ValueError`` where that type cannot take a message)."""
+    """The error for a ``forward(x)`` that failed with every layout of x: each attempt's error
+    (once, where all are the same), the first's type (a ``ValueError`` where that type cannot
+    take a message). An error about the call's arguments is the signature, not the layout."""
     first = errors[0][1]
-    tried = "; ".join(f"x as {X_SHAPES[s]}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-                      for s, e in errors)
-    text = f"forward(x) failed with every layout of x ({tried}); force one with --call, or write glue"
+    said = [f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}" for _, e in errors]
+    if len(set(said)) == 1:
+        tried = f"the same with x as each of {', '.join(X_SHAPES[s] for s, _ in errors)}: {said[0]}"
+    else:
+        tried = "; ".join(f"x as {X_SHAPES[s]}: {w}" for (s, _), w in zip(errors, said))
+    signature = isinstance(first, TypeError) and any(
+        w in str(first) for w in ("positional argument", "unexpected keyword"))
+    how = (f"forward takes none of the calls the glue knows (--call {'|'.join(CALLS)}): write a "
+           "build(case) glue" if signature else "force one with --call, or write a build(case) glue")
+    text = f"forward(x) failed with every layout of x ({tried}); {how}"
     try:
         err = type(first)(text)
     except Exception:  # an exception type with a constructor of its own

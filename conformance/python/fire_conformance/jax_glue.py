@@ -96,7 +96,7 @@ def jax_layers(flat, mapping):
             for k in chain_order(kernels, lambda k: tuple(np.shape(flat[k]))[::-1])]
 
 
-def load_jax(flat, ours, mapping):
+def load_jax(flat, ours, mapping, built):
     """Where each of the case's parameters ``ours`` goes in the module's flattened params tree
     ``flat``: ``{path: our name}``. Layer by layer, as ``appendix_e.load_torch`` loads a torch
     module and for the same reason: the catalogue's MLP mistakes (spec/variants.md) are modules
@@ -108,14 +108,14 @@ def load_jax(flat, ours, mapping):
     constructor set)."""
     for name, path in mapping.items():
         if path not in flat:
-            raise ValueError(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
+            raise appendix_e.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
                              f"{['/'.join(q) for q in flat]}")
     layers = jax_layers(flat, mapping)
     # Kernels are [in, out]: compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] for k, _ in layers]
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
-    loaded = appendix_e.assign_layers(ours, layers, own, missing)
+    loaded = appendix_e.assign_layers(ours, layers, own, missing, built)
     for name in SCALARS:
         if name in mapping:
             loaded[mapping[name]] = name
@@ -123,14 +123,16 @@ def load_jax(flat, ours, mapping):
         hits = [p for p in flat if p[-1] == name]
         if len(hits) == 1:
             loaded[hits[0]] = name
-        elif name != "init_L":
+        elif name not in appendix_e.OPTIONAL_SCALARS or len(hits) > 1:
             found = f"{len(hits)} leaves named so" if hits else "no leaf named so"
-            raise ValueError(f"the module's params have {found} for the case's `{name}` "
+            raise appendix_e.ParamsMismatch(f"the module's params have {found} for the case's `{name}` "
                              f"({['/'.join(q) for q in flat]}); map it with --map {name}=PATH")
     unset = ["/".join(p) for p in flat if p not in loaded]
     if unset:
-        raise ValueError(f"the module's parameter(s) {unset} take none of the case's values "
-                         f"({sorted(ours)}); map them with --map OURS=PATH, or write a build(case) glue")
+        raise appendix_e.ParamsMismatch(
+            f"the module's parameter(s) {unset} take none of the case's values ({sorted(ours)}); "
+            "map them with --map OURS=PATH, or write a build(case) glue (one that converts, where "
+            "the module stores a value otherwise: log L, softplus⁻¹ c)")
     return loaded
 
 
@@ -144,7 +146,7 @@ def _place(value, leaf, path):
         if value.size == int(np.prod(want)) and value.ndim <= 1 and len(want) <= 1:
             value = value.reshape(want)
         else:
-            raise ValueError(f"parameter {'/'.join(path)} has shape {list(want)} in the module, "
+            raise appendix_e.ParamsMismatch(f"parameter {'/'.join(path)} has shape {list(want)} in the module, "
                              f"ours is {list(value.shape)}")
     return value
 
@@ -210,15 +212,15 @@ class JaxGlue:
         enc = case.encoding
         # Any depth: the module's params tree says which cases it can take (`load_jax`).
         heads, width, ours = appendix_e.appendix_params(enc, any_depth=True)
-        m = self.cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
-                     eps=enc["eps"], **self.kwargs)
+        m = appendix_e.construct(self.cls, heads, width, enc, self.kwargs)
         styles = self.layouts(m)
         errors = []
         for style in styles:
             args, direct = self.args(style, heads, case)
             try:
-                out = self.evaluate(m, heads, case, ours, args, direct)
-            except appendix_e.NotABias:
+                out = self.evaluate(m, heads, case, ours, args, direct,
+                                    f"built with num_heads={heads}, mlp_width={width}")
+            except (appendix_e.NotABias, appendix_e.ParamsMismatch):
                 raise
             except (ValueError, RuntimeError, TypeError, IndexError) as e:
                 if len(styles) == 1:
@@ -230,12 +232,12 @@ class JaxGlue:
             return out
         raise appendix_e.every_layout_failed(errors)
 
-    def evaluate(self, m, heads, case, ours, args, direct):
-        """The case's output from ``m`` called with ``args``."""
+    def evaluate(self, m, heads, case, ours, args, direct, built):
+        """The case's output from ``m`` called with ``args`` (``built``: how ``m`` was built)."""
         jax, jnp = self.jax, self.jnp
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
         flat = _flatten(variables.get("params", {}))
-        loaded = load_jax(flat, ours, self.mapping)
+        loaded = load_jax(flat, ours, self.mapping, built)
         for path, name in loaded.items():
             flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=self.dt)
         params = _unflatten(flat)
@@ -253,9 +255,9 @@ class JaxGlue:
             if cot.shape != want:
                 raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
             full, pullback = jax.vjp(bias, params)
-        if full.dtype != self.dt:
-            raise fire_kit.Skip(f"the module returns {full.dtype} but --dtype {self.dtype} was given; "
-                                "rerun with the --dtype it computes in")
+        if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
+            raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
+                                            "was given; rerun with the --dtype it computes in")
         if case.kind == "bias":
             full = np.asarray(full, dtype=np.float64)
             return full if direct else case.gather(full)

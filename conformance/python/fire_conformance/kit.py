@@ -27,6 +27,13 @@ class Skip(Exception):
     """Raise from build(case) to reply ``skipped`` with the message as the reason."""
 
 
+class UnsupportedDtype(Skip):
+    """Raise from build(case) when the module cannot compute in the requested dtype (it raised a
+    dtype error, or returned another dtype). The harness holds such a skip to the whole run: if
+    other cases of the run come back with outputs, this case fails, since a dtype that changes
+    with the input is a bug on that input."""
+
+
 def _decode(v):
     if isinstance(v, str):
         special = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -197,6 +204,9 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                     shape, data = _flatten(value)
                     outputs[key] = {"shape": shape, "data": data}
                 _reply({"type": "result", "id": cid, "status": "output", "outputs": outputs})
+            except UnsupportedDtype as s:
+                _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s),
+                        "unsupported": "dtype"})
             except Skip as s:
                 _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s)})
             except Exception as e:  # noqa: BLE001 - every failure is a reply, never a crash

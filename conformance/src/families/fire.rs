@@ -187,6 +187,11 @@ fn epsilon() -> crate::error::Result<(String, VectorFile)> {
     let mut open = random_fire(3, 8, 1, 803, Activation::Relu);
     open.eps = 0.1;
     open.threshold = Threshold::Disabled;
+    let mut below_one = random_fire(3, 8, 1, 805, Activation::Relu);
+    below_one.c = 1.0;
+    below_one.eps = 0.1;
+    below_one.l_init = 2.0;
+    below_one.l_multiplier = 0.25;
     let mut b1 = random_fire(3, 8, 1, 804, Activation::Relu);
     b1.eps = 0.25;
     b1.transform = Transform::Identity;
@@ -226,6 +231,21 @@ fn epsilon() -> crate::error::Result<(String, VectorFile)> {
             Flag::LargeEps,
             Flag::QueryZero,
             Flag::Ablation,
+            Flag::RandomParams,
+            Flag::FutureKeys,
+        ]),
+        Draft::bias(
+            "eps-tenth-threshold-below-one-query-zero",
+            "L = |0.25 · 2| = 0.5 < 1 and ε = 0.1, c = 1: query 0's normaliser is ψ(0.5) + ε, so a position clamped to at least 1 before the max (ψ(1)), a threshold floored or rounded to an integer, or ε dropped each move its row by a large fraction",
+            fire_enc(&below_one),
+            range(10),
+            range(10),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.params"])
+        .flags(&[
+            Flag::LargeEps,
+            Flag::QueryZero,
             Flag::RandomParams,
             Flag::FutureKeys,
         ]),

@@ -50,12 +50,12 @@ pub fn render(r: &Report) -> Value {
         .collect();
     let (convention, gradients) = match &r.overall {
         Some(Overall::Convention(f)) => (json!(f.name()), Value::Null),
-        Some(Overall::Gradients(g)) => (Value::Null, json!(g)),
+        Some(Overall::Gradients { params, .. }) => (Value::Null, json!(params)),
         _ => (Value::Null, Value::Null),
     };
     let (overall, broken) = match &r.overall {
         Some(Overall::Variants(v)) => (Some(v.clone()), Value::Null),
-        Some(Overall::Convention(_) | Overall::Gradients(_)) => (Some(vec![]), Value::Null),
+        Some(Overall::Convention(_) | Overall::Gradients { .. }) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
             json!({"error": error, "count": count, "valid_cases_ran": ran}),
@@ -79,6 +79,7 @@ pub fn render(r: &Report) -> Value {
         "overall_variants": overall,
         "overall_convention": convention,
         "overall_gradients": gradients,
+        "overall_gradients_nan": matches!(r.overall, Some(Overall::Gradients { nan: true, .. })),
         "tolerated_variants": r.tolerated,
         "unchecked_flags": r.unchecked,
         "future_keys_unchecked": r.future_unchecked,

@@ -108,16 +108,23 @@ pub fn render(r: &Report, verbose: bool) -> String {
                 declared = c.future_keys.name()
             );
         }
-        Some(Overall::Gradients(params)) => {
-            let _ = writeln!(
-                out,
-                "overall: only gradient cases fail (every bias and attention case that ran passed): the gradient(s) of {} are wrong; look for a parameter detached or frozen, one trained that [grad.layout] freezes, or a hand-written backward [grad.vjp]",
-                params
-                    .iter()
-                    .map(|p| format!("`{p}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
+        Some(Overall::Gradients { params, nan }) => {
+            let params = params
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = if *nan {
+                writeln!(
+                    out,
+                    "overall: only gradient cases fail (every bias and attention case that ran passed): the gradient(s) of {params} are NaN; a NaN anywhere in the forward pass, keys after the query included (ψ of a negative distance), reaches every gradient through 0·NaN even where the cotangent is 0, as it does in training: compute the bias finite everywhere (ψ(|i − j|), or torch.where before the log) [grad.vjp]"
+                )
+            } else {
+                writeln!(
+                    out,
+                    "overall: only gradient cases fail (every bias and attention case that ran passed): the gradient(s) of {params} are wrong; look for a parameter detached or frozen, one trained that [grad.layout] freezes, or a hand-written backward [grad.vjp]"
+                )
+            };
         }
         None => {}
     }

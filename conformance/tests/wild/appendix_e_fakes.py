@@ -132,6 +132,21 @@ class Float32Only(Correct):
         super().load_state_dict({k: np.asarray(v, dtype=np.float32) for k, v in state.items()})
 
 
+class ThresholdIgnoredOnLongInputs(Correct):
+    """A "fast path" for long inputs that normalises by ψ(i) (the threshold dropped) and, having
+    been written against float32 buffers, returns float32 there: in the dtype asked on short
+    inputs, another on long ones, whose cases must fail rather than skip as a dtype the module
+    cannot compute in."""
+
+    def bias(self, seq_len):
+        if seq_len <= 256:
+            return super().bias(seq_len)
+        pos = np.arange(seq_len, dtype=np.float32)
+        rel = np.abs(pos[:, None] - pos[None, :])
+        x = self.psi(rel) / (self.psi(pos) + self.eps)[:, None]
+        return np.transpose(self.mlp(x), (2, 0, 1))[None].astype(np.float32)
+
+
 class AlwaysRaises(Correct):
     """Glue that cannot call the module: forward needs an argument no caller gives."""
 

@@ -1,7 +1,8 @@
 """JAX FIREs with Flax linen's interface (``init``/``apply``) whose params trees are not Appendix
 E's two-``Dense`` layout: the catalogue's MLP mistakes (a ``Dense(use_bias=False)``, a dropped
 activation), a deeper approximator, scalars kept as ``[1]``, layers named and ordered otherwise,
-a trainable ``init_L``, a parameter no case value reaches. Plain JAX (no Flax), trees named as
+a trainable ``init_L``, a parameter no case value reaches, a constructor that ignores its width,
+no ``L_multiplier``. Plain JAX (no Flax), trees named as
 ``nn.Dense`` names them. Driven by tests/wild.rs through ``fire_conformance.jax_glue``.
 """
 
@@ -18,6 +19,7 @@ class FIRE:
     hidden_layers = 1
     scalar_shape = ()
     init_L_trainable = False
+    has_multiplier = True
     # The params tree's layer names, first layer first; the tree keeps them in `tree_order`.
     names = None
     tree_order = None
@@ -44,7 +46,9 @@ class FIRE:
         order = self.tree_order or names
         scalar = lambda v: jnp.full(self.scalar_shape, v)  # noqa: E731
         params = {name: layers[name] for name in order}
-        params.update({"c": scalar(self.init_c), "L_multiplier": scalar(1.0)})
+        params.update({"c": scalar(self.init_c)})
+        if self.has_multiplier:
+            params["L_multiplier"] = scalar(1.0)
         params.update(self.extra_params())
         if self.init_L_trainable:
             params["init_L"] = scalar(self.init_L)
@@ -57,7 +61,8 @@ class FIRE:
     def apply(self, variables, x):
         p = variables["params"]
         init_L = p["init_L"] if self.init_L_trainable else variables["constants"]["init_L"]
-        c, L_multiplier = p["c"].reshape(()), p["L_multiplier"].reshape(())
+        c = p["c"].reshape(())
+        L_multiplier = p["L_multiplier"].reshape(()) if self.has_multiplier else 1.0
         init_L = init_L.reshape(())
         seq_length = x.shape[2]
         positions = jnp.arange(seq_length, dtype=x.dtype)
@@ -97,6 +102,12 @@ class NoHiddenActivation(FIRE):
     activation = staticmethod(lambda h: h)
 
 
+class GeluDefault(FIRE):
+    """``jax.nn.gelu`` where ReLU is specified: JAX's default is the tanh approximation."""
+
+    activation = staticmethod(jax.nn.gelu)
+
+
 class TwoHidden(FIRE):
     """Appendix B's approximator: two ReLU hidden layers."""
 
@@ -130,3 +141,17 @@ class ExtraParameter(FIRE):
 
     def finish(self, bias, p):
         return bias * p["scale"]
+
+
+class WidthIgnored(FIRE):
+    """Takes ``mlp_width`` and builds 32 wide whatever it is given (and its ε hard-coded, which
+    only cases of other widths would show): refused, not skipped."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, 32, init_c, init_L, 1e-6)
+
+
+class NoMultiplier(FIRE):
+    """No ``L_multiplier``: L = init_L, the catalogue's ``multiplier-ignored``, graded and named."""
+
+    has_multiplier = False

@@ -141,3 +141,20 @@ class OutputLayerFirst(FIRE):
 
     def mlp(self, x):
         return self.proj_out(torch.relu(self.proj_in(x)))
+
+
+class SignedDistance(FIRE):
+    """ψ of the signed distance i − j: right on the causal triangle, NaN (or negative) above it,
+    so it declares `negated`; the NaN reaches every gradient through 0·NaN in the MLP's
+    backward even where the cotangent is 0, as it would in training."""
+
+    def numerator(self, rel_distance):
+        return torch.log(torch.abs(self.c) * rel_distance + 1)
+
+
+class MixedPrecision(FIRE):
+    """Computes in the dtype it is cast to and returns float32, as an autocast-style module
+    hands its bias to an f32 softmax: asked for bf16, graded by the bf16 profile."""
+
+    def forward(self, x: torch.Tensor):
+        return super().forward(x).float()

@@ -99,6 +99,8 @@ pub(super) const FIRE: &[Variant] = &[
       "nn.GELU(approximate='tanh')", PerPair(gelu_tanh)),
     v("gelu-for-relu", "uses the exact GeLU where ReLU is specified", "fire.activation",
       "nn.GELU()  # where the module says relu", PerPair(gelu_for_relu)),
+    v("gelu-tanh-for-relu", "uses GeLU's tanh approximation (jax.nn.gelu's default) where ReLU is specified", "fire.activation",
+      "jax.nn.gelu(h)  # approximate=True by default; torch: nn.GELU(approximate='tanh')", PerPair(gelu_tanh_for_relu)),
     v("relu-for-gelu", "uses ReLU where the exact GeLU is specified", "fire.activation",
       "nn.ReLU()  # where the module says gelu", PerPair(relu_for_gelu)),
     // The heads and the memory layout.
@@ -437,6 +439,17 @@ fn gelu_for_relu(fire: &Fire, p: Pair) -> DVector<f64> {
             m.activation = Activation::Gelu;
         }
     })
+}
+
+/// ReLU hidden layers computed with GeLU's tanh approximation, JAX's default `jax.nn.gelu`.
+fn gelu_tanh_for_relu(fire: &Fire, p: Pair) -> DVector<f64> {
+    let (i, j) = ij(p);
+    if fire.mlp.activation != Activation::Relu {
+        return fire.bias_at(i, j);
+    }
+    let mut f = fire.clone();
+    f.mlp.activation = Activation::Gelu;
+    mlp_with_gelu(&f, f.input(i, j), tanh_gelu)
 }
 
 fn relu_for_gelu(fire: &Fire, p: Pair) -> DVector<f64> {

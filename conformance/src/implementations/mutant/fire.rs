@@ -48,6 +48,7 @@ pub const MODELLED: &[&str] = &[
     "weights-column-major",
     "gelu-tanh",
     "gelu-for-relu",
+    "gelu-tanh-for-relu",
     "relu-for-gelu",
     "heads-reversed",
     "layout-qkh",
@@ -161,6 +162,7 @@ impl<F: Real> Module<F> {
         let hidden = match (mistake, self.activation) {
             ("no-hidden-activation", _) => Act::Identity,
             ("gelu-for-relu", Act::Relu) => Act::Gelu,
+            ("gelu-tanh-for-relu", Act::Relu) => Act::GeluTanh,
             ("relu-for-gelu", Act::Gelu) => Act::Relu,
             ("gelu-tanh", Act::Gelu) => Act::GeluTanh,
             (_, a) => a,

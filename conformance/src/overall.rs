@@ -1,0 +1,257 @@
+//! The run-level verdict on the values ([`Overall`]): a broken adapter, the catalogued
+//! variants consistent with every diagnosable case, or, where none is, what the failures share.
+//! spec: [proto.report], [variants.catalogue]
+
+use std::collections::BTreeMap;
+
+use crate::compare::Profile;
+use crate::diagnose;
+use crate::implementation::{Capabilities, FutureKeys};
+use crate::runner::{Outcome, Question, Status};
+use crate::vectors::format::{Case, Kind, Tensor};
+
+/// The run-level judgement of the values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Overall {
+    /// Named variants consistent with every diagnosable case that ran, each explaining at least
+    /// one failure (empty: no single variant does).
+    Variants(Vec<&'static str>),
+    /// No variant explains the failures, and every failing case passes under this convention
+    /// for keys after the query, not the declared one: a declaration to fix, not the maths.
+    /// spec: [conv.future]
+    Convention(FutureKeys),
+    /// No variant explains the failures, and every failing case is a gradient case: the forward
+    /// values checked are right, the gradients of `params` are not. spec: [grad.vjp]
+    Gradients {
+        /// The parameters whose gradients fail, in the order first met.
+        params: Vec<String>,
+        /// Whether the implementation's gradients hold NaN where the expected ones are finite:
+        /// a NaN in its forward pass (at keys after the query, say, under `negated`) reaches
+        /// every gradient through 0·NaN even where the cotangent is 0.
+        nan: bool,
+    },
+    /// Every valid case that ran errored (or broke): the adapter, not the maths, is at fault.
+    /// Holds the error common to most of them and how many valid cases ran.
+    AdapterBroken {
+        /// The most frequent error message.
+        error: String,
+        /// How many valid cases gave exactly it.
+        count: usize,
+        /// How many valid cases ran.
+        ran: usize,
+    },
+}
+
+/// One valid case that ran and gave an output: what it is, what came back, how it was graded.
+pub(crate) struct Ran<'a> {
+    pub(crate) outcome: usize,
+    pub(crate) case: &'a Case,
+    pub(crate) got: BTreeMap<String, Tensor>,
+    pub(crate) profile: Profile,
+    /// Whether some catalogued variant applies ([`diagnose::diagnosable`]).
+    pub(crate) diagnosable: bool,
+}
+
+/// Glue that cannot call the module errors on every case, valid or not, and its rejections of
+/// invalid cases then prove nothing. When every valid case that ran errored or broke, the run is
+/// an adapter failure; otherwise an invalid case rejected with an error that some valid case
+/// also got is inconclusive. spec: [vec.invalid], [proto.report]
+pub(crate) fn broken_adapter(
+    outcomes: &mut [Outcome],
+    errors: &[(usize, String)],
+) -> Option<Overall> {
+    let message = |n: usize| {
+        errors
+            .iter()
+            .find(|(i, _)| *i == n)
+            .map(|(_, m)| m.as_str())
+    };
+    let valid_ran: Vec<usize> = (0..outcomes.len())
+        .filter(|&n| outcomes[n].question == Question::Values && outcomes[n].profile.is_some())
+        .filter(|&n| !matches!(outcomes[n].status, Status::Skipped))
+        .collect();
+    let valid_errors: Vec<&str> = valid_ran.iter().filter_map(|&n| message(n)).collect();
+    let all_broken = !valid_ran.is_empty() && valid_errors.len() == valid_ran.len();
+    for (n, o) in outcomes.iter_mut().enumerate() {
+        if o.question != Question::Validation || o.status != Status::Passed {
+            continue;
+        }
+        let same = message(n).is_some_and(|m| valid_errors.contains(&m));
+        if all_broken || same {
+            o.status = Status::Inconclusive;
+            o.details.push(if all_broken {
+                "not assessed: every valid case errored too, so this rejection says nothing about validation".into()
+            } else {
+                "not assessed: a valid case errored with the same message, so this rejection says nothing about validation".into()
+            });
+        }
+    }
+    if !all_broken {
+        return None;
+    }
+    let mut freq: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in &valid_errors {
+        *freq.entry(m).or_default() += 1;
+    }
+    let (error, count) = freq.into_iter().max_by_key(|(_, c)| *c).unwrap_or(("", 0));
+    Some(Overall::AdapterBroken {
+        error: error.to_owned(),
+        count,
+        ran: valid_ran.len(),
+    })
+}
+
+/// Diagnoses every failing diagnosable case, then names the variants consistent with every
+/// diagnosable case that ran and explaining at least one failure; failing that, what the
+/// failures have in common ([`unexplained`]). spec: [variants.catalogue]
+pub(crate) fn diagnose_run(
+    outcomes: &mut [Outcome],
+    ran: &[Ran],
+    caps: &Capabilities,
+) -> Option<Overall> {
+    let failed: Vec<bool> = ran
+        .iter()
+        .map(|r| matches!(outcomes[r.outcome].status, Status::Failed | Status::XFailed))
+        .collect();
+    if !failed.contains(&true) {
+        return None;
+    }
+    let predicted: Vec<Vec<diagnose::Prediction>> = ran
+        .iter()
+        .map(|r| diagnose::predictions(r.case, caps))
+        .collect();
+    let mut explained: Vec<&'static str> = Vec::new();
+    for ((r, p), &failing) in ran.iter().zip(&predicted).zip(&failed) {
+        if failing && r.diagnosable {
+            let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
+            explained.extend(f.variants.iter().map(|v| v.name));
+            explained.extend(f.closest.map(|(v, _)| v.name));
+            outcomes[r.outcome].finding = Some(f);
+        }
+    }
+    let consistent = |name: &str| {
+        ran.iter()
+            .zip(&predicted)
+            .zip(&failed)
+            .filter(|((r, _), _)| r.diagnosable)
+            .all(|((r, p), &failing)| {
+                match p.iter().find(|(v, _)| v.name == name) {
+                    Some((_, Some(prediction))) => diagnose::consistent(
+                        diagnose::distance(
+                            r.case,
+                            prediction,
+                            &r.got,
+                            r.profile,
+                            caps.future_keys,
+                            None,
+                        ),
+                        r.profile,
+                    ),
+                    // The variant applies but cannot evaluate the case: it explains nothing here.
+                    Some((_, None)) => false,
+                    // The variant does not touch this case: it predicts the reference.
+                    None => !failing,
+                }
+            })
+    };
+    let mut names: Vec<&'static str> = Vec::new();
+    for v in fire_reference::variants::CATALOGUE {
+        if explained.contains(&v.name) && !names.contains(&v.name) && consistent(v.name) {
+            names.push(v.name);
+        }
+    }
+    if names.is_empty() {
+        return Some(unexplained(outcomes, ran, &failed, caps));
+    }
+    // Of variants that all stay within the loose tolerance, one may match a failing case
+    // within the grading tolerance where another is clearly off (GeLU against its tanh form in
+    // f32): the latter is dropped. Variants the cases cannot tell apart are all kept.
+    let distance = |name: &str, r: &Ran, p: &[diagnose::Prediction]| {
+        p.iter()
+            .find(|(v, _)| v.name == name)
+            .and_then(|(_, prediction)| prediction.as_ref())
+            .map_or(f64::INFINITY, |prediction| {
+                diagnose::distance(
+                    r.case,
+                    prediction,
+                    &r.got,
+                    r.profile,
+                    caps.future_keys,
+                    None,
+                )
+            })
+    };
+    let beaten = |b: &str| {
+        names.iter().any(|&a| {
+            a != b
+                && ran
+                    .iter()
+                    .zip(&predicted)
+                    .zip(&failed)
+                    .filter(|((r, _), failing)| **failing && r.diagnosable)
+                    .any(|((r, p), _)| {
+                        distance(a, r, p) <= 1.0 && distance(b, r, p) > diagnose::CLEAR
+                    })
+        })
+    };
+    let kept: Vec<&'static str> = names.iter().copied().filter(|b| !beaten(b)).collect();
+    if !kept.is_empty() {
+        names = kept;
+    }
+    Some(Overall::Variants(names))
+}
+
+/// The run's verdict when no catalogued variant explains its failures, where the failing cases
+/// still have something in common: every one passes under another convention for keys after
+/// the query ([`Overall::Convention`]), or every one is a gradient case ([`Overall::Gradients`]).
+/// Only when every failed value case gave an output (none errored or broke).
+fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabilities) -> Overall {
+    let failing: Vec<&Ran> = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .map(|(r, _)| r)
+        .collect();
+    let all_failed = outcomes
+        .iter()
+        .filter(|o| {
+            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
+        })
+        .count();
+    if failing.is_empty() || failing.len() != all_failed {
+        return Overall::Variants(vec![]);
+    }
+    let passes_under = |future: FutureKeys| {
+        let under = Capabilities {
+            future_keys: future,
+            ..caps.clone()
+        };
+        failing
+            .iter()
+            .all(|r| crate::grade::differing_outputs(r.case, &r.got, r.profile, &under).is_empty())
+    };
+    let other = [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked]
+        .into_iter()
+        .filter(|f| *f != caps.future_keys)
+        .find(|f| passes_under(*f));
+    if let Some(f) = other {
+        return Overall::Convention(f);
+    }
+    if failing.iter().all(|r| r.case.kind == Kind::Vjp) {
+        let mut params: Vec<String> = Vec::new();
+        let mut nan = false;
+        for r in &failing {
+            for name in crate::grade::differing_outputs(r.case, &r.got, r.profile, caps) {
+                nan |= r
+                    .got
+                    .get(&name)
+                    .is_some_and(|t| t.data.iter().any(|v| v.is_nan()));
+                if !params.contains(&name) {
+                    params.push(name);
+                }
+            }
+        }
+        return Overall::Gradients { params, nan };
+    }
+    Overall::Variants(vec![])
+}
