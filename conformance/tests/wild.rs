@@ -722,6 +722,10 @@ fn a_jax_module_whose_constructor_ignores_its_width_is_refused_not_skipped() {
         r.to_string().contains("ignores num_heads or mlp_width"),
         "{r:#}"
     );
+    // A constructor that does not name mlp_width has one architecture by design: skipped.
+    let (code, r) = run(&jax_fake("FixedWidth"), &JAX_BIAS);
+    assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
+    assert_eq!(code, 5, "{r:#}");
 }
 
 #[test]

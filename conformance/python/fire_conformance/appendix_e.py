@@ -196,6 +196,23 @@ def torch_layers(m, state, mapping):
     return chain_order(linear, lambda layer: shapes[layer[0]])
 
 
+class Built:
+    """How the glue built a module: the architecture it asked for, and whether the constructor
+    names ``num_heads`` and ``mlp_width`` among its parameters, so claims to build what it is
+    given (one that takes them through ``**kwargs`` may have one architecture by design)."""
+
+    def __init__(self, cls, heads, width):
+        self.text = f"built with num_heads={heads}, mlp_width={width}"
+        try:
+            params = inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            params = {}
+        self.claims = "num_heads" in params and "mlp_width" in params
+
+    def __str__(self):
+        return self.text
+
+
 class ParamsMismatch(ValueError):
     """The module's parameters cannot take the case's values (a name or a shape the glue cannot
     reach): no layout of x changes that, so it is said at once, not after trying each."""
@@ -209,9 +226,10 @@ def assign_layers(ours, layers, own, missing, built):
     ``missing`` is the error when the module has no layer. A case whose layers do not compose
     is an invalid case ([num.errors]), which the module could not hold: refused. A case whose
     MLP has another depth than the module's is not for this module: skipped, not failed. One of
-    the module's depth whose widths differ was asked of a constructor that ignored its
-    ``num_heads`` or ``mlp_width`` (``built`` says how it was built): refused, since skipping
-    would leave every case of another architecture ungraded (a hard-coded ε among them)."""
+    the module's depth whose widths differ was asked of a constructor that names ``num_heads``
+    and ``mlp_width`` and ignored them (``built``, a ``Built``): refused, since skipping would
+    leave every case of another architecture ungraded (a hard-coded ε among them); a
+    constructor that does not name them is skipped as another depth is."""
     depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
     ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
     want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
@@ -219,7 +237,7 @@ def assign_layers(ours, layers, own, missing, built):
         raise ValueError(missing)
     if not is_chain(want):
         raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
-    if own != want and len(own) == len(want) and is_chain(own):
+    if own != want and len(own) == len(want) and is_chain(own) and built.claims:
         raise ParamsMismatch(f"the module was built for the case's MLP, {describe(want)} ({built}), "
                              f"but its layers are {describe(own)}: its constructor ignores num_heads "
                              "or mlp_width; honour them, or write a build(case) glue that skips "
@@ -327,7 +345,7 @@ class Glue:
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = m.to(dt)
-            names = load_torch(m, ours, self.mapping, dt, f"built with num_heads={heads}, mlp_width={width}")
+            names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
             m.eval()
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.

@@ -219,7 +219,7 @@ class JaxGlue:
             args, direct = self.args(style, heads, case)
             try:
                 out = self.evaluate(m, heads, case, ours, args, direct,
-                                    f"built with num_heads={heads}, mlp_width={width}")
+                                    appendix_e.Built(self.cls, heads, width))
             except (appendix_e.NotABias, appendix_e.ParamsMismatch):
                 raise
             except (ValueError, RuntimeError, TypeError, IndexError) as e:

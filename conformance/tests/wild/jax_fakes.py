@@ -155,3 +155,12 @@ class NoMultiplier(FIRE):
     """No ``L_multiplier``: L = init_L, the catalogue's ``multiplier-ignored``, graded and named."""
 
     has_multiplier = False
+
+
+class FixedWidth(FIRE):
+    """One architecture by design, 32 wide: the constructor takes the rest through ``**kwargs``
+    and does not claim a width, so the cases of other widths are skipped, not refused."""
+
+    def __init__(self, num_heads=12, **kwargs):
+        super().__init__(num_heads, 32, kwargs.get("init_c", 0.1), kwargs.get("init_L", 512.0),
+                         kwargs.get("eps", 1e-6))
