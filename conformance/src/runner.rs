@@ -15,7 +15,7 @@ pub use crate::grade::{acceptable_for, expected_for, judge};
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 pub use crate::overall::Overall;
 use crate::overall::{broken_adapter, diagnose_run, Ran};
-use crate::vectors::format::Verdict;
+use crate::vectors::format::{Case, Encoding, Kind, Verdict};
 use crate::vectors::load::Suite;
 
 /// How a case ended.
@@ -299,7 +299,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let mut ran: Vec<Ran> = Vec::new();
     let mut errors: Vec<(usize, String)> = Vec::new();
     let mut future_unchecked = 0;
-    let mut dtype_skips: Vec<(usize, bool)> = Vec::new();
+    let mut dtype_skips: Vec<(usize, bool, &Case)> = Vec::new();
     for case in suite.cases() {
         if (!opts.run.is_empty() && !run.is_match(&case.id)) || skip.is_match(&case.id) {
             continue;
@@ -353,7 +353,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
             }),
             Reply::Errored(m) | Reply::Broken(m) => errors.push((outcomes.len(), m.clone())),
             Reply::UnsupportedDtype(_) if case.result == Verdict::Valid => {
-                dtype_skips.push((outcomes.len(), xfail.is_match(&case.id)));
+                dtype_skips.push((outcomes.len(), xfail.is_match(&case.id), case));
             }
             _ => {}
         }
@@ -371,7 +371,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         outcome.duration = start.elapsed();
         outcomes.push(outcome);
     }
-    fail_inconsistent_dtype(&mut outcomes, &dtype_skips, ran.len(), &dtype);
+    fail_inconsistent_dtype(&mut outcomes, &dtype_skips, &ran, &dtype);
     let mut overall = broken_adapter(&mut outcomes, &errors);
     if overall.is_none() && opts.diagnose {
         overall = diagnose_run(&mut outcomes, &ran, &caps);
@@ -396,21 +396,34 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     })
 }
 
-/// A skip for a dtype the implementation cannot compute in holds for the whole run or not at
-/// all: where `outputs` valid cases of the run came back in `dtype`, each valid case in
-/// `dtype_skips` (outcome index, listed in `--xfails`) fails, since a module that computes in
-/// `dtype` on some inputs and raises a dtype error or returns another dtype on others has a
-/// bug on those inputs (a path taken only by long inputs, say). spec: [proto.reply]
+/// Which code path of an implementation a case exercises, for [`fail_inconsistent_dtype`]: the
+/// kind of encoding (the baselines by name) and the kind of case. A glue may compute one
+/// encoding, or its gradients, in fewer dtypes than another.
+fn path(case: &Case) -> (std::mem::Discriminant<Encoding>, Option<&str>, Kind) {
+    let baseline = match &case.encoding {
+        Encoding::Baseline(b) => Some(b.name.as_str()),
+        _ => None,
+    };
+    (std::mem::discriminant(&case.encoding), baseline, case.kind)
+}
+
+/// A skip for a dtype the implementation cannot compute in holds for a whole code path
+/// ([`path`]: an encoding and a kind of case) or not at all: where valid cases of the same path
+/// came back with outputs (`ran`), each valid case in `dtype_skips` (outcome index, listed in
+/// `--xfails`, the case) fails, since a module that computes in `dtype` on some inputs and
+/// raises a dtype error or returns another dtype on others has a bug on those inputs (a path
+/// taken only by long inputs, say). spec: [proto.reply]
 fn fail_inconsistent_dtype(
     outcomes: &mut [Outcome],
-    dtype_skips: &[(usize, bool)],
-    outputs: usize,
+    dtype_skips: &[(usize, bool, &Case)],
+    ran: &[Ran],
     dtype: &str,
 ) {
-    if outputs == 0 {
-        return;
-    }
-    for &(n, listed) in dtype_skips {
+    for &(n, listed, case) in dtype_skips {
+        let outputs = ran.iter().filter(|r| path(r.case) == path(case)).count();
+        if outputs == 0 {
+            continue;
+        }
         let o = &mut outcomes[n];
         o.status = if listed {
             Status::XFailed
@@ -418,7 +431,7 @@ fn fail_inconsistent_dtype(
             Status::Failed
         };
         o.details.push(format!(
-            "failed: the implementation computed {outputs} other valid case(s) of this run in {dtype}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
+            "failed: the implementation computed {outputs} other valid case(s) of this encoding and kind in {dtype}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
         ));
     }
 }

@@ -119,6 +119,45 @@ fn results_files_are_graded_like_a_live_run() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("line 1"));
 }
 
+/// A results file without a hello line is graded in the `--dtype` given (it says nothing of its
+/// own); ids the suite does not have and `--xfails` entries matching no case are reported on
+/// standard error, not dropped in silence.
+#[test]
+fn results_files_without_a_hello_take_the_dtype_and_stray_ids_are_reported() {
+    let suite = load::load(&vectors()).unwrap();
+    let mut lines = String::new();
+    for case in suite.cases().filter(|c| c.id.starts_with("fire/depth/")) {
+        let reply = Reference.run(&Request::for_case(case, "f32"));
+        lines.push_str(&protocol::result_line(&case.id, &reply));
+        lines.push('\n');
+    }
+    lines.push_str(r#"{"type": "result", "id": "fire/depth/no-such-case", "status": "skipped", "reason": "x"}"#);
+    lines.push('\n');
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, xfails) = (tmp.path().join("r.jsonl"), tmp.path().join("xfails"));
+    std::fs::write(&file, lines).unwrap();
+    std::fs::write(&xfails, "fire/renamed-long-ago\n").unwrap();
+    let (file, xfails) = (file.to_str().unwrap(), xfails.to_str().unwrap());
+    let o = run(&[
+        "check",
+        "--results",
+        file,
+        "--run",
+        "fire/depth/*",
+        "--dtype",
+        "f32",
+        "--xfails",
+        xfails,
+    ]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("`fire/depth/no-such-case`"), "{err}");
+    assert!(
+        err.contains("`fire/renamed-long-ago` matches no case"),
+        "{err}"
+    );
+}
+
 #[test]
 fn copy_exports_a_verifiable_suite_with_a_loader() {
     let tmp = tempfile::tempdir().unwrap();

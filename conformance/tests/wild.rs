@@ -353,6 +353,25 @@ fn a_module_whose_dtype_changes_with_the_input_fails_where_it_changes() {
     assert!(count(&r, "values", "passed") >= 10, "{r:#}");
 }
 
+/// The dtype rule holds per encoding and kind of case: a glue whose FIRE kernel is f32 only and
+/// whose baselines compute in f64 has its FIRE cases skipped at f64, not failed.
+#[test]
+fn a_dtype_one_encoding_cannot_compute_in_is_skipped_for_that_encoding() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(&glue("fire-f32-only"), &["--fail-on", "values"]);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    assert!(cases
+        .iter()
+        .any(|c| c["status"] == "skipped" && c["details"].to_string().contains("float32 only")));
+    assert!(cases
+        .iter()
+        .any(|c| c["status"] == "passed" && c["id"].as_str().unwrap().starts_with("alibi/")));
+}
+
 #[test]
 fn the_papers_pytorch_module_passes_in_f32_and_a_mistaken_one_is_named() {
     if !torch() {
@@ -530,6 +549,29 @@ fn a_torch_module_with_nan_above_the_diagonal_passes_its_bias_and_fails_its_grad
     }
     assert!(grads_failed > 0, "{r:#}");
     assert_eq!(r["overall_gradients_nan"], true, "{r:#}");
+}
+
+#[test]
+fn a_torch_module_returning_numpy_has_its_bias_graded_and_its_gradients_skipped() {
+    if !torch() {
+        return;
+    }
+    let r = passes(&torch_fake("NumpyOut", "f32"), 20);
+    assert!(
+        r.to_string().contains("autograd cannot differentiate"),
+        "{r:#}"
+    );
+}
+
+#[test]
+fn a_torch_module_with_its_multiplier_under_another_name_is_refused_naming_it() {
+    if !torch() {
+        return;
+    }
+    let (code, r) = run(&torch_fake("MultiplierBuffer", "f32"), &[]);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(error.contains("['L_mult']"), "{error}");
 }
 
 #[test]
@@ -736,6 +778,22 @@ fn a_jax_module_without_a_threshold_multiplier_is_graded_and_named() {
     let (code, r) = run(&jax_fake("NoMultiplier"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["multiplier-ignored"], "{r:#}");
+}
+
+#[test]
+fn a_jax_module_whose_threshold_may_be_parametrised_otherwise_is_refused_saying_how() {
+    if !jax() {
+        return;
+    }
+    for (class, says) in [
+        ("MultiplierConstant", "constants/L_mult"),
+        ("LearnsLDirectly", "learns L directly"),
+    ] {
+        let (code, r) = run(&jax_fake(class), &JAX_BIAS);
+        assert_eq!(code, 3, "{class}: {r:#}");
+        let error = r["adapter_broken"]["error"].as_str().unwrap();
+        assert!(error.contains(says), "{class}: {error}");
+    }
 }
 
 #[test]

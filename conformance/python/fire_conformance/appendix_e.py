@@ -192,6 +192,11 @@ def torch_layers(m, state, mapping):
         return [(k, bias(n) if bias(n) in state else None) for n, k in sorted(named)]
     linear = [(f"{name}.weight", f"{name}.bias" if mod.bias is not None else None)
               for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)]
+    hidden = [w for w, _ in linear if w not in state]
+    if hidden:
+        raise ParamsMismatch(f"the module's nn.Linear weight(s) {hidden} are not in its state dict "
+                             "under those names (a parametrised weight: weight_norm, spectral_norm?); "
+                             "write a build(case) glue that loads them")
     shapes = dict((w, tuple(state[w].shape)) for w, _ in linear)
     return chain_order(linear, lambda layer: shapes[layer[0]])
 
@@ -235,6 +240,10 @@ def assign_layers(ours, layers, own, missing, built):
     want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
     if not own:
         raise ValueError(missing)
+    if any(len(s) != 2 for s in own):
+        raise ParamsMismatch(f"the module's MLP layers have shapes {[list(s) for s in own]}, not "
+                             "[out, in] matrices (a 1×1 convolution?); write a build(case) glue "
+                             "that loads them")
     if not is_chain(want):
         raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
     if own != want and len(own) == len(want) and is_chain(own) and built.claims:
@@ -285,6 +294,10 @@ def load_torch(m, ours, mapping, dt, built):
         elif k not in OPTIONAL_SCALARS or k in mapping:
             raise ParamsMismatch(f"the module has no parameter or buffer `{theirs}` for the case's `{k}` "
                              f"(it has {list(state)}); map it with --map {k}=NAME")
+    if "L_multiplier" not in loaded.values():
+        trained = {n for n, p in m.named_parameters() if p.requires_grad}
+        no_multiplier(mapping.get("init_L", "init_L") in trained,
+                      [n for n in state if n not in loaded and state[n].numel() <= 1])
     unset = [n for n in state if n in params and n not in loaded]
     if unset:
         raise ParamsMismatch(f"the module's parameter(s) {unset} take none of the case's values "
@@ -311,15 +324,37 @@ def load_torch(m, ours, mapping, dt, built):
 OPTIONAL_SCALARS = ("init_L", "L_multiplier")
 
 
+def no_multiplier(init_l_trained, scalars, how="map it with --map L_multiplier=NAME"):
+    """For a module without ``L_multiplier``, graded as the catalogue's ``multiplier-ignored``
+    (L = L_init) only where nothing else could be the multiplier: a module that learns L
+    directly (``init_L`` trainable) is a reparametrisation, and a scalar no case value reaches
+    (a buffer ``L_mult``) may be the multiplier under another name; both are refused by name,
+    the latter saying ``how`` to reach it."""
+    if init_l_trained:
+        raise ParamsMismatch("the module has no `L_multiplier` and trains `init_L`: it learns L "
+                             "directly, where [fire.threshold] learns m in L = |m·L_init|; write "
+                             "a build(case) glue that loads L = |m·L_init| and sums the gradient")
+    if scalars:
+        raise ParamsMismatch(f"the module has no `L_multiplier`, and its scalar(s) {scalars} take "
+                             f"none of the case's values: if one is the threshold's multiplier, {how}; "
+                             "a module without one computes L = L_init (the catalogue's "
+                             "multiplier-ignored)")
+
+
 # The torch dtype of each --dtype: what the module is cast to, and what it must return.
 TORCH_DTYPES = {"f64": "float64", "f32": "float32", "bf16": "bfloat16"}
+
+
+def dtype_name(dt):
+    """A torch, NumPy or JAX dtype's name without its library: ``float32``."""
+    return str(dt).rsplit(".", 1)[-1]
 
 
 def wider_than_bf16(dtype, got):
     """Whether a module asked for bf16 returned float32 or float64: a mixed-precision module
     (autocast style: bf16 products, f32 accumulation or output) is graded by the bf16 profile
     all the same, since the tolerance comes from --dtype and a wider output hides nothing."""
-    return dtype == "bf16" and str(got).rsplit(".", 1)[-1] in ("float32", "float64")
+    return dtype == "bf16" and dtype_name(got) in ("float32", "float64")
 
 
 class Glue:
@@ -434,10 +469,17 @@ class Glue:
                 full, direct = self.forward(m, heads, case, True)
         else:
             full, direct = self.forward(m, heads, case, torch_module)
-        want_dt = (getattr(torch, TORCH_DTYPES[self.dtype])
-                   if torch_module else {"f64": np.float64, "f32": np.float32}.get(self.dtype))
+        if torch_module and not isinstance(full, torch.Tensor):
+            # A torch module handing back a NumPy array (a `.numpy()` at the end of forward):
+            # its bias is graded as it is; autograd cannot reach through it.
+            if case.kind == "vjp":
+                raise fire_kit.Skip("the module returns a NumPy array, which autograd cannot "
+                                    "differentiate: no gradients")
+            torch_module = False
+        want_dt = (TORCH_DTYPES[self.dtype] if torch_module
+                   else {"f64": "float64", "f32": "float32"}.get(self.dtype))
         got_dt = full.dtype if torch_module else np.asarray(full).dtype
-        if want_dt is not None and got_dt != want_dt and not wider_than_bf16(self.dtype, got_dt):
+        if want_dt is not None and dtype_name(got_dt) != want_dt and not wider_than_bf16(self.dtype, got_dt):
             raise fire_kit.UnsupportedDtype(f"the module returns {got_dt} but --dtype {self.dtype} was "
                                             "given; rerun with the --dtype it computes in")
         if case.kind == "bias":

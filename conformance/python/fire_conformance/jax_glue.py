@@ -96,7 +96,7 @@ def jax_layers(flat, mapping):
             for k in chain_order(kernels, lambda k: tuple(np.shape(flat[k]))[::-1])]
 
 
-def load_jax(flat, ours, mapping, built):
+def load_jax(flat, ours, mapping, built, elsewhere=()):
     """Where each of the case's parameters ``ours`` goes in the module's flattened params tree
     ``flat``: ``{path: our name}``. Layer by layer, as ``appendix_e.load_torch`` loads a torch
     module and for the same reason: the catalogue's MLP mistakes (spec/variants.md) are modules
@@ -105,7 +105,8 @@ def load_jax(flat, ours, mapping, built):
     ``output-bias-missing``), graded and named. A case whose MLP is not the module's (another
     depth, other widths) is skipped; a case value with nowhere to go, or a module parameter no
     case value reaches, is refused by name. ``init_L`` may be outside ``params`` (a constant the
-    constructor set)."""
+    constructor set); ``L_multiplier`` may be absent (``appendix_e.no_multiplier``), unless a
+    scalar leaf of another collection (``elsewhere``, their paths) could be it."""
     for name, path in mapping.items():
         if path not in flat:
             raise appendix_e.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
@@ -127,6 +128,10 @@ def load_jax(flat, ours, mapping, built):
             found = f"{len(hits)} leaves named so" if hits else "no leaf named so"
             raise appendix_e.ParamsMismatch(f"the module's params have {found} for the case's `{name}` "
                              f"({['/'.join(q) for q in flat]}); map it with --map {name}=PATH")
+    if "L_multiplier" not in loaded.values():
+        appendix_e.no_multiplier(any(p[-1] == "init_L" for p in loaded),
+                                 ["/".join(p) for p in elsewhere if p[-1] != "init_L"],
+                                 "write a build(case) glue that sets it (--map reaches `params` only)")
     unset = ["/".join(p) for p in flat if p not in loaded]
     if unset:
         raise appendix_e.ParamsMismatch(
@@ -237,7 +242,9 @@ class JaxGlue:
         jax, jnp = self.jax, self.jnp
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
         flat = _flatten(variables.get("params", {}))
-        loaded = load_jax(flat, ours, self.mapping, built)
+        elsewhere = [(coll,) + path for coll, tree in variables.items() if coll != "params"
+                     for path, leaf in _flatten(dict(tree)).items() if np.size(leaf) <= 1]
+        loaded = load_jax(flat, ours, self.mapping, built, elsewhere)
         for path, name in loaded.items():
             flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=self.dt)
         params = _unflatten(flat)

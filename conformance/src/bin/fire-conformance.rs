@@ -235,13 +235,21 @@ fn emit(text: &str) -> Result<()> {
     }
 }
 
-fn options(c: &Common) -> Result<Options> {
+fn options(c: &Common, suite: &Suite) -> Result<Options> {
     let xfails = match &c.xfails {
         Some(p) => runner::read_xfails(
             &fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         ),
         None => vec![],
     };
+    // A listed case that passes fails the run, so the list cannot rot that way; an entry that
+    // matches no case at all (a renamed case, a typo) would rot silently.
+    for x in &xfails {
+        let globs = runner::globs(std::slice::from_ref(x))?;
+        if !suite.cases().any(|case| globs.is_match(&case.id)) {
+            eprintln!("warning: --xfails entry `{x}` matches no case of the suite");
+        }
+    }
     Ok(Options {
         run: c.select.run.clone(),
         skip: c.select.skip.clone(),
@@ -329,7 +337,7 @@ fn run(args: RunArgs) -> Result<ExitCode> {
             },
         )),
     };
-    let report = runner::run(&suite, imp.as_mut(), &options(&args.common)?)?;
+    let report = runner::run(&suite, imp.as_mut(), &options(&args.common, &suite)?)?;
     finish(&suite, &report, &args.common)
 }
 
@@ -435,7 +443,22 @@ fn main() -> ExitCode {
                 .with_context(|| format!("reading {}", results.display()))?;
             let mut imp = external::Recorded::parse(&text)
                 .with_context(|| format!("{}", results.display()))?;
-            let report = runner::run(&suite, &mut imp, &options(&common)?)?;
+            let unknown = imp.ids_not_in(&suite);
+            if let Some(first) = unknown.first() {
+                eprintln!(
+                    "warning: {} result(s) in {} are for no case of this suite (suite {}), e.g. `{first}`: a typo in an id, or results for another suite version; they are not graded",
+                    unknown.len(),
+                    results.display(),
+                    suite.manifest.suite_version
+                );
+            }
+            let report = runner::run(&suite, &mut imp, &options(&common, &suite)?)?;
+            if !imp.has_hello() && common.dtype.is_none() && report.counts().1 > 0 {
+                eprintln!(
+                    "note: {} has no hello line, so its results were graded as f64; if they were computed in another dtype, say so with --dtype",
+                    results.display()
+                );
+            }
             finish(&suite, &report, &common)
         })(),
         Command::Serve { variant, misbehave } => (|| {

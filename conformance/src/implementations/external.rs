@@ -418,6 +418,7 @@ impl Drop for External {
 pub struct Recorded {
     caps: Capabilities,
     replies: BTreeMap<String, Reply>,
+    hello: bool,
 }
 
 impl Recorded {
@@ -427,17 +428,21 @@ impl Recorded {
         let mut caps = Capabilities {
             name: "results file".into(),
             families: vec!["*".into()],
-            dtypes: vec!["f64".into()],
+            // Without a hello line the file says nothing of its dtype: `--dtype` does (f64,
+            // the first, when it is not given).
+            dtypes: vec!["f64".into(), "f32".into(), "bf16".into()],
             future_keys: Default::default(),
             placement: Default::default(),
         };
         let mut replies = BTreeMap::new();
+        let mut hello = false;
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
             if n == 0 && line.contains("\"hello\"") {
                 caps = protocol::parse_hello(line).map_err(|e| bad(1, e.to_string()))?;
+                hello = true;
                 continue;
             }
             let (id, reply) =
@@ -446,7 +451,29 @@ impl Recorded {
                 return Err(bad(n + 1, format!("a second result for `{id}`")));
             }
         }
-        Ok(Self { caps, replies })
+        Ok(Self {
+            caps,
+            replies,
+            hello,
+        })
+    }
+}
+
+impl Recorded {
+    /// Whether the file starts with a hello line (which declares its dtypes and conventions).
+    pub fn has_hello(&self) -> bool {
+        self.hello
+    }
+
+    /// The ids the file has results for that name no case of `suite`, sorted.
+    pub fn ids_not_in(&self, suite: &crate::vectors::load::Suite) -> Vec<String> {
+        let known: std::collections::BTreeSet<&str> =
+            suite.cases().map(|c| c.id.as_str()).collect();
+        self.replies
+            .keys()
+            .filter(|id| !known.contains(id.as_str()))
+            .cloned()
+            .collect()
     }
 }
 

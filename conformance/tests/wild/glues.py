@@ -9,6 +9,8 @@ exact verdict on each.
                           np.finfo(np.float32).min as HF-style models do, declares "masked"
     t5-binary64           the official T5 bucketing computed in float64
     prints                the independent NumPy FIRE, printing to standard output in build
+    fire-f32-only         the independent NumPy implementation, whose FIRE kernel is f32 only:
+                          the baselines in f64, FIRE skipped as a dtype it cannot compute in
 """
 
 import math
@@ -88,6 +90,12 @@ def prints(case):
     return numpy_fire.build(case)
 
 
+def fire_f32_only(case):
+    if case.encoding["type"].startswith("fire"):
+        raise fire_kit.UnsupportedDtype("the FIRE kernel computes in float32 only")
+    return numpy_fire.build(case)
+
+
 GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
     "future-negated": (future_negated, {"future_keys": "negated",
@@ -96,6 +104,7 @@ GLUES = {
                                              "families": ["fire", "fire-grad", "edge", "invalid"]}),
     "t5-binary64": (t5_binary64, {}),
     "prints": (prints, {"families": ["fire", "edge", "invalid"]}),
+    "fire-f32-only": (fire_f32_only, {}),
 }
 
 if __name__ == "__main__":

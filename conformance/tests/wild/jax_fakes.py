@@ -53,7 +53,12 @@ class FIRE:
         if self.init_L_trainable:
             params["init_L"] = scalar(self.init_L)
             return {"params": params}
-        return {"params": params, "constants": {"init_L": jnp.asarray(self.init_L)}}
+        constants = {"init_L": jnp.asarray(self.init_L)}
+        constants.update(self.extra_constants())
+        return {"params": params, "constants": constants}
+
+    def extra_constants(self):
+        return {}
 
     def extra_params(self):
         return {}
@@ -62,7 +67,8 @@ class FIRE:
         p = variables["params"]
         init_L = p["init_L"] if self.init_L_trainable else variables["constants"]["init_L"]
         c = p["c"].reshape(())
-        L_multiplier = p["L_multiplier"].reshape(()) if self.has_multiplier else 1.0
+        L_multiplier = (p["L_multiplier"].reshape(()) if self.has_multiplier
+                        else variables.get("constants", {}).get("L_mult", 1.0))
         init_L = init_L.reshape(())
         seq_length = x.shape[2]
         positions = jnp.arange(seq_length, dtype=x.dtype)
@@ -164,3 +170,22 @@ class FixedWidth(FIRE):
     def __init__(self, num_heads=12, **kwargs):
         super().__init__(num_heads, 32, kwargs.get("init_c", 0.1), kwargs.get("init_L", 512.0),
                          kwargs.get("eps", 1e-6))
+
+
+class MultiplierConstant(FIRE):
+    """The multiplier kept outside ``params``, as the constant ``L_mult``: it may be the
+    multiplier under another name, which the glue cannot reach, so it is refused, not graded as
+    ``multiplier-ignored``."""
+
+    has_multiplier = False
+
+    def extra_constants(self):
+        return {"L_mult": jnp.asarray(1.0)}
+
+
+class LearnsLDirectly(FIRE):
+    """No multiplier, ``init_L`` trained: L learned directly, a reparametrisation the glue
+    refuses rather than grade as ``multiplier-ignored``."""
+
+    has_multiplier = False
+    init_L_trainable = True

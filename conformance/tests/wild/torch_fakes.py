@@ -158,3 +158,25 @@ class MixedPrecision(FIRE):
 
     def forward(self, x: torch.Tensor):
         return super().forward(x).float()
+
+
+class NumpyOut(FIRE):
+    """Correct; hands back a NumPy array (``.numpy()`` at the end of forward): its bias is
+    graded, its gradients cannot be."""
+
+    def forward(self, x: torch.Tensor):
+        return super().forward(x).detach().numpy()
+
+
+class MultiplierBuffer(FIRE):
+    """The multiplier kept as a buffer ``L_mult``: refused naming it, not graded as
+    ``multiplier-ignored``."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        del self.L_multiplier
+        self.register_buffer("L_mult", torch.tensor(1.0))
+
+    @property
+    def L_multiplier(self):
+        return self.L_mult
