@@ -112,7 +112,7 @@ pub fn applies(v: &Variant, case: &Case) -> bool {
         Deviation::T5Bucket(_) => baseline(&["t5-official"]),
         Deviation::AlibiSlopes(_) => baseline(&["alibi-standard"]),
         Deviation::Kerple { .. } => baseline(&["kerple-log", "kerple-power"]),
-        Deviation::Placement(_) => case.kind == Kind::Attention,
+        Deviation::Placement(_) | Deviation::Unmasked => case.kind == Kind::Attention,
     }
 }
 

@@ -34,6 +34,17 @@ pub fn logits(inputs: &HeadInputs, bias: &DMatrix<f64>, placement: Placement) ->
     }
 }
 
+/// Which keys each query attends to: the causal ones, as [attn.causal] specifies, or every key
+/// (the causal mask left out, a mistake the catalogue names). spec: [attn.causal]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Masking {
+    /// Keys at or before the query.
+    #[default]
+    Causal,
+    /// Every key.
+    Unmasked,
+}
+
 /// softmax over the causally visible keys of each row, then the weighted sum of values.
 /// Keys after the query get weight exactly 0, whatever their bias. spec: [attn.causal]
 pub fn causal_head(
@@ -43,10 +54,24 @@ pub fn causal_head(
     keys: &[Position],
     placement: Placement,
 ) -> Result<DMatrix<f64>> {
+    head(inputs, bias, queries, keys, placement, Masking::Causal)
+}
+
+/// [`causal_head`] under `masking`.
+pub fn head(
+    inputs: &HeadInputs,
+    bias: &DMatrix<f64>,
+    queries: &[Position],
+    keys: &[Position],
+    placement: Placement,
+    masking: Masking,
+) -> Result<DMatrix<f64>> {
     let s = logits(inputs, bias, placement);
     let mut out = DMatrix::zeros(queries.len(), inputs.v.ncols());
     for (q, &i) in queries.iter().enumerate() {
-        let visible: Vec<usize> = (0..keys.len()).filter(|&k| is_causal(i, keys[k])).collect();
+        let visible: Vec<usize> = (0..keys.len())
+            .filter(|&k| masking == Masking::Unmasked || is_causal(i, keys[k]))
+            .collect();
         if visible.is_empty() {
             return Err(Error::Invalid {
                 what: "causal attention".into(),
@@ -76,6 +101,18 @@ pub fn causal(
     keys: &[Position],
     placement: Placement,
 ) -> Result<Vec<DMatrix<f64>>> {
+    attend(heads, bias, queries, keys, placement, Masking::Causal)
+}
+
+/// [`causal`] under `masking`.
+pub fn attend(
+    heads: &[HeadInputs],
+    bias: &Bias,
+    queries: &[Position],
+    keys: &[Position],
+    placement: Placement,
+    masking: Masking,
+) -> Result<Vec<DMatrix<f64>>> {
     positions::validate("query positions", queries)?;
     positions::validate("key positions", keys)?;
     if heads.len() != bias.heads() {
@@ -86,7 +123,7 @@ pub fn causal(
         .enumerate()
         .map(|(h, x)| {
             check(x, queries.len(), keys.len())?;
-            causal_head(x, bias.head(h), queries, keys, placement)
+            head(x, bias.head(h), queries, keys, placement, masking)
         })
         .collect()
 }

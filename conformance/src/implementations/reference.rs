@@ -132,16 +132,17 @@ fn head_inputs(inputs: &Inputs, heads: usize) -> Result<Vec<HeadInputs>> {
         .collect())
 }
 
-/// Causal attention outputs `[H, Q, d_v]` of `bias` (normative placement unless told).
+/// Attention outputs `[H, Q, d_v]` of `bias` (causal at the normative placement unless told).
 pub fn attention_output(
     inputs: &Inputs,
     bias: &Bias,
     placement: attention::Placement,
+    masking: attention::Masking,
 ) -> Result<Tensor> {
     let q = params::positions("query positions", &inputs.queries)?;
     let k = params::positions("key positions", &inputs.keys)?;
     let heads = head_inputs(inputs, bias.heads())?;
-    let outs = attention::causal(&heads, bias, &q, &k, placement)?;
+    let outs = attention::attend(&heads, bias, &q, &k, placement, masking)?;
     let (rows, dv) = outs.first().map_or((0, 0), |m| m.shape());
     let data = outs
         .iter()
@@ -210,6 +211,7 @@ fn rope_attention(
     q: &[Position],
     k: &[Position],
     placement: attention::Placement,
+    masking: attention::Masking,
 ) -> Result<Tensor> {
     let Encoding::Baseline(b) = encoding else {
         return Err(Error::Invalid {
@@ -247,7 +249,7 @@ fn rope_attention(
         }
     }
     let zero = Bias::from_heads(vec![DMatrix::zeros(q.len(), k.len()); heads.max(1)])?;
-    attention_output(&rotated, &zero, placement)
+    attention_output(&rotated, &zero, placement, masking)
 }
 
 /// Evaluates one case's request with the reference, optionally through a named deviation.
@@ -296,6 +298,7 @@ pub fn evaluate_placed(
     let q = params::positions("query positions", &inputs.queries)?;
     let k = params::positions("key positions", &inputs.keys)?;
     let placement = variant.map_or(placement, |v| v.placement(placement));
+    let masking = variant.map_or(attention::Masking::Causal, Variant::masking);
     let mut out = BTreeMap::new();
     match kind {
         Kind::Bias => {
@@ -309,7 +312,7 @@ pub fn evaluate_placed(
         Kind::Attention if is_rope(encoding) => {
             out.insert(
                 "output".into(),
-                rope_attention(encoding, inputs, &q, &k, placement)?,
+                rope_attention(encoding, inputs, &q, &k, placement, masking)?,
             );
         }
         Kind::Attention => {
@@ -322,7 +325,7 @@ pub fn evaluate_placed(
             }
             out.insert(
                 "output".into(),
-                attention_output(inputs, &layers[0], placement)?,
+                attention_output(inputs, &layers[0], placement, masking)?,
             );
         }
         Kind::Vjp => match encoding {

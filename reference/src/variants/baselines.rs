@@ -44,6 +44,8 @@ pub(super) const BASELINES: &[Variant] = &[
     // Attention.
     v("bias-before-scaling", "adds the bias before the 1/√d scaling: (q·kᵀ + b)/√d", "attn.placement",
       "softmax((q @ k.T + bias) / math.sqrt(d))", Deviation::Placement(Placement::BeforeScaling)),
+    v("no-causal-mask", "attends to every key, keys after the query included: the causal mask left out", "attn.causal",
+      "softmax(q @ k.T / math.sqrt(d) + bias) @ v  # no mask, no is_causal=True", Deviation::Unmasked),
 ];
 
 const fn v(

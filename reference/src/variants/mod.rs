@@ -20,7 +20,7 @@ mod fire;
 
 use nalgebra::DVector;
 
-use crate::attention::Placement;
+use crate::attention::{Masking, Placement};
 use crate::baselines::{Alibi, KerpleLog, KerplePower, OfficialBucketing, T5Official};
 use crate::bias::{evaluate, AdditiveBias, Bias, Pair};
 use crate::error::Result;
@@ -49,6 +49,8 @@ pub enum Deviation {
     },
     /// The bias enters the attention logits elsewhere than [attn.placement] says.
     Placement(Placement),
+    /// Attention over every key: the causal mask of [attn.causal] left out.
+    Unmasked,
 }
 
 /// One named deviation. spec: [variants.catalogue]
@@ -107,6 +109,14 @@ impl Variant {
         match self.deviation {
             Deviation::Placement(p) => p,
             _ => declared,
+        }
+    }
+
+    /// The keys an attention case attends to under this variant.
+    pub fn masking(&self) -> Masking {
+        match self.deviation {
+            Deviation::Unmasked => Masking::Unmasked,
+            _ => Masking::Causal,
         }
     }
 }

@@ -15,6 +15,7 @@ pub const MODELLED: &[&str] = &[
     "kerple-log-power-swapped",
     "kerple-signed-distance",
     "bias-before-scaling",
+    "no-causal-mask",
 ];
 
 /// `_relative_position_bucket` of T5's code, in binary32 as the code computes it (whatever the
@@ -123,7 +124,7 @@ pub fn attend<F: Real>(
     let mut out = vec![F::of(0.0); nq * dv];
     for r in 0..nq {
         let mut logits: Vec<(usize, F)> = Vec::new();
-        for c in (0..nk).filter(|&c| keys[c] <= queries[r]) {
+        for c in (0..nk).filter(|&c| mistake == "no-causal-mask" || keys[c] <= queries[r]) {
             let mut s = F::of(0.0);
             for e in 0..dim {
                 s = s + q[r * dim + e] * k[c * dim + e];
