@@ -165,6 +165,25 @@ fn the_pytest_plugin_makes_every_case_an_item_of_the_example_project() {
     assert!(out.contains("deselected"), "{out}");
 }
 
+/// A selection whose every case the module skips (the large-positions square is beyond the
+/// glue's `--max-len`) grades nothing: pytest exits 5 as the harness does, not 0.
+#[test]
+fn a_pytest_run_that_grades_nothing_does_not_pass() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST") {
+        return;
+    }
+    let project = root().join("conformance/adapters/examples/pytest_project");
+    let dir = tempfile::tempdir().unwrap();
+    let module = format!("{}:FIRE", project.join("my_fire.py").display());
+    let o = pytest(
+        dir.path(),
+        &["--fire-impl", &module, "-k", "large-positions"],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(5), "{out}");
+    assert!(out.contains("nothing graded"), "{out}");
+}
+
 #[test]
 fn a_broken_module_fails_under_pytest_with_the_diagnosis() {
     if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST") {

@@ -316,3 +316,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for q in ("values", "validation"):
             v = r[q]
             tr.write_line(f"{q + ':':<11} {v['passed']} passed, {v['failed']} failed, {v['skipped']} skipped")
+        if r.get("nothing_ran"):
+            tr.write_line("nothing graded: every selected case of a counted verdict was skipped, "
+                          "so this run proves nothing (the harness exits 5 for it, and so does "
+                          "pytest here)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A harness run that graded nothing (every selected case skipped: a module that cannot
+    compute in the dtype asked, a ``-k`` that picks only cases it skips) proves nothing; the
+    harness exits 5 for it, and a pytest run of it must not exit 0 either."""
+    reports = session.config.stash.get(_REPORTS, [])
+    if exitstatus == 0 and any(r.get("nothing_ran") for _, r in reports):
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
