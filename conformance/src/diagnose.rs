@@ -16,7 +16,7 @@ use std::fmt;
 use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
 use crate::compare::{excess_ratio, Profile};
-use crate::conventions::{adjust, as_declared, MASK_CEILING};
+use crate::conventions::{adjust, as_declared, future_keys, MASK_CEILING};
 use crate::implementation::{Capabilities, FutureKeys};
 use crate::implementations::reference::evaluate_placed;
 use crate::vectors::flags::Flag;
@@ -256,7 +256,7 @@ pub fn diagnose(
     let Some(expected) = &case.expected else {
         return finding;
     };
-    let future = caps.future_keys;
+    let future = future_keys(case, caps);
     let predicted: Vec<(&'static Variant, &BTreeMap<String, Tensor>)> = predicted
         .iter()
         .filter_map(|(v, p)| p.as_ref().map(|p| (*v, p)))
@@ -307,7 +307,13 @@ pub fn diagnose(
             "small-c cases make ε visible and are chosen so that both log1p(|c|·x) and Appendix E's log(1 + |c|·x) stay within f64; a failure no variant explains points at how ψ or ε is computed [num.profiles]".into(),
         );
     }
-    if case.kind == Kind::Bias
+    // The declaration concerns FIRE's keys after the query; the baselines define their own.
+    let fire = matches!(
+        case.encoding,
+        Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
+    );
+    if fire
+        && case.kind == Kind::Bias
         && case.flags.contains(&Flag::FutureKeys)
         && agrees(case, expected, got, profile, future, Some(Subset::Causal))
     {

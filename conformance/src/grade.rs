@@ -2,10 +2,11 @@
 //! declared convention), their acceptable alternatives, the comparison rule, and what a reply
 //! must not carry. spec: [proto.reply], [vec.case], [vec.invalid], [num.compare]
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::compare::{compare_either, Mismatch, Profile, Shown};
-use crate::conventions::{adjust, as_declared, CAUSAL_COTANGENT};
+use crate::conventions::{adjust, as_declared, future_keys, CAUSAL_COTANGENT};
 use crate::implementation::{Capabilities, FutureKeys, Placement, Reply};
 use crate::runner::Status;
 use crate::vectors::format::{Case, Kind, Tensor, Verdict};
@@ -43,7 +44,7 @@ pub fn judge(
 /// cases, and for gradient cases the cotangent restricted to the causal triangle when keys
 /// after the query are not mirrored. spec: [vec.case], [attn.placement], [conv.future]
 fn convention(case: &Case, caps: &Capabilities) -> Option<&'static str> {
-    let name = match (case.kind, caps.placement, caps.future_keys) {
+    let name = match (case.kind, caps.placement, future_keys(case, caps)) {
         (Kind::Attention, Placement::BeforeScaling, _) => "placement=before-scaling",
         (Kind::Vjp, _, f) if f != FutureKeys::Mirrored => CAUSAL_COTANGENT,
         _ => return None,
@@ -113,16 +114,17 @@ fn compare_outputs(
         return graded;
     };
     for (name, want) in expected {
-        let (want, mask) = adjust(case.kind, &case.inputs, want, caps.future_keys);
+        let (want, mask) = adjust(case.kind, &case.inputs, want, future_keys(case, caps));
         let acceptable: Vec<Tensor> = acceptable_for(case, caps)
             .iter()
             .filter_map(|a| a.get(name))
-            .map(|a| adjust(case.kind, &case.inputs, a, caps.future_keys).0)
+            .map(|a| adjust(case.kind, &case.inputs, a, future_keys(case, caps)).0)
             .collect();
         let result = match got.get(name) {
             None => Err(Mismatch::Missing),
             Some(g) => {
-                let g = as_declared(case.kind, &case.inputs, g, caps.future_keys);
+                let g = as_declared(case.kind, &case.inputs, g, future_keys(case, caps));
+                let g = scalar_as_scalar(g, &want);
                 compare_either(&g, &want, &acceptable, profile, mask.as_deref())
             }
         };
@@ -161,23 +163,56 @@ fn compare_outputs(
             }
         }
     }
-    if let Some(frozen) = trained_init_l(case, got) {
-        details.push(frozen);
-        differing.push("init_L".into());
+    for (name, why) in trained_frozen(case, expected, got) {
+        details.push(why);
+        differing.push(name.into());
     }
     graded
 }
 
-/// A gradient reply that carries a nonzero gradient for `init_L`: the module trains what
-/// [grad.layout] freezes. Its other gradients can all be right (`L = |m·L_init|` splits the same
-/// sensitivity between `m` and `L_init`), so only this output shows it; glue that returns every
-/// parameter's gradient sends it. spec: [grad.layout]
-fn trained_init_l(case: &Case, got: &BTreeMap<String, Tensor>) -> Option<String> {
-    let t = got.get("init_L").filter(|_| case.kind == Kind::Vjp)?;
-    let largest = t.data.iter().fold(0.0_f64, |a, v| a.max(v.abs()));
-    (largest != 0.0).then(|| {
-        format!(
-            "the reply carries a gradient for `init_L` (|·| up to {largest:e}), which [grad.layout] freezes: the module trains init_L (make it a buffer, or a parameter with requires_grad=False)"
-        )
-    })
+/// A scalar output sent as `[1]` (a parameter kept as a one-element tensor, a common style,
+/// whose gradient has its shape) read as the scalar `[]` the case holds: the same one value.
+/// spec: [proto.reply]
+fn scalar_as_scalar<'a>(got: Cow<'a, Tensor>, want: &Tensor) -> Cow<'a, Tensor> {
+    if want.shape.is_empty() && got.shape == [1] {
+        let mut t = got.into_owned();
+        t.shape.clear();
+        Cow::Owned(t)
+    } else {
+        got
+    }
+}
+
+/// The frozen parameters a gradient reply trains, with why each fails: a nonzero gradient for
+/// `init_L`, which [grad.layout] freezes, or for `L_multiplier` where the case does not ask for
+/// one (a fixed or disabled threshold, whose `m` has gradient 0). The module's other gradients
+/// can all be right (`L = |m·L_init|` splits the same sensitivity between `m` and `L_init`), so
+/// only these outputs show it; glue that returns every parameter's gradient sends them.
+/// spec: [grad.layout]
+fn trained_frozen(
+    case: &Case,
+    expected: &BTreeMap<String, Tensor>,
+    got: &BTreeMap<String, Tensor>,
+) -> Vec<(&'static str, String)> {
+    if case.kind != Kind::Vjp {
+        return vec![];
+    }
+    let largest = |name: &str| {
+        got.get(name)
+            .filter(|_| !expected.contains_key(name))
+            .map(|t| t.data.iter().fold(0.0_f64, |a, v| a.max(v.abs())))
+            .filter(|&l| l != 0.0)
+    };
+    let mut out = Vec::new();
+    if let Some(l) = largest("init_L") {
+        out.push(("init_L", format!(
+            "the reply carries a gradient for `init_L` (|·| up to {l:e}), which [grad.layout] freezes: the module trains init_L (make it a buffer, or a parameter with requires_grad=False)"
+        )));
+    }
+    if let Some(l) = largest("L_multiplier") {
+        out.push(("L_multiplier", format!(
+            "the reply carries a gradient for `L_multiplier` (|·| up to {l:e}), which is 0 with the case's fixed or disabled threshold ([grad.layout]): the module trains the multiplier of a threshold the case fixes"
+        )));
+    }
+    out
 }

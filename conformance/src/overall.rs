@@ -142,7 +142,7 @@ pub(crate) fn diagnose_run(
                             prediction,
                             &r.got,
                             r.profile,
-                            caps.future_keys,
+                            crate::conventions::future_keys(r.case, caps),
                             None,
                         ),
                         r.profile,
@@ -176,7 +176,7 @@ pub(crate) fn diagnose_run(
                     prediction,
                     &r.got,
                     r.profile,
-                    caps.future_keys,
+                    crate::conventions::future_keys(r.case, caps),
                     None,
                 )
             })

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 use crate::compare::{self, Profile};
-use crate::conventions::unchecked_under;
+use crate::conventions::{future_keys, unchecked_under};
 use crate::coverage;
 use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
@@ -333,12 +333,13 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
             continue;
         };
         outcome.profile = Some(profile);
-        let reply = imp.run(&Request::for_case_under(case, &dtype, caps.future_keys));
+        let future = future_keys(case, &caps);
+        let reply = imp.run(&Request::for_case_under(case, &dtype, future));
         let (status, details) = judge(case, &reply, profile, &caps);
         if let (Reply::Output(_), Some(expected)) = (&reply, expected_for(case, &caps)) {
             future_unchecked += expected
                 .values()
-                .map(|w| unchecked_under(case.kind, &case.inputs, w, caps.future_keys))
+                .map(|w| unchecked_under(case.kind, &case.inputs, w, future))
                 .sum::<usize>();
         }
         outcome.status = status;
@@ -450,7 +451,14 @@ fn name_tolerated(outcomes: &mut [Outcome], ran: &[Ran], caps: &Capabilities) ->
             .filter(|v| v.tolerated.is_some() && diagnose::applies(v, r.case))
         {
             let matches = diagnose::predict(v, r.case, caps).is_some_and(|p| {
-                diagnose::agrees(r.case, &p, &r.got, r.profile, caps.future_keys, None)
+                diagnose::agrees(
+                    r.case,
+                    &p,
+                    &r.got,
+                    r.profile,
+                    future_keys(r.case, caps),
+                    None,
+                )
             });
             if matches {
                 o.details.push(format!(

@@ -11,7 +11,7 @@ use fire_conformance::implementation::{
 };
 use fire_conformance::implementations::reference::{evaluate_placed, Reference};
 use fire_conformance::runner::{self, Options, Overall, Status};
-use fire_conformance::vectors::format::Kind;
+use fire_conformance::vectors::format::{Encoding, Kind};
 use fire_conformance::vectors::load;
 use fire_reference::attention::Placement as RefPlacement;
 
@@ -67,7 +67,9 @@ impl Implementation for Convention {
         let Ok(mut out) = evaluate_placed(&r.encoding, r.kind, &inputs, None, place) else {
             return Reply::Errored("rejected".into());
         };
-        if r.kind == Kind::Bias {
+        // A module's future-keys convention is its FIRE module's; the baselines it computes as
+        // their clauses define them.
+        if r.kind == Kind::Bias && !matches!(r.encoding, Encoding::Baseline(_)) {
             let (nq, nk) = (r.inputs.queries.len(), r.inputs.keys.len());
             for t in out.values_mut() {
                 for (n, v) in t.data.iter_mut().enumerate() {
@@ -134,6 +136,30 @@ fn declared_future_key_conventions_pass_and_undeclared_ones_are_named() {
         text.contains("follow `zero`, not the declared `mirrored`"),
         "{text}"
     );
+}
+
+/// The declaration concerns FIRE's keys after the query: a module declaring `zero` or `masked`
+/// that computes T5 (bucket 0 there), Alibi and Kerple as their clauses define them passes
+/// every case, baselines included.
+#[test]
+fn a_future_keys_declaration_leaves_the_baselines_as_their_clauses_define_them() {
+    for future in [FutureKeys::Zero, FutureKeys::Masked, FutureKeys::Negated] {
+        let mut honest = Convention::honest(future);
+        let r = run(&mut honest, "*");
+        let (passed, failed, _) = r.counts();
+        assert_eq!(failed, 0, "{future:?}: {}", r.summary());
+        let baselines = r
+            .outcomes
+            .iter()
+            .filter(|o| {
+                o.status == Status::Passed
+                    && ["t5/", "alibi/", "kerple/"]
+                        .iter()
+                        .any(|f| o.id.starts_with(f))
+            })
+            .count();
+        assert!(baselines >= 5 && passed > 50, "{future:?}: {}", r.summary());
+    }
 }
 
 #[test]
