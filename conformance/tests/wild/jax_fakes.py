@@ -3,7 +3,7 @@ E's two-``Dense`` layout: the catalogue's MLP mistakes (a ``Dense(use_bias=False
 activation), a deeper approximator, scalars kept as ``[1]``, layers named and ordered otherwise,
 a trainable ``init_L``, a parameter no case value reaches, a constructor that ignores its width,
 no ``L_multiplier``. Plain JAX (no Flax), trees named as
-``nn.Dense`` names them. Driven by tests/wild.rs through ``fire_conformance.jax_glue``.
+``nn.Dense`` names them. Driven by tests/wild_jax.rs through ``fire_conformance.jax_glue``.
 """
 
 import jax

@@ -1,7 +1,7 @@
 """The paper's Appendix E module in PyTorch, as published, the same with one mistake, and the
 GPT-style copy that reads the length from hidden states; the catalogue's MLP mistakes as they are
 written in torch (spec/variants.md, "in code"); correct modules whose state is shaped otherwise
-than Appendix E's; driven through ``adapters/appendix_e.py`` by ``tests/wild.rs`` when torch is
+than Appendix E's; driven through ``adapters/appendix_e.py`` by ``tests/wild_torch.rs`` when torch is
 installed."""
 
 import torch

@@ -1,0 +1,203 @@
+//! Helpers shared by the wild test crates (`wild.rs`, `wild_torch.rs`, `wild_jax.rs`): the glue
+//! commands for the fakes under `tests/wild/`, running the real CLI over them, and the verdict
+//! checks they share. Each crate uses a subset.
+
+#![allow(dead_code, clippy::unwrap_used)] // each test crate uses some of these; tests may unwrap
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn python_has(module: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+pub fn numpy() -> bool {
+    let ok = python_has("numpy");
+    if !ok {
+        assert!(
+            std::env::var_os("FIRE_REQUIRE_NUMPY").is_none(),
+            "FIRE_REQUIRE_NUMPY is set but numpy is missing"
+        );
+        eprintln!("SKIPPED: the wild NumPy implementations need python3 with numpy");
+    }
+    ok
+}
+
+/// The Appendix E glue's command for a class of `tests/wild/FILE`.
+pub fn fake(file: &str, class: &str, dtype: &str) -> String {
+    format!(
+        "python3 {} {}:{class} --dtype {dtype}",
+        root().join("conformance/adapters/appendix_e.py").display(),
+        root().join("conformance/tests/wild").join(file).display()
+    )
+}
+
+/// The glue command for a class of `tests/wild/appendix_e_fakes.py`.
+pub fn appendix(class: &str, dtype: &str) -> String {
+    fake("appendix_e_fakes.py", class, dtype)
+}
+
+/// Whether the PyTorch fakes can run; says loudly when they cannot.
+pub fn torch() -> bool {
+    let ok = python_has("torch");
+    if !ok {
+        eprintln!("SKIPPED: torch is not installed; the PyTorch wild implementations were NOT run");
+    }
+    ok
+}
+
+/// The glue command for a class of `tests/wild/torch_fakes.py`.
+pub fn torch_fake(class: &str, dtype: &str) -> String {
+    fake("torch_fakes.py", class, dtype)
+}
+
+pub fn glue(name: &str) -> String {
+    format!(
+        "python3 {} {name}",
+        root().join("conformance/tests/wild/glues.py").display()
+    )
+}
+
+/// Runs `fire-conformance run --json --impl CMD ARGS…`: the exit status and the JSON report.
+pub fn run(cmd: &str, args: &[&str]) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fire-conformance"))
+        .args(["run", "--json", "--impl", cmd])
+        // These tests are about verdicts, not hangs (tests/hostile.rs): a loaded 2-core
+        // machine running Python under `cargo test`'s parallelism must not turn a slow case
+        // into a timeout.
+        .args(["--timeout", "600", "--startup-timeout", "600"])
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.code().unwrap_or(-1), report)
+}
+
+pub fn overall(r: &Value) -> Vec<String> {
+    r["overall_variants"]
+        .as_array()
+        .map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
+        .unwrap_or_default()
+}
+
+pub fn count(r: &Value, question: &str, status: &str) -> u64 {
+    r[question][status].as_u64().unwrap()
+}
+
+/// Asserts that the run fails on values and names `variant` alone.
+pub fn named(cmd: &str, variant: &str) -> Value {
+    let (code, r) = run(cmd, &[]);
+    assert_eq!(code, 1, "{variant}: {r:#}");
+    assert!(count(&r, "values", "failed") > 0, "{variant}");
+    assert_eq!(overall(&r), [variant], "{variant}");
+    r
+}
+
+/// Asserts a run of `cmd` passes on values with at least `min` cases graded.
+pub fn passes(cmd: &str, min: u64) -> Value {
+    passes_in(cmd, min, &[])
+}
+
+/// As [`passes`], on the cases `args` select.
+pub fn passes_in(cmd: &str, min: u64, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["--fail-on", "values"]);
+    let (code, r) = run(cmd, &args);
+    assert_eq!(code, 0, "{cmd}: {r:#}");
+    assert_eq!(count(&r, "values", "failed"), 0, "{cmd}: {r:#}");
+    assert!(count(&r, "values", "passed") >= min, "{cmd}: {r:#}");
+    r
+}
+
+/// Asserts a run of `cmd` is called broken (exit 3) naming the unreached parameter `scale`.
+pub fn refused_naming_scale(cmd: &str, args: &[&str]) {
+    let (code, r) = run(cmd, args);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("['scale']") && error.contains("--map"),
+        "{error}"
+    );
+}
+
+/// Asserts a run of `cmd` fails on values, only on gradient cases, each saying that
+/// [grad.layout] freezes `init_L`, while a bias case passes (the bias itself is right).
+pub fn fails_the_gradient_cases_on_init_l(cmd: &str, args: &[&str]) {
+    let mut args = args.to_vec();
+    args.extend(["--fail-on", "values"]);
+    let (code, r) = run(cmd, &args);
+    assert_eq!(code, 1, "{r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    let failed: Vec<&Value> = cases
+        .iter()
+        .filter(|c| c["status"] == "failed" && c["question"] == "values")
+        .collect();
+    assert!(!failed.is_empty());
+    for c in &failed {
+        let id = c["id"].as_str().unwrap();
+        assert!(id.starts_with("fire-grad/"), "{id} failed: {c:#}");
+        assert!(
+            c["details"].to_string().contains("[grad.layout] freezes"),
+            "{id}: {c:#}"
+        );
+    }
+    assert!(cases
+        .iter()
+        .any(|c| c["id"].as_str().unwrap().starts_with("fire/") && c["status"] == "passed"));
+    // The run-level verdict names the gradient that is wrong.
+    let wrong = r["overall_gradients"].as_array().unwrap();
+    assert!(wrong.iter().any(|g| g == "init_L"), "{wrong:?}");
+}
+
+/// Whether the JAX fakes can run: a failure when FIRE_REQUIRE_JAX is set (CI), else a loud skip.
+pub fn jax() -> bool {
+    let ok = python_has("jax");
+    if !ok {
+        assert!(
+            std::env::var_os("FIRE_REQUIRE_JAX").is_none(),
+            "FIRE_REQUIRE_JAX is set but jax is missing"
+        );
+        eprintln!("SKIPPED: jax is not installed; the JAX wild implementations were NOT run");
+    }
+    ok
+}
+
+/// The glue command for a class of `tests/wild/jax_fakes.py` (the Appendix E adapter hands a
+/// module with `init`/`apply` to the JAX glue).
+pub fn jax_fake(class: &str) -> String {
+    fake("jax_fakes.py", class, "f32")
+}
+
+/// The cases the JAX runs take. Eager JAX compiles every primitive for every new shape (~50 ms
+/// each; a gradient case costs seconds), so a whole-suite run costs a minute: the bias cases
+/// below share one shape; the gradient cases add a VJP and both kinks.
+pub const JAX_BIAS: [&str; 2] = ["--run", "fire/random-params/*"];
+pub const JAX_GRAD: [&str; 6] = [
+    "--run",
+    "fire/random-params/*",
+    "--run",
+    "fire-grad/vjp/random-square-12",
+    "--run",
+    "fire-grad/kinks/*",
+];
+
+/// The ids of the cases of `r` that passed and start with `prefix`.
+pub fn passed_with(r: &Value, prefix: &str) -> Vec<String> {
+    r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "passed" && c["id"].as_str().unwrap().starts_with(prefix))
+        .map(|c| c["id"].as_str().unwrap().to_owned())
+        .collect()
+}

@@ -1,0 +1,129 @@
+//! The "wild" implementations written in JAX with Flax linen's interface
+//! (`tests/wild/jax_fakes.py`), through the JAX glue and the real CLI: params trees that are not
+//! Appendix E's, loaded layer by layer or refused by name. They run when jax imports, and
+//! FIRE_REQUIRE_JAX=1 (set by CI) turns a missing jax into a failure.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+mod common;
+
+use common::*;
+
+#[test]
+fn the_catalogued_mlp_mistakes_written_in_jax_are_graded_and_named() {
+    if !jax() {
+        return;
+    }
+    // A params tree without a bias leaf is loaded layer by layer, graded, and the mistake
+    // named, where a by-name lookup called the glue broken.
+    for (class, variant) in [
+        ("HiddenBiasFalse", "hidden-bias-missing"),
+        ("OutputBiasFalse", "output-bias-missing"),
+        ("NoHiddenActivation", "no-hidden-activation"),
+        ("GeluDefault", "gelu-tanh-for-relu"),
+    ] {
+        let (code, r) = run(&jax_fake(class), &JAX_BIAS);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "failed"), 4, "{class}: {r:#}");
+        assert_eq!(overall(&r), [variant], "{class}: {r:#}");
+    }
+}
+
+#[test]
+fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and_gradients() {
+    if !jax() {
+        return;
+    }
+    for class in ["ScalarsShape1", "NamedOutputFirst"] {
+        let r = passes_in(&jax_fake(class), 7, &JAX_GRAD);
+        let grads = passed_with(&r, "fire-grad/");
+        assert_eq!(grads.len(), 3, "{class}: {grads:?}: {r:#}");
+    }
+}
+
+#[test]
+fn a_deeper_jax_approximator_is_graded_on_the_cases_of_its_depth() {
+    if !jax() {
+        return;
+    }
+    let args = [
+        "--run",
+        "fire/depth/depth-2*",
+        "--run",
+        "fire-grad/vjp/depth-2",
+        "--run",
+        "fire/default-init/square-8",
+    ];
+    let r = passes_in(&jax_fake("TwoHidden"), 3, &args);
+    let deep: Vec<String> = passed_with(&r, "")
+        .into_iter()
+        .filter(|id| id.contains("depth-2"))
+        .collect();
+    assert!(deep.len() >= 3, "{deep:?}: {r:#}");
+    assert!(
+        deep.iter().any(|id| id.starts_with("fire-grad/")),
+        "{deep:?}"
+    );
+    // The one-hidden-layer cases are not its architecture: skipped, none graded.
+    assert!(passed_with(&r, "fire/default-init/").is_empty(), "{r:#}");
+}
+
+#[test]
+fn a_jax_module_whose_constructor_ignores_its_width_is_refused_not_skipped() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("WidthIgnored"), &JAX_BIAS);
+    assert_ne!(code, 0, "{r:#}");
+    assert!(count(&r, "values", "failed") > 0, "{r:#}");
+    assert!(
+        r.to_string().contains("ignores num_heads or mlp_width"),
+        "{r:#}"
+    );
+    // A constructor that does not name mlp_width has one architecture by design: skipped.
+    let (code, r) = run(&jax_fake("FixedWidth"), &JAX_BIAS);
+    assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
+    assert_eq!(code, 5, "{r:#}");
+}
+
+#[test]
+fn a_jax_module_without_a_threshold_multiplier_is_graded_and_named() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("NoMultiplier"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(overall(&r), ["multiplier-ignored"], "{r:#}");
+}
+
+#[test]
+fn a_jax_module_whose_threshold_may_be_parametrised_otherwise_is_refused_saying_how() {
+    if !jax() {
+        return;
+    }
+    for (class, says) in [
+        ("MultiplierConstant", "constants/L_mult"),
+        ("LearnsLDirectly", "learns L directly"),
+    ] {
+        let (code, r) = run(&jax_fake(class), &JAX_BIAS);
+        assert_eq!(code, 3, "{class}: {r:#}");
+        let error = r["adapter_broken"]["error"].as_str().unwrap();
+        assert!(error.contains(says), "{class}: {error}");
+    }
+}
+
+#[test]
+fn a_jax_module_with_a_parameter_no_case_value_reaches_is_refused_by_name() {
+    if !jax() {
+        return;
+    }
+    refused_naming_scale(&jax_fake("ExtraParameter"), &JAX_BIAS);
+}
+
+#[test]
+fn a_jax_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
+    if !jax() {
+        return;
+    }
+    fails_the_gradient_cases_on_init_l(&jax_fake("TrainableInitL"), &JAX_GRAD);
+}
