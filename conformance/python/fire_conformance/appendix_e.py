@@ -60,19 +60,18 @@ import importlib.util
 import inspect
 import json
 import os
-import re
 import sys
 
 import numpy as np
 
 from fire_conformance import kit as fire_kit
+from fire_conformance.loading import NAMES, Built, appendix_params, is_our_name, load_torch
 
 try:
     import torch
 except ImportError:  # the glue still serves NumPy modules
     torch = None
 
-NAMES = ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "c", "init_L", "L_multiplier"]
 CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "positions", "qk"]
 # The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
 X_LAYOUTS = ["x", "hidden", "scores"]
@@ -114,231 +113,6 @@ def call_style(m):
     if names and names[0] in POSITION_NAMES:
         return "positions"
     return "x"
-
-
-def appendix_params(enc, any_depth=False):
-    """(heads, width, our parameters by name) of a case's encoding, or Skip when it is not
-    Appendix E's architecture: one ReLU hidden layer or, with ``any_depth``, any number of them
-    (Appendix B's approximator has two), named as ``nn.Sequential`` numbers them
-    (``mlp.0``, ``mlp.2``, ``mlp.4``, …; spec [fire.mlp])."""
-    if enc["type"] != "fire":
-        raise fire_kit.Skip(f"encoding `{enc['type']}`: this glue drives one Appendix E module")
-    mlp = enc["mlp"]
-    depth_ok = len(mlp["layers"]) >= 2 if any_depth else len(mlp["layers"]) == 2
-    if (not depth_ok or mlp["activation"] != "relu" or mlp.get("final_activation")
-            or enc["transform"] != "log" or enc["threshold"] == "disabled"):
-        raise fire_kit.Skip("not Appendix E's architecture (one ReLU hidden layer, log, a threshold)")
-    ours = {}
-    for n, layer in enumerate(mlp["layers"]):
-        ours[f"mlp.{2 * n}.weight"] = layer["weight"].array()
-        ours[f"mlp.{2 * n}.bias"] = layer["bias"].array()
-    ours.update({"c": np.array(enc["c"]), "init_L": np.array(enc["l_init"]),
-                 "L_multiplier": np.array(enc["l_multiplier"])})
-    last = 2 * (len(mlp["layers"]) - 1)
-    return ours[f"mlp.{last}.weight"].shape[0], ours["mlp.0.weight"].shape[0], ours
-
-
-def is_chain(shapes):
-    """Whether ``[out, in]`` layer shapes compose into an MLP of one scalar input."""
-    return bool(shapes) and all(len(s) == 2 for s in shapes) and shapes[0][1] == 1 and all(
-        s[1] == p[0] for p, s in zip(shapes, shapes[1:]))
-
-
-def chain_order(layers, shape):
-    """``layers`` in the order their ``[out, in]`` shapes (``shape(layer)``) compose from one
-    scalar input: the given order (creation order, for torch and Flax) when that composes, else
-    the first order that does, taking the given order's layers as early as they fit. Several
-    orders compose only when hidden layers share a width; then the given order decides among
-    them. When none composes the given order stands, and the shapes are reported as they are.
-    So a module that builds its output layer before its input layer is graded all the same."""
-    layers = list(layers)
-
-    def extend(order, rest, want):
-        if not rest:
-            return order
-        for k in rest:
-            if len(shape(k)) == 2 and shape(k)[1] == want:
-                found = extend(order + [k], [r for r in rest if r is not k], shape(k)[0])
-                if found is not None:
-                    return found
-        return None
-
-    if is_chain([shape(k) for k in layers]):
-        return layers
-    return extend([], layers, 1) or layers
-
-
-def is_our_name(name):
-    """One of our parameter names: Appendix E's, or a deeper layer's ``mlp.N.weight|bias``."""
-    return name in NAMES or re.fullmatch(r"mlp\.\d+\.(weight|bias)", name) is not None
-
-
-def torch_layers(m, state, mapping):
-    """The torch module's MLP layers, first to last, as ``(weight name, bias name or None)`` in its
-    state dict: the layers named like ours (``mlp.N.weight``, directly or through ``--map``) when
-    it has such, in the order of N, else its ``nn.Linear`` layers in the order their shapes
-    compose (the order it registers them where several do; ``chain_order``).
-    The case's layers go to these by position, not by number: ``nn.Sequential`` numbers its
-    activations too, so a module that drops one has ``mlp.0``, ``mlp.1``. A layer built with
-    ``bias=False`` has None."""
-    back = {v: k for k, v in mapping.items()}
-    named = []
-    for k in state:
-        hit = re.fullmatch(r"mlp\.(\d+)\.weight", back.get(k, k))
-        if hit:
-            named.append((int(hit.group(1)), k))
-    if named:
-        bias = lambda n: mapping.get(f"mlp.{n}.bias", f"mlp.{n}.bias")  # noqa: E731
-        return [(k, bias(n) if bias(n) in state else None) for n, k in sorted(named)]
-    linear = [(f"{name}.weight", f"{name}.bias" if mod.bias is not None else None)
-              for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)]
-    hidden = [w for w, _ in linear if w not in state]
-    if hidden:
-        raise ParamsMismatch(f"the module's nn.Linear weight(s) {hidden} are not in its state dict "
-                             "under those names (a parametrised weight: weight_norm, spectral_norm?); "
-                             "write a build(case) glue that loads them")
-    shapes = dict((w, tuple(state[w].shape)) for w, _ in linear)
-    return chain_order(linear, lambda layer: shapes[layer[0]])
-
-
-class Built:
-    """How the glue built a module: the architecture it asked for, and whether the constructor
-    names ``num_heads`` and ``mlp_width`` among its parameters, so claims to build what it is
-    given (one that takes them through ``**kwargs`` may have one architecture by design)."""
-
-    def __init__(self, cls, heads, width):
-        self.text = f"built with num_heads={heads}, mlp_width={width}"
-        try:
-            params = inspect.signature(cls).parameters
-        except (TypeError, ValueError):
-            params = {}
-        self.claims = "num_heads" in params and "mlp_width" in params
-
-    def __str__(self):
-        return self.text
-
-
-class ParamsMismatch(ValueError):
-    """The module's parameters cannot take the case's values (a name or a shape the glue cannot
-    reach): no layout of x changes that, so it is said at once, not after trying each."""
-
-
-def assign_layers(ours, layers, own, missing, built):
-    """The case's MLP layers given, first to last, to the module's ``layers`` (``(weight name,
-    bias name or None)`` in the module's own naming, ``own`` their ``[out, in]`` shapes), as
-    ``{the module's name: ours}``: by position, not by number, and a layer without a bias
-    leaves the case's bias out — exactly the catalogue's ``*-bias-missing`` mistakes, graded.
-    ``missing`` is the error when the module has no layer. A case whose layers do not compose
-    is an invalid case ([num.errors]), which the module could not hold: refused. A case whose
-    MLP has another depth than the module's is not for this module: skipped, not failed. One of
-    the module's depth whose widths differ was asked of a constructor that names ``num_heads``
-    and ``mlp_width`` and ignored them (``built``, a ``Built``): refused, since skipping would
-    leave every case of another architecture ungraded (a hard-coded ε among them); a
-    constructor that does not name them is skipped as another depth is."""
-    depth = sum(1 for k in ours if re.fullmatch(r"mlp\.\d+\.weight", k))
-    ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
-    want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
-    if not own:
-        raise ValueError(missing)
-    if any(len(s) != 2 for s in own):
-        raise ParamsMismatch(f"the module's MLP layers have shapes {[list(s) for s in own]}, not "
-                             "[out, in] matrices (a 1×1 convolution?); write a build(case) glue "
-                             "that loads them")
-    if not is_chain(want):
-        raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
-    if own != want and len(own) == len(want) and is_chain(own) and built.claims:
-        raise ParamsMismatch(f"the module was built for the case's MLP, {describe(want)} ({built}), "
-                             f"but its layers are {describe(own)}: its constructor ignores num_heads "
-                             "or mlp_width; honour them, or write a build(case) glue that skips "
-                             "what the module cannot build")
-    if own != want:
-        raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
-                            f"{describe(own)} ({built})")
-    loaded = {}
-    for (w, b), (their_w, their_b) in zip(ours_layers, layers):
-        loaded[their_w] = w
-        if their_b is not None:
-            loaded[their_b] = b
-    return loaded
-
-
-def load_torch(m, ours, mapping, dt, built):
-    """Loads the case's parameters ``ours`` into the torch module ``m`` (already in ``dt``) and
-    returns ``{the module's name: ours}`` of what it loaded.
-
-    Layer by layer rather than one strict ``load_state_dict``: the catalogue's MLP mistakes
-    (spec/variants.md) are modules whose state a strict load refuses. A layer built with
-    ``bias=False`` takes the weight and leaves the case's bias out, which is exactly the mistake
-    (``hidden-bias-missing``, ``output-bias-missing``), graded and named like any other; a
-    dropped activation (``no-hidden-activation``) renumbers the layers, which go by position.
-    Scalars stored as ``[1]`` take the case's ``[]`` values.
-    Buffers the case has no value for (a table of positions) keep what the constructor made;
-    ``init_L`` may be absent from the state, the constructor having taken it. Anything else is
-    refused with the names: a case value with nowhere to go, or a module parameter no case
-    value reaches."""
-    state = m.state_dict()
-    params = {n for n, _ in m.named_parameters()}
-    for k, theirs in mapping.items():
-        if theirs not in state:
-            raise ParamsMismatch(f"--map {k}={theirs}: the module has no such parameter or buffer; "
-                             f"it has {list(state)}")
-    layers = torch_layers(m, state, mapping)
-    own = [tuple(state[w].shape) for w, _ in layers]
-    missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
-               f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
-    loaded = assign_layers(ours, layers, own, missing, built)
-    for k in ("c", "init_L", "L_multiplier"):
-        theirs = mapping.get(k, k)
-        if theirs in state:
-            loaded[theirs] = k
-        elif k not in OPTIONAL_SCALARS or k in mapping:
-            raise ParamsMismatch(f"the module has no parameter or buffer `{theirs}` for the case's `{k}` "
-                             f"(it has {list(state)}); map it with --map {k}=NAME")
-    if "L_multiplier" not in loaded.values():
-        trained = {n for n, p in m.named_parameters() if p.requires_grad}
-        no_multiplier(mapping.get("init_L", "init_L") in trained,
-                      [n for n in state if n not in loaded and state[n].numel() <= 1])
-    unset = [n for n in state if n in params and n not in loaded]
-    if unset:
-        raise ParamsMismatch(f"the module's parameter(s) {unset} take none of the case's values "
-                             f"({sorted(ours)}); map them with --map OURS=THEIRS, or write a "
-                             "build(case) glue (one that converts, where the module stores a value "
-                             "otherwise: log L, softplus⁻¹ c)")
-    values = {}
-    for theirs, k in loaded.items():
-        v = torch.as_tensor(ours[k], dtype=dt)
-        shape = tuple(state[theirs].shape)
-        if tuple(v.shape) != shape:
-            if v.dim() <= 1 and len(shape) <= 1 and v.numel() == int(np.prod(shape)):
-                v = v.reshape(shape)
-            else:
-                raise ValueError(f"the case's `{k}` has shape {list(v.shape)}, the module's "
-                                 f"`{theirs}` {list(shape)}")
-        values[theirs] = v
-    m.load_state_dict(values, strict=False)
-    return loaded
-
-
-# Scalars a module may lack: `init_L`, taken by the constructor; `L_multiplier`, whose absence
-# is the catalogue's `multiplier-ignored` (L = L_init), graded and named rather than refused.
-OPTIONAL_SCALARS = ("init_L", "L_multiplier")
-
-
-def no_multiplier(init_l_trained, scalars, how="map it with --map L_multiplier=NAME"):
-    """For a module without ``L_multiplier``, graded as the catalogue's ``multiplier-ignored``
-    (L = L_init) only where nothing else could be the multiplier: a module that learns L
-    directly (``init_L`` trainable) is a reparametrisation, and a scalar no case value reaches
-    (a buffer ``L_mult``) may be the multiplier under another name; both are refused by name,
-    the latter saying ``how`` to reach it."""
-    if init_l_trained:
-        raise ParamsMismatch("the module has no `L_multiplier` and trains `init_L`: it learns L "
-                             "directly, where [fire.threshold] learns m in L = |m·L_init|; write "
-                             "a build(case) glue that loads L = |m·L_init| and sums the gradient")
-    if scalars:
-        raise ParamsMismatch(f"the module has no `L_multiplier`, and its scalar(s) {scalars} take "
-                             f"none of the case's values: if one is the threshold's multiplier, {how}; "
-                             "a module without one computes L = L_init (the catalogue's "
-                             "multiplier-ignored)")
 
 
 # The torch dtype of each --dtype: what the module is cast to, and what it must return.
@@ -592,17 +366,6 @@ def parser(description=__doc__):
     p.add_argument("--kwargs", default="{}")
     p.add_argument("--name")
     return p
-
-
-def describe(shapes):
-    """An MLP's ``[out, in]`` layer shapes as ``1 → 32 → 32 → 12``; shapes that do not compose
-    from one input as they are, first to last."""
-    if not shapes:
-        return "empty"
-    if not is_chain(shapes):
-        return "layers of [out, in] shapes " + ", ".join(str(list(s)) for s in shapes) + \
-            ", which do not compose from one input"
-    return " → ".join(str(n) for n in [shapes[0][1]] + [s[0] for s in shapes])
 
 
 def parse_map(pairs, known=is_our_name):

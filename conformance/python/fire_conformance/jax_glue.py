@@ -40,7 +40,8 @@ import numpy as np
 
 from fire_conformance import appendix_e
 from fire_conformance import kit as fire_kit
-from fire_conformance.appendix_e import chain_order
+from fire_conformance import loading
+from fire_conformance.loading import chain_order
 
 SCALARS = ("c", "init_L", "L_multiplier")
 
@@ -98,25 +99,25 @@ def jax_layers(flat, mapping):
 
 def load_jax(flat, ours, mapping, built, elsewhere=()):
     """Where each of the case's parameters ``ours`` goes in the module's flattened params tree
-    ``flat``: ``{path: our name}``. Layer by layer, as ``appendix_e.load_torch`` loads a torch
+    ``flat``: ``{path: our name}``. Layer by layer, as ``loading.load_torch`` loads a torch
     module and for the same reason: the catalogue's MLP mistakes (spec/variants.md) are modules
     whose tree is not Appendix E's. A ``Dense(use_bias=False)`` takes the kernel and leaves the
     case's bias out, which is exactly the mistake (``hidden-bias-missing``,
     ``output-bias-missing``), graded and named. A case whose MLP is not the module's (another
     depth, other widths) is skipped; a case value with nowhere to go, or a module parameter no
     case value reaches, is refused by name. ``init_L`` may be outside ``params`` (a constant the
-    constructor set); ``L_multiplier`` may be absent (``appendix_e.no_multiplier``), unless a
+    constructor set); ``L_multiplier`` may be absent (``loading.no_multiplier``), unless a
     scalar leaf of another collection (``elsewhere``, their paths) could be it."""
     for name, path in mapping.items():
         if path not in flat:
-            raise appendix_e.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
+            raise loading.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
                              f"{['/'.join(q) for q in flat]}")
     layers = jax_layers(flat, mapping)
     # Kernels are [in, out]: compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] for k, _ in layers]
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
-    loaded = appendix_e.assign_layers(ours, layers, own, missing, built)
+    loaded = loading.assign_layers(ours, layers, own, missing, built)
     for name in SCALARS:
         if name in mapping:
             loaded[mapping[name]] = name
@@ -124,17 +125,17 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
         hits = [p for p in flat if p[-1] == name]
         if len(hits) == 1:
             loaded[hits[0]] = name
-        elif name not in appendix_e.OPTIONAL_SCALARS or len(hits) > 1:
+        elif name not in loading.OPTIONAL_SCALARS or len(hits) > 1:
             found = f"{len(hits)} leaves named so" if hits else "no leaf named so"
-            raise appendix_e.ParamsMismatch(f"the module's params have {found} for the case's `{name}` "
+            raise loading.ParamsMismatch(f"the module's params have {found} for the case's `{name}` "
                              f"({['/'.join(q) for q in flat]}); map it with --map {name}=PATH")
     if "L_multiplier" not in loaded.values():
-        appendix_e.no_multiplier(any(p[-1] == "init_L" for p in loaded),
+        loading.no_multiplier(any(p[-1] == "init_L" for p in loaded),
                                  ["/".join(p) for p in elsewhere if p[-1] != "init_L"],
                                  "write a build(case) glue that sets it (--map reaches `params` only)")
     unset = ["/".join(p) for p in flat if p not in loaded]
     if unset:
-        raise appendix_e.ParamsMismatch(
+        raise loading.ParamsMismatch(
             f"the module's parameter(s) {unset} take none of the case's values ({sorted(ours)}); "
             "map them with --map OURS=PATH, or write a build(case) glue (one that converts, where "
             "the module stores a value otherwise: log L, softplus⁻¹ c)")
@@ -151,7 +152,7 @@ def _place(value, leaf, path):
         if value.size == int(np.prod(want)) and value.ndim <= 1 and len(want) <= 1:
             value = value.reshape(want)
         else:
-            raise appendix_e.ParamsMismatch(f"parameter {'/'.join(path)} has shape {list(want)} in the module, "
+            raise loading.ParamsMismatch(f"parameter {'/'.join(path)} has shape {list(want)} in the module, "
                              f"ours is {list(value.shape)}")
     return value
 
@@ -216,7 +217,7 @@ class JaxGlue:
             raise fire_kit.Skip(f"kind `{case.kind}`: the module returns the bias only")
         enc = case.encoding
         # Any depth: the module's params tree says which cases it can take (`load_jax`).
-        heads, width, ours = appendix_e.appendix_params(enc, any_depth=True)
+        heads, width, ours = loading.appendix_params(enc, any_depth=True)
         m = appendix_e.construct(self.cls, heads, width, enc, self.kwargs)
         styles = self.layouts(m)
         errors = []
@@ -224,8 +225,8 @@ class JaxGlue:
             args, direct = self.args(style, heads, case)
             try:
                 out = self.evaluate(m, heads, case, ours, args, direct,
-                                    appendix_e.Built(self.cls, heads, width))
-            except (appendix_e.NotABias, appendix_e.ParamsMismatch):
+                                    loading.Built(self.cls, heads, width))
+            except (appendix_e.NotABias, loading.ParamsMismatch):
                 raise
             except (ValueError, RuntimeError, TypeError, IndexError) as e:
                 if len(styles) == 1:
