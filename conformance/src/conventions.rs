@@ -6,16 +6,17 @@
 use std::borrow::Cow;
 
 use crate::implementation::{Capabilities, FutureKeys};
-use crate::vectors::format::{Case, Encoding, Inputs, Kind, Tensor};
+use crate::vectors::format::{Case, Inputs, Kind, Tensor};
 
 /// The future-keys convention `case` is graded under: the implementation's declaration for
 /// FIRE's encodings, whose keys after the query it concerns; `mirrored`, the values the case
 /// holds, for the baselines, which define their own there (T5's bucket 0, Alibi's `|i − j|`).
 /// spec: [conv.future]
 pub fn future_keys(case: &Case, caps: &Capabilities) -> FutureKeys {
-    match case.encoding {
-        Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_) => caps.future_keys,
-        Encoding::Baseline(_) => FutureKeys::Mirrored,
+    if case.encoding.is_fire() {
+        caps.future_keys
+    } else {
+        FutureKeys::Mirrored
     }
 }
 

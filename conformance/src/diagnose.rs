@@ -104,10 +104,7 @@ pub fn applies(v: &Variant, case: &Case) -> bool {
     let baseline = |names: &[&str]| matches!(&case.encoding, Encoding::Baseline(b) if names.contains(&b.name.as_str()));
     match v.deviation {
         Deviation::Fire(_) | Deviation::FireLayout(_) => {
-            matches!(
-                case.encoding,
-                Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
-            ) && matches!(case.kind, Kind::Bias | Kind::Attention)
+            case.encoding.is_fire() && matches!(case.kind, Kind::Bias | Kind::Attention)
         }
         Deviation::T5Bucket(_) => baseline(&["t5-official"]),
         Deviation::AlibiSlopes(_) => baseline(&["alibi-standard"]),
@@ -308,11 +305,7 @@ pub fn diagnose(
         );
     }
     // The declaration concerns FIRE's keys after the query; the baselines define their own.
-    let fire = matches!(
-        case.encoding,
-        Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
-    );
-    if fire
+    if case.encoding.is_fire()
         && case.kind == Kind::Bias
         && case.flags.contains(&Flag::FutureKeys)
         && agrees(case, expected, got, profile, future, Some(Subset::Causal))

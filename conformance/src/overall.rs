@@ -129,6 +129,17 @@ pub(crate) fn diagnose_run(
             outcomes[r.outcome].finding = Some(f);
         }
     }
+    // How far the output is from a variant's prediction for a case, in tolerance units.
+    let distance_to = |r: &Ran, prediction: &BTreeMap<String, Tensor>| {
+        diagnose::distance(
+            r.case,
+            prediction,
+            &r.got,
+            r.profile,
+            crate::conventions::future_keys(r.case, caps),
+            None,
+        )
+    };
     let consistent = |name: &str| {
         ran.iter()
             .zip(&predicted)
@@ -136,17 +147,9 @@ pub(crate) fn diagnose_run(
             .filter(|((r, _), _)| r.diagnosable)
             .all(|((r, p), &failing)| {
                 match p.iter().find(|(v, _)| v.name == name) {
-                    Some((_, Some(prediction))) => diagnose::consistent(
-                        diagnose::distance(
-                            r.case,
-                            prediction,
-                            &r.got,
-                            r.profile,
-                            crate::conventions::future_keys(r.case, caps),
-                            None,
-                        ),
-                        r.profile,
-                    ),
+                    Some((_, Some(prediction))) => {
+                        diagnose::consistent(distance_to(r, prediction), r.profile)
+                    }
                     // The variant applies but cannot evaluate the case: it explains nothing here.
                     Some((_, None)) => false,
                     // The variant does not touch this case: it predicts the reference.
@@ -170,16 +173,7 @@ pub(crate) fn diagnose_run(
         p.iter()
             .find(|(v, _)| v.name == name)
             .and_then(|(_, prediction)| prediction.as_ref())
-            .map_or(f64::INFINITY, |prediction| {
-                diagnose::distance(
-                    r.case,
-                    prediction,
-                    &r.got,
-                    r.profile,
-                    crate::conventions::future_keys(r.case, caps),
-                    None,
-                )
-            })
+            .map_or(f64::INFINITY, |prediction| distance_to(r, prediction))
     };
     let beaten = |b: &str| {
         names.iter().any(|&a| {

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
@@ -11,11 +12,10 @@ use fire_conformance::runner::{self, Options, Overall, Status};
 use fire_conformance::vectors::format::{Kind, Tensor};
 use fire_conformance::vectors::load;
 
-/// The reference, whose glue returns every parameter's gradient, `L_multiplier`'s included
-/// where the case's threshold is fixed (the module trains it anyway: 0.5).
-struct TrainsFixedMultiplier;
+/// The reference with its gradient replies edited by the function it holds.
+struct EditedGradients(fn(&mut BTreeMap<String, Tensor>));
 
-impl Implementation for TrainsFixedMultiplier {
+impl Implementation for EditedGradients {
     fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
         Reference.capabilities()
     }
@@ -23,8 +23,7 @@ impl Implementation for TrainsFixedMultiplier {
     fn run(&mut self, r: &Request) -> Reply {
         match Reference.run(r) {
             Reply::Output(mut out) if r.kind == Kind::Vjp => {
-                out.entry("L_multiplier".into())
-                    .or_insert_with(|| Tensor::new(vec![], vec![0.5]));
+                (self.0)(&mut out);
                 Reply::Output(out)
             }
             other => other,
@@ -32,15 +31,34 @@ impl Implementation for TrainsFixedMultiplier {
     }
 }
 
+/// Glue that returns every parameter's gradient, `L_multiplier`'s included where the case's
+/// threshold is fixed (the module trains it anyway: 0.5).
+fn trains_fixed_multiplier(out: &mut BTreeMap<String, Tensor>) {
+    out.entry("L_multiplier".into())
+        .or_insert_with(|| Tensor::new(vec![], vec![0.5]));
+}
+
+/// Each scalar gradient sent as `[1]`, as a module keeping `c` and `m` as one-element tensors
+/// does.
+fn scalars_as_one_element(out: &mut BTreeMap<String, Tensor>) {
+    for t in out.values_mut().filter(|t| t.shape.is_empty()) {
+        t.shape = vec![1];
+    }
+}
+
+fn suite() -> load::Suite {
+    load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap()
+}
+
 #[test]
 fn a_gradient_for_the_multiplier_of_a_fixed_threshold_fails() {
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let suite = suite();
     let opts = Options {
         run: vec!["fire-grad/*".into()],
         diagnose: true,
         ..Options::default()
     };
-    let r = runner::run(&suite, &mut TrainsFixedMultiplier, &opts).unwrap();
+    let r = runner::run(&suite, &mut EditedGradients(trains_fixed_multiplier), &opts).unwrap();
     let failed: Vec<_> = r
         .outcomes
         .iter()
@@ -65,36 +83,14 @@ fn a_gradient_for_the_multiplier_of_a_fixed_threshold_fails() {
     );
 }
 
-/// The reference, sending each scalar gradient as `[1]`, as a module keeping `c` and `m` as
-/// one-element tensors does.
-struct ScalarsAsOneElement;
-
-impl Implementation for ScalarsAsOneElement {
-    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
-        Reference.capabilities()
-    }
-
-    fn run(&mut self, r: &Request) -> Reply {
-        match Reference.run(r) {
-            Reply::Output(mut out) if r.kind == Kind::Vjp => {
-                for t in out.values_mut().filter(|t| t.shape.is_empty()) {
-                    t.shape = vec![1];
-                }
-                Reply::Output(out)
-            }
-            other => other,
-        }
-    }
-}
-
 #[test]
 fn scalar_gradients_sent_as_one_element_tensors_pass() {
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let suite = suite();
     let opts = Options {
         run: vec!["fire-grad/*".into()],
         ..Options::default()
     };
-    let r = runner::run(&suite, &mut ScalarsAsOneElement, &opts).unwrap();
+    let r = runner::run(&suite, &mut EditedGradients(scalars_as_one_element), &opts).unwrap();
     let (passed, failed, _) = r.counts();
     assert_eq!(failed, 0, "{}", r.summary());
     assert!(passed >= 10, "{}", r.summary());

@@ -5,7 +5,7 @@ use fire_reference::variants::Variant;
 
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 use crate::implementations::reference::evaluate_request;
-use crate::vectors::format::{Encoding, Kind};
+use crate::vectors::format::Kind;
 
 /// An implementation that makes exactly one catalogued mistake.
 #[derive(Debug, Clone, Copy)]
@@ -23,11 +23,7 @@ impl Implementation for Mistaken {
     }
 
     fn run(&mut self, r: &Request) -> Reply {
-        let fire_like = matches!(
-            r.encoding,
-            Encoding::Fire(_) | Encoding::FireShared(_) | Encoding::FirePerLayer(_)
-        );
-        if r.kind == Kind::Vjp && fire_like && self.0.applies_to_fire() {
+        if r.kind == Kind::Vjp && r.encoding.is_fire() && self.0.applies_to_fire() {
             return Reply::Skipped("the test double does not model gradients".into());
         }
         match evaluate_request(&r.encoding, r.kind, &r.inputs, Some(self.0)) {

@@ -364,6 +364,11 @@ fn tensors(map: &BTreeMap<String, Tensor>) -> Node {
 }
 
 impl Encoding {
+    /// Whether this is one of FIRE's encodings (FIRE, FIRE-S, per-layer FIRE), not a baseline.
+    pub fn is_fire(&self) -> bool {
+        !matches!(self, Encoding::Baseline(_))
+    }
+
     /// The tree form.
     pub fn to_node(&self) -> Node {
         match self {
