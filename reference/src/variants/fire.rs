@@ -40,6 +40,8 @@ pub(super) const FIRE: &[Variant] = &[
       "torch.log10(self.c.abs() * x + 1)", PerPair(log_base_10)),
     v("no-abs-c", "uses ln(c·x + 1) without |c|", "fire.psi",
       "torch.log(self.c * x + 1)", PerPair(no_abs_c)),
+    v("no-abs-c-in-distance", "uses ln(c·|i − j| + 1) without |c| in the distance's ψ only, the normaliser keeping |c|: for c < 0 every key sees ln of 1 minus a distance (negative, −∞ or NaN)", "fire.psi",
+      "torch.log(self.c * rel.abs() + 1)  # the normaliser takes self.c.abs()", PerPair(no_abs_c_in_distance)),
     v("c-softplus", "uses softplus(c) where |c| is specified", "fire.psi",
       "torch.log(F.softplus(self.c) * x + 1)", PerPair(c_softplus)),
     v("c-exp", "uses exp(c) where |c| is specified", "fire.psi",
@@ -62,6 +64,8 @@ pub(super) const FIRE: &[Variant] = &[
       "norm = psi(torch.max(seq_len, L)) + eps", PerPair(by_length)),
     v("normalize-by-key", "normalises by the key position, which is also what a transposed bias b(j, i) computes", "fire.normalizer",
       "norm = psi(torch.max(pos[None, :], L)) + eps", PerPair(by_key)),
+    v("normalize-by-distance", "normalises by ψ(max(i − j, L)) + ε, the distance in place of the query position (a key after the query, at a negative distance, gets ψ(L))", "fire.normalizer",
+      "norm = psi(torch.max(rel, L)) + eps  # rel = pos[:, None] - pos[None, :]", PerPair(by_distance)),
     v("normalizer-missing", "feeds ψ(|i − j|) to the MLP without dividing by the normaliser", "fire.input",
       "x = psi(rel)", PerPair(normalizer_missing)),
     // Where ε goes.
@@ -229,6 +233,19 @@ fn no_abs_c(fire: &Fire, p: Pair) -> DVector<f64> {
     with_log(fire, p, |x| (fire.c * x).ln_1p())
 }
 
+/// ψ's `|c|` dropped in the numerator only: `ln(c·|i − j| + 1)`, which for `c < 0` is ln of 1
+/// minus a distance, while the normaliser keeps `ln(|c|·max(i, L) + 1)`. Without the log
+/// transform `c` never enters. spec: [fire.psi]
+fn no_abs_c_in_distance(fire: &Fire, p: Pair) -> DVector<f64> {
+    let (i, j) = ij(p);
+    let d = (i - j).abs();
+    let num = match fire.transform {
+        Transform::Log => (fire.c * d).ln_1p(),
+        Transform::Identity => d,
+    };
+    f_of(fire, num, psi_of(fire, n_of(fire, i)) + fire.eps)
+}
+
 /// softplus(c) = ln(1 + eᶜ), in the overflow-safe form PyTorch uses.
 fn softplus(c: f64) -> f64 {
     c.max(0.0) + (-c.abs()).exp().ln_1p()
@@ -289,6 +306,15 @@ fn by_length(fire: &Fire, p: Pair) -> DVector<f64> {
 fn by_key(fire: &Fire, p: Pair) -> DVector<f64> {
     let (i, j) = ij(p);
     with_normalizer_arg(fire, i, j, n_of(fire, j))
+}
+
+/// Appendix E with the signed distance `i − j` where the query position belongs in
+/// `torch.max(pos, L)`: its ψ takes `|c·x|`, so the argument is `|max(i − j, L)|`. A key after
+/// the query has a negative distance and is normalised by ψ(L) (by ψ(|i − j|) without a
+/// threshold), the full square being computed as [conv.future] describes. spec: [fire.normalizer]
+fn by_distance(fire: &Fire, p: Pair) -> DVector<f64> {
+    let (i, j) = ij(p);
+    with_normalizer_arg(fire, i, j, n_of(fire, i - j).abs())
 }
 
 fn normalizer_missing(fire: &Fire, p: Pair) -> DVector<f64> {

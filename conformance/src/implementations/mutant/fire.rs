@@ -21,6 +21,7 @@ pub const MODELLED: &[&str] = &[
     "log-base-2",
     "log-base-10",
     "no-abs-c",
+    "no-abs-c-in-distance",
     "c-softplus",
     "c-exp",
     "c-clamped",
@@ -31,6 +32,7 @@ pub const MODELLED: &[&str] = &[
     "normalize-by-threshold",
     "normalize-by-length",
     "normalize-by-key",
+    "normalize-by-distance",
     "normalizer-missing",
     "eps-missing",
     "eps-inside-log",
@@ -227,6 +229,11 @@ impl<F: Real> Module<F> {
                 _ => (scale_c * x).ln_1p(),
             }
         };
+        // The distance's ψ, which one mistake computes with c itself.
+        let psi_distance = |x: F| match mistake {
+            "no-abs-c-in-distance" if self.log => (self.c * x).ln_1p(),
+            _ => psi(x),
+        };
         let l = match self.threshold {
             Threshold::Disabled => None,
             _ => Some(match mistake {
@@ -248,11 +255,13 @@ impl<F: Real> Module<F> {
             "normalize-by-threshold" => l.unwrap_or(i),
             "normalize-by-length" => thr(length, l),
             "normalize-by-key" => thr(j, l),
+            // Appendix E's `torch.max(rel, L)` on the signed distance, ψ taking |c·x|.
+            "normalize-by-distance" => thr(i - j, l).abs(),
             "eps-on-threshold" => thr(i, l.map(|l| l + self.eps)),
             _ => thr(i, l),
         };
         let eps = self.eps;
-        let num = psi(d);
+        let num = psi_distance(d);
         let x = match mistake {
             "normalizer-missing" => num,
             "eps-missing" | "eps-on-threshold" => num / psi(arg),
