@@ -110,6 +110,10 @@ pub fn applies(v: &Variant, case: &Case) -> bool {
         Deviation::AlibiSlopes(_) => baseline(&["alibi-standard"]),
         Deviation::Kerple { .. } => baseline(&["kerple-log", "kerple-power"]),
         Deviation::Placement(_) | Deviation::Unmasked => case.kind == Kind::Attention,
+        // Only an encoding that adds a bias can drop it (RoPE rotates, NoPE adds nothing).
+        Deviation::BiasDropped => {
+            case.kind == Kind::Attention && !baseline(&["rope", "nope"])
+        }
     }
 }
 

@@ -252,6 +252,18 @@ fn rope_attention(
     attention_output(&rotated, &zero, placement, masking)
 }
 
+/// A bias of zeros with `bias`'s heads and shape: what attention adds when the bias is dropped
+/// ([`Variant::drops_bias`]). spec: [attn.logits]
+fn zero_like(bias: &Bias) -> Result<Bias> {
+    let heads = (0..bias.heads())
+        .map(|h| {
+            let m = bias.head(h);
+            DMatrix::zeros(m.nrows(), m.ncols())
+        })
+        .collect();
+    Bias::from_heads(heads)
+}
+
 /// Evaluates one case's request with the reference, optionally through a named deviation.
 /// spec: [vec.generation]
 pub fn evaluate_request(
@@ -316,16 +328,20 @@ pub fn evaluate_placed(
             );
         }
         Kind::Attention => {
-            let layers = layer_biases(encoding, variant, &q, &k)?;
+            let mut layers = layer_biases(encoding, variant, &q, &k)?;
             if layers.len() != 1 {
                 return Err(Error::Invalid {
                     what: "attention case".into(),
                     reason: "attention cases take a single-layer encoding".into(),
                 });
             }
+            let bias = match variant {
+                Some(v) if v.drops_bias() => zero_like(&layers[0])?,
+                _ => layers.swap_remove(0),
+            };
             out.insert(
                 "output".into(),
-                attention_output(inputs, &layers[0], placement, masking)?,
+                attention_output(inputs, &bias, placement, masking)?,
             );
         }
         Kind::Vjp => match encoding {

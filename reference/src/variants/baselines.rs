@@ -46,6 +46,8 @@ pub(super) const BASELINES: &[Variant] = &[
       "softmax((q @ k.T + bias) / math.sqrt(d))", Deviation::Placement(Placement::BeforeScaling)),
     v("no-causal-mask", "attends to every key, keys after the query included: the causal mask left out", "attn.causal",
       "softmax(q @ k.T / math.sqrt(d) + bias) @ v  # no mask, no is_causal=True", Deviation::Unmasked),
+    v("bias-dropped", "attends causally without the bias: the bias never reaches the logits (an SDPA or flash path given the causal flag and no attn_mask)", "attn.logits",
+      "F.scaled_dot_product_attention(q, k, v, is_causal=True)  # attn_mask=bias left out", Deviation::BiasDropped),
 ];
 
 const fn v(

@@ -51,6 +51,9 @@ pub enum Deviation {
     Placement(Placement),
     /// Attention over every key: the causal mask of [attn.causal] left out.
     Unmasked,
+    /// Causal attention without the additive bias: [attn.logits]'s `b(i, j)` never reaches the
+    /// logits (the causal flag of a fused kernel standing in for the mask that carried it).
+    BiasDropped,
 }
 
 /// One named deviation. spec: [variants.catalogue]
@@ -110,6 +113,12 @@ impl Variant {
             Deviation::Placement(p) => p,
             _ => declared,
         }
+    }
+
+    /// True when attention under this variant leaves the bias out of the logits.
+    /// spec: [attn.logits]
+    pub fn drops_bias(&self) -> bool {
+        matches!(self.deviation, Deviation::BiasDropped)
     }
 
     /// The keys an attention case attends to under this variant.

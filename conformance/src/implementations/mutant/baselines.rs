@@ -16,6 +16,7 @@ pub const MODELLED: &[&str] = &[
     "kerple-signed-distance",
     "bias-before-scaling",
     "no-causal-mask",
+    "bias-dropped",
 ];
 
 /// `_relative_position_bucket` of T5's code, in binary32 as the code computes it (whatever the
@@ -129,7 +130,11 @@ pub fn attend<F: Real>(
             for e in 0..dim {
                 s = s + q[r * dim + e] * k[c * dim + e];
             }
-            let b = bias[r * nk + c];
+            let b = if mistake == "bias-dropped" {
+                F::of(0.0)
+            } else {
+                bias[r * nk + c]
+            };
             let logit = if mistake == "bias-before-scaling" {
                 (s + b) * scale
             } else {
