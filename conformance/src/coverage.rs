@@ -1,24 +1,24 @@
 //! What a run did not check: the flags only skipped value cases carry, among the cases of what
 //! the implementation computes. spec: [proto.report]
+//!
+//! For FIRE, "what it computes" is the encoding, not one architecture of f_θ: a module of one
+//! depth and activation skips the others' cases, and a condition (negative `c`, query 0, the
+//! threshold boundary) that only cases of another architecture carry went unchecked for it just
+//! the same. The flags that name a configuration ([`Flag::is_configuration`]: a depth, an
+//! activation, an ablation, a construction) are not conditions and never count.
 
 use std::collections::BTreeMap;
 
 use crate::runner::{Outcome, Question, Status};
+use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding};
 use crate::vectors::load::Suite;
 
-/// What an implementation computes for a case, coarsely: its kind and its encoding, FIRE's
-/// with the depth and activation of f_θ (a module of one architecture skips the others').
+/// What an implementation computes for a case, coarsely: its kind and its encoding (FIRE's
+/// whatever the architecture of f_θ).
 fn domain(case: &Case) -> String {
-    let mlp = |m: &crate::vectors::format::MlpParams| {
-        format!(
-            "depth {} {}",
-            m.layers.len().saturating_sub(1),
-            m.activation
-        )
-    };
     let encoding = match &case.encoding {
-        Encoding::Fire(p) => format!("fire {}", mlp(&p.mlp)),
+        Encoding::Fire(_) => "fire".into(),
         Encoding::FireShared(_) => "fire-s".into(),
         Encoding::FirePerLayer(_) => "fire per layer".into(),
         Encoding::Baseline(b) => b.name.clone(),
@@ -42,6 +42,7 @@ pub(crate) fn unchecked_flags(suite: &Suite, outcomes: &[Outcome]) -> Vec<String
     let mut unchecked: Vec<String> = values()
         .filter(|(o, c)| o.status == Status::Skipped && domains.contains(&domain(c)))
         .flat_map(|(o, _)| o.flags.iter())
+        .filter(|f| !Flag::named(f).is_some_and(Flag::is_configuration))
         .filter(|f| !graded.iter().any(|(o, _)| o.flags.contains(f)))
         .cloned()
         .collect();

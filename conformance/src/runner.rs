@@ -128,11 +128,12 @@ pub struct Report {
     /// Which verdicts decide the exit status.
     pub fail_on: FailOn,
     /// The flags ([vec.flags]) that only skipped value cases carry among the cases of a kind
-    /// and an encoding (for FIRE: a depth and an activation) the run graded some case of:
+    /// and an encoding (FIRE's whatever the architecture of f_θ) the run graded some case of:
     /// what they mark was not checked, whatever the verdict (at bf16 most of the suite is
-    /// skipped; an adapter that cannot build a 10⁶-wide square skips the large positions).
-    /// Cases of what the implementation never computes (another architecture, a baseline,
-    /// attention for a bias module) do not count. spec: [proto.report]
+    /// skipped; an adapter that cannot build a 10⁶-wide square skips the large positions; a
+    /// two-layer module skips the one-layer cases). Cases of what the implementation never
+    /// computes (a baseline, attention for a bias module) do not count, nor do the flags that
+    /// name a configuration ([`crate::vectors::flags::Flag::is_configuration`]). spec: [proto.report]
     pub unchecked: Vec<String>,
     /// How many elements of graded bias cases sit at a key after their query and went unchecked
     /// because the implementation declared `negated`: a mistake only there cannot show in this

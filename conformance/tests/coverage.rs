@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
+use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
 use fire_conformance::implementations::reference::Reference;
 use fire_conformance::runner::{self, Options};
 use fire_conformance::vectors::format::{Encoding, Kind};
@@ -56,4 +57,101 @@ fn a_run_that_skips_the_large_positions_says_it_did_not_check_them() {
         got.iter().all(|f| f != "attention" && f != "baseline"),
         "{got:?}"
     );
+}
+
+/// A mutant that computes single FIRE modules' bias cases of one depth of f_θ only, as a
+/// module built for that depth does.
+struct OneDepth {
+    mutant: Mutant,
+    depth: usize,
+}
+
+impl Implementation for OneDepth {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        self.mutant.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        match &r.encoding {
+            Encoding::Fire(p) if r.kind == Kind::Bias && p.mlp.layers.len() == self.depth + 1 => {
+                self.mutant.run(r)
+            }
+            _ => Reply::Skipped("another depth".into()),
+        }
+    }
+}
+
+/// FIRE's catalogued mistakes of ψ, the threshold and the normaliser, which a module of either
+/// depth can make ([fire.defaults]: both depths are first-class).
+const DEPTH_FREE: &[&str] = &[
+    "no-abs-c",
+    "no-abs-threshold",
+    "multiplier-ignored",
+    "threshold-ignored",
+    "threshold-as-min",
+    "eps-missing",
+    "eps-inside-log",
+    "eps-on-threshold",
+    "eps-as-floor",
+    "log-without-plus-one",
+    "positions-as-indices",
+    "one-based-positions",
+    "signed-distance",
+];
+
+#[test]
+fn a_two_layer_module_meets_the_edge_conditions() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    // Honest, it is graded on every condition the one-layer cases carry (what it skips is the
+    // other depths' configuration, never listed), except what only an adapter's limits or the
+    // one-layer family's own cases hold.
+    let mut honest = OneDepth {
+        mutant: Mutant::new(None, Arithmetic::F64).unwrap(),
+        depth: 2,
+    };
+    let report = runner::run(&suite, &mut honest, &Options::default()).unwrap();
+    assert_eq!(report.counts_of(runner::Question::Values).1, 0);
+    for flag in [
+        "negative-c",
+        "negative-multiplier",
+        "threshold-boundary",
+        "large-eps",
+        "query-zero",
+        "kv-cache",
+        "non-contiguous",
+        "unsorted",
+        "large-positions",
+        "tiny-c",
+        "depth-0",
+        "depth-2",
+        "gelu",
+        "ablation",
+    ] {
+        assert!(
+            !report.unchecked.iter().any(|f| f == flag),
+            "{flag}: {:?}",
+            report.unchecked
+        );
+    }
+    // What only one-layer cases carry is listed: a depth-2 module did not meet it.
+    assert!(
+        report.unchecked.iter().any(|f| f == "large-preactivations"),
+        "{:?}",
+        report.unchecked
+    );
+    // Each mistake of ψ, the threshold or the normaliser fails some two-layer case.
+    for &name in DEPTH_FREE {
+        for arithmetic in [Arithmetic::F32, Arithmetic::F64] {
+            let mut imp = OneDepth {
+                mutant: Mutant::new(Some(name), arithmetic).unwrap(),
+                depth: 2,
+            };
+            let report = runner::run(&suite, &mut imp, &Options::default()).unwrap();
+            let failed = report.counts_of(runner::Question::Values).1;
+            assert!(
+                failed > 0,
+                "`{name}` in a two-layer module passes ({arithmetic:?})"
+            );
+        }
+    }
 }

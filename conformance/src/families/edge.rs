@@ -1,5 +1,6 @@
 //! Family `edge/`: query 0, the threshold boundary, huge positions, tiny and negative c, a
-//! negative multiplier, and position lists that are not `0..n`. spec: [vec.families]
+//! negative multiplier, and position lists that are not `0..n`; the same conditions again for
+//! a two-hidden-layer f_θ. spec: [vec.families]
 
 use fire_reference::fire::Activation;
 
@@ -223,5 +224,145 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
             "tiny and negative c, negative multiplier",
             params,
         )?,
+        depth_two()?,
     ])
+}
+
+/// `edge/depth-2`: the edge conditions once more with two hidden layers, Appendix B's
+/// approximator ([fire.defaults] makes both depths first-class). A module is built for one
+/// depth and skips the other's cases, so without these a two-layer module with, say, `c`
+/// taken without |·| would meet no case that shows it.
+fn depth_two() -> crate::error::Result<(String, VectorFile)> {
+    let base = random_fire(4, 8, 2, 711, Activation::Relu);
+    let with = |edit: &dyn Fn(&mut fire_reference::fire::Fire)| {
+        let mut f = base.clone();
+        edit(&mut f);
+        fire_enc(&f)
+    };
+    let flags = |extra: &[Flag]| {
+        let mut all = vec![Flag::Depth2, Flag::RandomParams];
+        all.extend_from_slice(extra);
+        all
+    };
+    let cases = vec![
+        Draft::bias(
+            "negative-c",
+            "two hidden layers, c = −0.7 equals c = 0.7",
+            with(&|f| f.c = -0.7),
+            range(12),
+            range(12),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.psi", "fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::NegativeC, Flag::FutureKeys]))
+        .profile("bf16"),
+        Draft::bias(
+            "negative-multiplier",
+            "two hidden layers, m = −0.75: L = |m·L_init| = 6",
+            with(&|f| f.l_multiplier = -0.75),
+            range(12),
+            range(12),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.threshold", "fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::NegativeMultiplier, Flag::FutureKeys]))
+        .profile("bf16"),
+        Draft::bias(
+            "threshold-boundary",
+            "two hidden layers, queries L−1, L, L+1 with L = 8 exactly",
+            with(&|f| f.l_multiplier = 1.0),
+            vec![7, 8, 9],
+            range(10),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.threshold", "fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::ThresholdBoundary, Flag::FutureKeys]))
+        .profile("bf16"),
+        Draft::bias(
+            "eps-half-small-c",
+            "two hidden layers, ε = 0.5 above ψ(L) = ln(1.4) ≈ 0.34 (c = 0.05, L = 8): where ε enters differs by a large fraction",
+            with(&|f| {
+                f.c = 0.05;
+                f.eps = 0.5;
+                f.l_multiplier = 1.0;
+            }),
+            range(16),
+            range(16),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.params", "fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::LargeEps, Flag::FutureKeys]))
+        .profile("bf16"),
+        Draft::bias(
+            "query-zero",
+            "two hidden layers, query 0 against keys 0..4",
+            with(&|_| {}),
+            vec![0],
+            range(4),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::QueryZero, Flag::FutureKeys]))
+        .profile("bf16"),
+        Draft::bias(
+            "kv-cache-row",
+            "two hidden layers, one decoding step: query 37 against keys 0..=37",
+            with(&|_| {}),
+            vec![37],
+            range(38),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.depth"])
+        .flags(&flags(&[Flag::KvCache]))
+        .profile("bf16"),
+        Draft::bias(
+            "non-contiguous",
+            "two hidden layers, gapped queries and keys",
+            with(&|_| {}),
+            vec![3, 9, 20, 21, 40],
+            vec![0, 2, 3, 9, 15, 21, 33, 40],
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::NonContiguous, Flag::FutureKeys]))
+        .profile("bf16"),
+        Draft::bias(
+            "unsorted-repeated",
+            "two hidden layers, unsorted lists with a repeated position",
+            with(&|_| {}),
+            vec![12, 3, 7, 3, 0],
+            vec![7, 0, 12, 5, 5, 1],
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::Unsorted, Flag::FutureKeys]))
+        .profile("bf16"),
+        Draft::bias(
+            "large-positions",
+            "two hidden layers, positions up to 10^6",
+            with(&|_| {}),
+            vec![999_999, 1_000_000],
+            vec![0, 1, 10, 1000, 500_000, 999_998, 999_999, 1_000_000],
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.depth"])
+        .flags(&flags(&[Flag::LargePositions, Flag::NonContiguous])),
+        Draft::bias(
+            "tiny-c",
+            "two hidden layers, c = 1e-3: ψ(L) ≈ 1e-2, so where ε goes shows in f64",
+            with(&|f| f.c = 1e-3),
+            range(12),
+            range(12),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.psi", "fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::TinyC, Flag::FutureKeys]))
+        .profile("f64"),
+    ];
+    file(
+        "edge",
+        "depth-2",
+        "the edge conditions for an MLP with two hidden layers",
+        cases,
+    )
 }

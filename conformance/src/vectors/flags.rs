@@ -26,6 +26,11 @@ macro_rules! flags {
             pub fn meaning(self) -> &'static str {
                 match self { $(Flag::$variant => $doc,)* }
             }
+
+            /// The flag of this name, if any.
+            pub fn named(name: &str) -> Option<Flag> {
+                Flag::ALL.iter().copied().find(|f| f.name() == name)
+            }
         }
     };
 }
@@ -66,6 +71,19 @@ flags! {
     NonFinite = "non-finite": "A parameter or input is NaN or infinite; the case must be rejected.",
     InvalidShape = "invalid-shape": "Shapes do not chain; the case must be rejected.",
     InvalidPositions = "invalid-positions": "A position list is empty, negative or too large; the case must be rejected.",
+}
+
+impl Flag {
+    /// Whether the flag names a configuration of FIRE (a depth or activation of f_θ, an
+    /// ablation, a Theorem 3.1 construction) rather than a condition of the inputs or
+    /// parameters: a module of another configuration skipping those cases leaves nothing of
+    /// its own unchecked ([proto.report]).
+    pub fn is_configuration(self) -> bool {
+        matches!(
+            self,
+            Flag::Depth0 | Flag::Depth2 | Flag::Gelu | Flag::Ablation | Flag::Construction
+        )
+    }
 }
 
 #[cfg(test)]
