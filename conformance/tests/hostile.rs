@@ -150,6 +150,17 @@ fn an_implementation_that_cannot_start_is_a_clear_error() {
     );
     let e = imp.capabilities().unwrap_err().to_string();
     assert!(e.contains("protocol version"), "{e}");
+    // A script that ends cleanly without a hello (a glue file nothing serves) is told how to
+    // serve it; one that crashes is not.
+    let mut imp = External::new("true", limits());
+    let e = imp.capabilities().unwrap_err().to_string();
+    assert!(
+        e.contains("without saying hello") && e.contains("fire_conformance.glue"),
+        "{e}"
+    );
+    let mut imp = External::new("false", limits());
+    let e = imp.capabilities().unwrap_err().to_string();
+    assert!(!e.contains("without saying hello"), "{e}");
 }
 
 #[test]

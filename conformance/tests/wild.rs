@@ -223,6 +223,20 @@ fn a_module_that_cannot_compute_in_the_asked_dtype_is_skipped_with_the_reason() 
         .unwrap();
     let reason = fire["details"].to_string();
     assert!(reason.contains("rerun with the --dtype"), "{reason}");
+    // float16, which no --dtype names: the advice is one that can be followed.
+    let (code, r) = run(&appendix("Float16", "f32"), &[]);
+    assert_eq!(code, 5, "{r:#}");
+    let fire = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"].as_str().unwrap().starts_with("fire/"))
+        .unwrap();
+    let reason = fire["details"].to_string();
+    assert!(
+        reason.contains("float16 has no tolerance profile") && !reason.contains("rerun with"),
+        "{reason}"
+    );
 }
 
 /// A dtype the module cannot compute in holds for the whole run or not at all: a module that

@@ -124,6 +124,16 @@ def dtype_name(dt):
     return str(dt).rsplit(".", 1)[-1]
 
 
+def rerun_advice(got):
+    """What to do about a module that returns dtype ``got`` where another was asked: rerun at
+    the dtype it computes in, where the harness has a profile for it ([num.profiles])."""
+    name = dtype_name(got)
+    if name in TORCH_DTYPES.values():
+        return "rerun with the --dtype it computes in"
+    return (f"{name} has no tolerance profile (f64, f32, bf16 [num.profiles]): return float32 "
+            "(grade at --dtype f32) or compute in bfloat16 (--dtype bf16)")
+
+
 def wider_than_bf16(dtype, got):
     """Whether a module asked for bf16 returned float32 or float64: a mixed-precision module
     (autocast style: bf16 products, f32 accumulation or output) is graded by the bf16 profile
@@ -255,7 +265,7 @@ class Glue:
         got_dt = full.dtype if torch_module else np.asarray(full).dtype
         if want_dt is not None and dtype_name(got_dt) != want_dt and not wider_than_bf16(self.dtype, got_dt):
             raise fire_kit.UnsupportedDtype(f"the module returns {got_dt} but --dtype {self.dtype} was "
-                                            "given; rerun with the --dtype it computes in")
+                                            f"given; {rerun_advice(got_dt)}")
         if case.kind == "bias":
             if torch_module:
                 full = full.detach().cpu().double().numpy()

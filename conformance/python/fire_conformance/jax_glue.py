@@ -265,7 +265,7 @@ class JaxGlue:
             full, pullback = jax.vjp(bias, params)
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
-                                            "was given; rerun with the --dtype it computes in")
+                                            f"was given; {appendix_e.rerun_advice(full.dtype)}")
         if case.kind == "bias":
             full = np.asarray(full, dtype=np.float64)
             return full if direct else case.gather(full)

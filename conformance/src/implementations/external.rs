@@ -242,6 +242,15 @@ impl Process {
         }
     }
 
+    /// Whether the process has exited with status 0.
+    fn exited_cleanly(&mut self) -> bool {
+        self.child
+            .try_wait()
+            .ok()
+            .flatten()
+            .is_some_and(|s| s.success())
+    }
+
     /// Waits for one line; `Err` carries why none came (`hint` follows a timeout's message).
     fn receive(&mut self, timeout: Duration, hint: &str) -> Result<String, String> {
         match self.lines.recv_timeout(timeout) {
@@ -326,9 +335,18 @@ impl External {
                 Ok(caps)
             }
             Err(e) => {
+                // A script that ran to its end without a word: most often a glue file whose
+                // `build(case)` nothing serves.
+                let hint = if p.exited_cleanly() {
+                    "; it exited with status 0 without saying hello: a file that defines \
+                     `build(case)` runs as `python -m fire_conformance.glue FILE`, or ends with \
+                     `fire_conformance.kit.serve(build, name=...)` [proto.hello]"
+                } else {
+                    ""
+                };
                 p.kill();
                 self.failed_starts += 1;
-                Err(format!("handshake failed: {e}"))
+                Err(format!("handshake failed: {e}{hint}"))
             }
         }
     }

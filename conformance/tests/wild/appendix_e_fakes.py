@@ -132,6 +132,13 @@ class Float32Only(Correct):
         super().load_state_dict({k: np.asarray(v, dtype=np.float32) for k, v in state.items()})
 
 
+class Float16(Correct):
+    """Correct, but computes in float16, which has no tolerance profile."""
+
+    def load_state_dict(self, state):
+        super().load_state_dict({k: np.asarray(v, dtype=np.float16) for k, v in state.items()})
+
+
 class ThresholdIgnoredOnLongInputs(Correct):
     """A "fast path" for long inputs that normalises by ψ(i) (the threshold dropped) and, having
     been written against float32 buffers, returns float32 there: in the dtype asked on short
