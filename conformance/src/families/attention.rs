@@ -15,6 +15,8 @@ const ATTN: &[&str] = &[
     "conv.causal",
 ];
 
+/// An attention case with head dimension `d` and value dimension `dv`.
+#[allow(clippy::too_many_arguments)]
 fn attn(
     name: &str,
     desc: &str,
@@ -22,6 +24,7 @@ fn attn(
     q: Vec<i64>,
     k: Vec<i64>,
     d: usize,
+    dv: usize,
     seed: u64,
 ) -> Draft {
     let h = f.mlp.heads();
@@ -31,7 +34,7 @@ fn attn(
         .flags(&[Flag::Attention, Flag::Placement]);
     draft.inputs.q = Some(random_tensor(vec![h, q.len(), d], seed));
     draft.inputs.k = Some(random_tensor(vec![h, k.len(), d], seed + 1));
-    draft.inputs.v = Some(random_tensor(vec![h, k.len(), 3], seed + 2));
+    draft.inputs.v = Some(random_tensor(vec![h, k.len(), dv], seed + 2));
     draft
 }
 
@@ -47,6 +50,7 @@ pub fn attention() -> crate::error::Result<Vec<(String, VectorFile)>> {
             range(8),
             range(8),
             4,
+            3,
             1,
         )
         .flags(&[Flag::DefaultInit]),
@@ -57,6 +61,7 @@ pub fn attention() -> crate::error::Result<Vec<(String, VectorFile)>> {
             range(12),
             range(12),
             16,
+            3,
             4,
         )
         .flags(&[Flag::RandomParams]),
@@ -67,6 +72,7 @@ pub fn attention() -> crate::error::Result<Vec<(String, VectorFile)>> {
             vec![20],
             range(21),
             8,
+            3,
             7,
         )
         .flags(&[Flag::KvCache, Flag::RandomParams]),
@@ -77,9 +83,23 @@ pub fn attention() -> crate::error::Result<Vec<(String, VectorFile)>> {
             vec![4, 9, 30],
             vec![0, 4, 5, 9, 17, 30, 31],
             8,
+            3,
             10,
         )
         .flags(&[Flag::NonContiguous, Flag::FutureKeys, Flag::RandomParams]),
+        // The other cases' values are 3 wide, narrower than their keys (a dimension mix-up
+        // shows); a layer whose q, k and v come from one projection has d_v = d.
+        attn(
+            "self-attention-square-16",
+            "q, k and v of one width, d = d_v = 16, as a fused-qkv layer has them",
+            &r,
+            range(16),
+            range(16),
+            16,
+            16,
+            13,
+        )
+        .flags(&[Flag::RandomParams]),
     ];
     Ok(vec![file(
         "attention",
