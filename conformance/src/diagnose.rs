@@ -30,6 +30,12 @@ pub enum Subset {
     Causal,
     /// Keys after their query.
     Future,
+    /// Every pair but the diagonal: `i ≠ j`. A mistake whose literal form is `ln 0` or `0/0` at
+    /// distance 0 is written in practice with a guard there (`ln(|c|·x + ε)`), which matches it
+    /// everywhere else; the causal triangle holds the diagonal, so only this subset shows it.
+    OffDiagonal,
+    /// The diagonal `i = j` (distance 0): the complement of [`Subset::OffDiagonal`].
+    Diagonal,
     /// Queries below the threshold: `i < L`.
     BelowThreshold(f64),
     /// Queries at or above the threshold: `i ≥ L`.
@@ -41,6 +47,8 @@ impl fmt::Display for Subset {
         match self {
             Subset::Causal => write!(f, "the causal triangle (keys ≤ query)"),
             Subset::Future => write!(f, "the keys after the query"),
+            Subset::OffDiagonal => write!(f, "every pair but the diagonal (i ≠ j)"),
+            Subset::Diagonal => write!(f, "the diagonal (i = j, distance 0)"),
             Subset::BelowThreshold(l) => write!(f, "the queries below L = {l}"),
             Subset::AtOrAboveThreshold(l) => write!(f, "the queries at or above L = {l}"),
         }
@@ -53,6 +61,8 @@ impl Subset {
         match self {
             Subset::Causal => Subset::Future,
             Subset::Future => Subset::Causal,
+            Subset::OffDiagonal => Subset::Diagonal,
+            Subset::Diagonal => Subset::OffDiagonal,
             Subset::BelowThreshold(l) => Subset::AtOrAboveThreshold(l),
             Subset::AtOrAboveThreshold(l) => Subset::BelowThreshold(l),
         }
@@ -72,6 +82,8 @@ impl Subset {
                 match self {
                     Subset::Causal => j <= i,
                     Subset::Future => j > i,
+                    Subset::OffDiagonal => j != i,
+                    Subset::Diagonal => j == i,
                     Subset::BelowThreshold(l) => (i as f64) < l,
                     Subset::AtOrAboveThreshold(l) => (i as f64) >= l,
                 }
@@ -111,9 +123,7 @@ pub fn applies(v: &Variant, case: &Case) -> bool {
         Deviation::Kerple { .. } => baseline(&["kerple-log", "kerple-power"]),
         Deviation::Placement(_) | Deviation::Unmasked => case.kind == Kind::Attention,
         // Only an encoding that adds a bias can drop it (RoPE rotates, NoPE adds nothing).
-        Deviation::BiasDropped => {
-            case.kind == Kind::Attention && !baseline(&["rope", "nope"])
-        }
+        Deviation::BiasDropped => case.kind == Kind::Attention && !baseline(&["rope", "nope"]),
     }
 }
 
@@ -223,8 +233,11 @@ fn threshold(case: &Case) -> Option<f64> {
     params::to_fire(p).ok()?.threshold_value()
 }
 
+/// The subsets a partial statement is made on, largest first: a variant is named on the first
+/// it matches, so `log-without-plus-one` guarded at distance 0 reads "every pair but the
+/// diagonal", not "the keys after the query". spec: [num.diagnosis]
 fn subsets(case: &Case) -> Vec<Subset> {
-    let mut out = vec![Subset::Causal, Subset::Future];
+    let mut out = vec![Subset::OffDiagonal, Subset::Causal, Subset::Future];
     if let Some(l) = threshold(case) {
         out.extend([Subset::BelowThreshold(l), Subset::AtOrAboveThreshold(l)]);
     }
@@ -285,7 +298,10 @@ pub fn diagnose(
         for s in subsets(case) {
             let reference = agrees(case, expected, got, profile, future, Some(s));
             if reference {
-                finding.agrees_on.push(s);
+                // Off the diagonal says it for the keys after the query too.
+                if !(s == Subset::Future && finding.agrees_on.contains(&Subset::OffDiagonal)) {
+                    finding.agrees_on.push(s);
+                }
                 continue;
             }
             finding.partial.extend(
@@ -356,10 +372,16 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
         ));
     }
     for (v, s) in &f.partial {
-        lines.push(format!(
-            "diagnosis: matches variant `{}` on {s} only ({}; violates [{}])",
-            v.name, v.summary, v.violates
-        ));
+        lines.push(match s {
+            Subset::OffDiagonal => format!(
+                "diagnosis: matches variant `{}` everywhere except the diagonal (i = j, distance 0), where the output differs from it: a mistake whose literal form is ln 0 or 0/0 at distance 0 is often written with a guard there, an ε or a clamp (e.g. `ln(|c|·x + ε)`) ({}; violates [{}]); in code: `{}`",
+                v.name, v.summary, v.violates, v.looks_like
+            ),
+            _ => format!(
+                "diagnosis: matches variant `{}` on {s} only ({}; violates [{}])",
+                v.name, v.summary, v.violates
+            ),
+        });
     }
     lines.extend(f.notes.iter().map(|n| format!("diagnosis: {n}")));
     lines

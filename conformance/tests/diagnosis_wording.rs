@@ -1,0 +1,124 @@
+//! What the diagnosis says for mistakes real code writes in a form the catalogue's literal one
+//! is not: `log-without-plus-one` guarded at distance 0 (`ln(|c|·x + ε)`, two public copies),
+//! and the entries added after the sixth audit, each named on the cases that show it.
+//! spec: [num.diagnosis], [variants.catalogue]
+
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use fire_conformance::diagnose::describe;
+use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
+use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
+use fire_conformance::implementations::reference::Reference;
+use fire_conformance::runner::{self, Options, Report};
+use fire_conformance::vectors::format::{Encoding, Kind, Tensor};
+use fire_conformance::vectors::load;
+use fire_conformance::vectors::params;
+
+/// FIRE with ψ(x) = ln(|c|·x + ε_g) in both terms (the "safe log" replacing `+ 1` by a small
+/// guard): `log-without-plus-one` everywhere but at distance 0, where it is finite.
+struct GuardedLog;
+
+/// The guard, as in the public copies.
+const GUARD: f64 = 1e-6;
+
+impl Implementation for GuardedLog {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        let mut c = Reference.capabilities()?;
+        c.name = "guarded ln(|c|·x + ε)".into();
+        c.dtypes = vec!["f32".into()];
+        Ok(c)
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let (Encoding::Fire(p), Kind::Bias) = (&r.encoding, r.kind) else {
+            return Reply::Skipped("bias cases of one FIRE module only".into());
+        };
+        let fire = params::to_fire(p).unwrap();
+        let psi = |x: f64| (fire.c.abs() * x + GUARD).ln();
+        let (q, k) = (&r.inputs.queries, &r.inputs.keys);
+        let heads = fire.mlp.heads();
+        let mut data = vec![0.0; heads * q.len() * k.len()];
+        for (a, &i) in q.iter().enumerate() {
+            for (b, &j) in k.iter().enumerate() {
+                let (i, j) = (i as f64, j as f64);
+                let n = fire.threshold_value().map_or(i, |l| i.max(l));
+                let out = fire.mlp.eval(psi((i - j).abs()) / (psi(n) + fire.eps));
+                for (h, v) in out.iter().enumerate() {
+                    data[(h * q.len() + a) * k.len() + b] = *v;
+                }
+            }
+        }
+        let mut m = BTreeMap::new();
+        m.insert(
+            "bias".into(),
+            Tensor::new(vec![heads, q.len(), k.len()], data),
+        );
+        Reply::Output(m)
+    }
+}
+
+fn run(imp: &mut dyn Implementation, globs: &[&str]) -> Report {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        run: globs.iter().map(|g| (*g).to_owned()).collect(),
+        ..Options::default()
+    };
+    runner::run(&suite, imp, &options).unwrap()
+}
+
+/// The diagnosis lines of the case `id`.
+fn lines(report: &Report, id: &str) -> Vec<String> {
+    let o = report.outcomes.iter().find(|o| o.id == id).unwrap();
+    assert!(o.finding.is_some(), "{id}: {:?} {:?}", o.status, o.details);
+    describe(o.finding.as_ref().unwrap(), o.profile.unwrap())
+}
+
+#[test]
+fn log_without_plus_one_guarded_at_distance_zero_is_named_off_the_diagonal() {
+    let report = run(&mut GuardedLog, &["fire/random-params/*"]);
+    for id in [
+        "fire/random-params/seed-1-square-16",
+        "fire/random-params/seed-2-square-16",
+    ] {
+        let said = lines(&report, id).join("\n");
+        assert!(
+            said.contains("matches variant `log-without-plus-one` everywhere except the diagonal (i = j, distance 0)"),
+            "{id}:\n{said}"
+        );
+        // Not the future-key region, which points at the wrong clause.
+        assert!(
+            !said.contains("on the keys after the query only"),
+            "{id}:\n{said}"
+        );
+    }
+}
+
+#[test]
+fn the_entries_of_the_sixth_audit_are_named_on_the_cases_that_show_them() {
+    for (name, case) in [
+        ("no-abs-c-in-distance", "edge/parameters/negative-c"),
+        (
+            "normalize-by-distance",
+            "fire/random-params/seed-1-square-16",
+        ),
+        ("bias-dropped", "attention/causal/default-init-square-8"),
+    ] {
+        let mut imp = Mutant::new(Some(name), Arithmetic::F32).unwrap();
+        let report = run(&mut imp, &[case]);
+        let said = lines(&report, case);
+        assert_eq!(
+            said.first()
+                .map(String::as_str)
+                .unwrap_or_default()
+                .split('(')
+                .next(),
+            Some(format!("diagnosis: matches variant `{name}` within f32 tolerance ").as_str()),
+            "{name} on {case}:\n{}",
+            said.join("\n")
+        );
+    }
+}
