@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::implementation::{Capabilities, Positions};
 use crate::runner::{Outcome, Question, Status};
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding};
@@ -49,4 +50,29 @@ pub(crate) fn unchecked_flags(suite: &Suite, outcomes: &[Outcome]) -> Vec<String
     unchecked.sort_unstable();
     unchecked.dedup();
     unchecked
+}
+
+/// The flags of cases whose position lists are not `0..n` square: what a glue computing over
+/// the whole square and picking out rows and columns answers without the module seeing them.
+const POSITION_LISTS: &[Flag] = &[
+    Flag::KvCache,
+    Flag::NonContiguous,
+    Flag::Unsorted,
+    Flag::RandomPositions,
+];
+
+/// [`crate::runner::Report::positions_from_square`].
+pub(crate) fn from_square(caps: &Capabilities, outcomes: &[Outcome]) -> usize {
+    if caps.positions != Positions::Square {
+        return 0;
+    }
+    outcomes
+        .iter()
+        .filter(|o| o.question == Question::Values && o.status != Status::Skipped)
+        .filter(|o| {
+            o.flags
+                .iter()
+                .any(|f| Flag::named(f).is_some_and(|f| POSITION_LISTS.contains(&f)))
+        })
+        .count()
 }

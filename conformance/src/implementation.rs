@@ -66,6 +66,38 @@ pub struct Capabilities {
     pub future_keys: FutureKeys,
     /// Bias placement in attention.
     pub placement: Placement,
+    /// Whether it computes from the position lists it is given or from a whole square.
+    pub positions: Positions,
+}
+
+/// How an implementation meets a case's position lists. spec: [proto.hello]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Positions {
+    /// It computes from the lists it is given (the default).
+    #[default]
+    Lists,
+    /// It computes every bias over positions `0..T` (`T` one past the largest) and picks out
+    /// the asked rows and columns itself, as a glue around a module that only takes a length
+    /// does: the module's own handling of position lists (a decoding call given only the new
+    /// query rows) is then not exercised by the cases that carry them.
+    Square,
+}
+
+impl Positions {
+    /// The name in the hello.
+    pub fn name(self) -> &'static str {
+        match self {
+            Positions::Lists => "lists",
+            Positions::Square => "square",
+        }
+    }
+
+    /// The value of a name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Positions::Lists, Positions::Square]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
 }
 
 /// One case as an implementation sees it: inputs only, never the expected values.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Number, Value};
 
-use crate::implementation::{Capabilities, FutureKeys, Placement, Reply, Request};
+use crate::implementation::{Capabilities, FutureKeys, Placement, Positions, Reply, Request};
 use crate::vectors::format::Tensor;
 use crate::vectors::yaml::Node;
 
@@ -160,12 +160,19 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
         Some(s) => Placement::parse(s)
             .ok_or_else(|| format!("unknown placement `{s}` (after-scaling, before-scaling)"))?,
     };
+    let positions = match m.get("positions").and_then(Value::as_str) {
+        None => Positions::default(),
+        Some(s) => {
+            Positions::parse(s).ok_or_else(|| format!("unknown positions `{s}` (lists, square)"))?
+        }
+    };
     Ok(Capabilities {
         name,
         families,
         dtypes,
         future_keys,
         placement,
+        positions,
     })
 }
 

@@ -139,6 +139,11 @@ pub struct Report {
     /// because the implementation declared `negated`: a mistake only there cannot show in this
     /// run. spec: [conv.future], [proto.report]
     pub future_unchecked: usize,
+    /// How many graded value cases with KV-cache, gapped, unsorted or random position lists an
+    /// implementation declaring `positions: square` answered by computing the whole square and
+    /// picking out rows and columns: the module's own handling of such lists was not run.
+    /// spec: [proto.hello], [proto.report]
+    pub positions_from_square: usize,
 }
 
 /// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
@@ -384,6 +389,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         vec![]
     };
     let unchecked = coverage::unchecked_flags(suite, &outcomes);
+    let positions_from_square = coverage::from_square(&caps, &outcomes);
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -395,6 +401,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         fail_on: opts.fail_on,
         unchecked,
         future_unchecked,
+        positions_from_square,
     })
 }
 

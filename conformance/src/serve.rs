@@ -92,6 +92,7 @@ pub fn serve(
                 "families": caps.families,
                 "dtypes": caps.dtypes,
                 "conventions": {"future_keys": caps.future_keys.name(), "placement": caps.placement.name()},
+                "positions": caps.positions.name(),
             })
             .to_string(),
             Some("bye") => return Ok(()),

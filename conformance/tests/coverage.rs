@@ -155,3 +155,56 @@ fn a_two_layer_module_meets_the_edge_conditions() {
         }
     }
 }
+
+/// The reference for FIRE bias cases, declaring how it meets position lists.
+struct Declaring(fire_conformance::implementation::Positions);
+
+impl Implementation for Declaring {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Ok(Capabilities {
+            positions: self.0,
+            ..Reference.capabilities()?
+        })
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        Partial { skip: |_| false }.run(r)
+    }
+}
+
+#[test]
+fn a_glue_that_gathers_from_the_square_is_told_the_lists_went_unexercised() {
+    use fire_conformance::implementation::Positions;
+    use fire_conformance::protocol::parse_hello;
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let run = |p| runner::run(&suite, &mut Declaring(p), &Options::default()).unwrap();
+    let square = run(Positions::Square);
+    // Every graded case with a KV-cache row, gapped, unsorted or random positions.
+    let want = square
+        .outcomes
+        .iter()
+        .filter(|o| o.question == runner::Question::Values)
+        .filter(|o| o.status == runner::Status::Passed)
+        .filter(|o| {
+            o.flags.iter().any(|f| {
+                ["kv-cache", "non-contiguous", "unsorted", "random-positions"].contains(&f.as_str())
+            })
+        })
+        .count();
+    assert!(want >= 8, "{want}");
+    assert_eq!(square.positions_from_square, want);
+    let text = fire_conformance::report::text::render(&square, false);
+    assert!(text.contains("never ran [proto.hello]"), "{text}");
+    assert_eq!(run(Positions::Lists).positions_from_square, 0);
+    // The hello field, its default, and a clear error for an unknown value.
+    let hello = |extra: &str| {
+        parse_hello(&format!(
+            r#"{{"type": "hello", "protocol": 1, "name": "x"{extra}}}"#
+        ))
+    };
+    assert_eq!(hello("").unwrap().positions, Positions::Lists);
+    let p = hello(r#", "positions": "square""#).unwrap().positions;
+    assert_eq!(p, Positions::Square);
+    let e = hello(r#", "positions": "grid""#).unwrap_err();
+    assert!(e.contains("unknown positions `grid`"), "{e}");
+}

@@ -322,3 +322,20 @@ fn what_a_module_or_glue_prints_to_stdout_does_not_reach_the_protocol() {
     // A glue of its own calling kit.serve, printing in build.
     passes(&glue("prints"), 15);
 }
+
+/// A module called on the whole square has its KV-cache, gapped and unsorted cases answered by
+/// the glue's gather, and the report says its own decoding call never ran; one whose forward
+/// takes the query and key positions is run on the lists themselves ([proto.hello]).
+#[test]
+fn a_square_glue_says_the_position_lists_were_gathered() {
+    if !numpy() {
+        return;
+    }
+    let square = passes(&appendix("Correct", "f32"), 20);
+    assert!(
+        square["positions_from_square"].as_u64().unwrap() >= 5,
+        "{square:#}"
+    );
+    let lists = passes(&appendix("QueryKeyPositions", "f32"), 20);
+    assert_eq!(lists["positions_from_square"], 0, "{lists:#}");
+}

@@ -102,7 +102,37 @@ def call_style(m):
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         return "x"
-    names = [p.name.lower() for p in params]
+    return style_of([p.name.lower() for p in params])
+
+
+def class_call_style(cls):
+    """``call_style`` of ``cls``'s instances, read from the class before any is built (for the
+    hello): its ``forward`` (or ``__call__``, or linen's ``apply``) less ``self`` and, for
+    ``apply``, ``variables``."""
+    own = lambda name: next((k.__dict__[name] for k in getattr(cls, "__mro__", ())  # noqa: E731
+                             if k not in (object, type) and name in k.__dict__), None)
+    fn, skip = own("forward"), 1
+    if fn is None:
+        fn = own("__call__")
+    if fn is None and callable(getattr(cls, "apply", None)):
+        fn, skip = cls.apply, 2
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][skip:]
+    except (TypeError, ValueError):
+        return "x"
+    return style_of([p.name.lower() for p in params])
+
+
+def positions(style):
+    """The hello's ``positions`` ([proto.hello]) for a call style: only ``qk`` hands the module
+    the case's position lists; every other style computes the 0..T square and gathers."""
+    return "lists" if style == "qk" else "square"
+
+
+def style_of(names):
+    """The call style of a forward whose positional parameters (``self`` left out) are
+    ``names``, lower-cased."""
     if len(names) >= 2 and names[1] == "device" and names[0] in LENGTH_NAMES:
         return "seq_len_device"
     if names and names[0] in LENGTH_NAMES:
@@ -412,6 +442,7 @@ def main(argv=None):
         return jax_glue.serve(cls, a)
     glue = Glue(cls, mapping, a.dtype, a.max_len, json.loads(a.kwargs), a.call)
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}",
+                   positions=positions(a.call or class_call_style(cls)),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)
 

@@ -297,6 +297,7 @@ def serve(cls, a):
     mapping = appendix_e.parse_map(a.map)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, json.loads(a.kwargs), a.call)
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",
+                   positions=appendix_e.positions(a.call or appendix_e.class_call_style(cls)),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)
 

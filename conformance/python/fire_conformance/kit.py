@@ -173,10 +173,13 @@ def _reply(obj):
 
 
 def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
-          placement="after-scaling", stdin=None):
+          placement="after-scaling", stdin=None, positions="lists"):
     """Answer the harness until it says bye. ``build(case)`` returns one output (for a single
     requested output) or a dict of outputs by name. Anything else written to standard output
-    from here on goes to standard error (``reserve_stdout``)."""
+    from here on goes to standard error (``reserve_stdout``). ``positions="square"`` tells the
+    harness that ``build`` computes every bias over positions 0..T and picks out the asked rows
+    and columns (``case.gather``), so the module never sees a case's position lists: the
+    report then says its own handling of them (a decoding call) was not run [proto.hello]."""
     reserve_stdout()
     stdin = stdin or sys.stdin
     for line in stdin:
@@ -187,7 +190,8 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
         if kind == "hello":
             _reply({"type": "hello", "protocol": PROTOCOL, "name": name,
                     "families": list(families), "dtypes": list(dtypes),
-                    "conventions": {"future_keys": future_keys, "placement": placement}})
+                    "conventions": {"future_keys": future_keys, "placement": placement},
+                    "positions": positions})
         elif kind == "bye":
             return
         elif kind == "case":

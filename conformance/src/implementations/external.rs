@@ -451,6 +451,7 @@ impl Recorded {
             dtypes: vec!["f64".into(), "f32".into(), "bf16".into()],
             future_keys: Default::default(),
             placement: Default::default(),
+            positions: Default::default(),
         };
         let mut replies = BTreeMap::new();
         let mut hello = false;

@@ -180,6 +180,7 @@ pub(crate) fn f32_capabilities(name: &str) -> Capabilities {
         dtypes: vec!["f32".into()],
         future_keys: Default::default(),
         placement: Default::default(),
+        positions: Default::default(),
     }
 }
 

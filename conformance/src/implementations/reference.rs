@@ -29,6 +29,7 @@ impl Implementation for Reference {
             dtypes: vec!["f64".into()],
             future_keys: Default::default(),
             placement: Default::default(),
+            positions: Default::default(),
         })
     }
 

@@ -19,6 +19,7 @@ impl Implementation for Mistaken {
             dtypes: vec!["f64".into()],
             future_keys: Default::default(),
             placement: Default::default(),
+            positions: Default::default(),
         })
     }
 

@@ -83,6 +83,7 @@ pub fn render(r: &Report) -> Value {
         "tolerated_variants": r.tolerated,
         "unchecked_flags": r.unchecked,
         "future_keys_unchecked": r.future_unchecked,
+        "positions_from_square": r.positions_from_square,
         "adapter_broken": broken,
         "cases": cases,
     })

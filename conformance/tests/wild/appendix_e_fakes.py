@@ -132,6 +132,18 @@ class Float32Only(Correct):
         super().load_state_dict({k: np.asarray(v, dtype=np.float32) for k, v in state.items()})
 
 
+class QueryKeyPositions(Correct):
+    """Correct, and given the case's query and key positions: forward(query_pos, key_pos)."""
+
+    def forward(self, query_pos, key_pos):
+        q = np.asarray(query_pos, dtype=self.dt)
+        k = np.asarray(key_pos, dtype=self.dt)
+        x = self.numerator(np.abs(q[:, None] - k[None, :])) / self.normalizer(q)[:, None]
+        return np.transpose(self.mlp(x), (2, 0, 1))
+
+    __call__ = forward
+
+
 class Float16(Correct):
     """Correct, but computes in float16, which has no tolerance profile."""
 

@@ -236,6 +236,7 @@ impl Implementation for Mutant {
             dtypes: vec![self.arithmetic.dtype().into()],
             future_keys: Default::default(),
             placement: Default::default(),
+            positions: Default::default(),
         })
     }
 
