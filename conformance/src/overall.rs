@@ -195,6 +195,22 @@ pub(crate) fn diagnose_run(
     Some(Overall::Variants(names))
 }
 
+/// The declaration that would make the run's named variants the implementation's convention
+/// rather than its mistake: `negated`, where every variant named differs from FIRE only at keys
+/// after the query (each violates [conv.future] alone: clamped or signed distances there, by
+/// design in a causal model that never reads them) and the implementation declared something
+/// else. The per-case diagnoses say the same of each case; the run-level line repeats it.
+pub fn may_declare(overall: &Overall, declared: FutureKeys) -> Option<FutureKeys> {
+    let Overall::Variants(names) = overall else {
+        return None;
+    };
+    let future_only = !names.is_empty()
+        && names.iter().all(|n| {
+            fire_reference::variants::find(n).is_some_and(|v| v.violates == "conv.future")
+        });
+    (future_only && declared != FutureKeys::Negated).then_some(FutureKeys::Negated)
+}
+
 /// The run's verdict when no catalogued variant explains its failures, where the failing cases
 /// still have something in common: every one passes under another convention for keys after
 /// the query ([`Overall::Convention`]), or every one is a gradient case ([`Overall::Gradients`]).

@@ -344,3 +344,40 @@ fn nan_gradients_under_negated_are_called_nan_not_a_detached_parameter() {
     let text = fire_conformance::report::text::render(&r, false);
     assert!(text.contains("are NaN") && text.contains("0·NaN"), "{text}");
 }
+
+/// A run whose failures are a variant that differs only at keys after the query (the distance
+/// clamped there, as a module tril-ing its distances does) is told, at run level, that
+/// declaring `negated` is what a causal model doing so by design needs; a mistake elsewhere,
+/// or a run that already declares `negated`, is not. spec: [conv.future]
+#[test]
+fn the_run_level_line_repeats_the_negated_hint_for_future_only_variants() {
+    use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
+    use fire_conformance::overall::may_declare;
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        ..Options::default()
+    };
+    let report = |mistake| {
+        let mut imp = Mutant::new(Some(mistake), Arithmetic::F64).unwrap();
+        runner::run(&suite, &mut imp, &options).unwrap()
+    };
+    let clamped = report("future-distance-clamped");
+    let overall = clamped.overall.as_ref().unwrap();
+    assert_eq!(
+        may_declare(overall, FutureKeys::Mirrored),
+        Some(FutureKeys::Negated)
+    );
+    assert_eq!(may_declare(overall, FutureKeys::Negated), None);
+    let text = fire_conformance::report::text::render(&clamped, false);
+    assert!(text.contains("declare `negated`"), "{text}");
+    let json = fire_conformance::report::json::render(&clamped);
+    assert_eq!(json["overall_may_declare"], "negated");
+    let other = report("no-abs-c");
+    assert_eq!(
+        may_declare(other.overall.as_ref().unwrap(), FutureKeys::Mirrored),
+        None
+    );
+    let json = fire_conformance::report::json::render(&other);
+    assert!(json["overall_may_declare"].is_null());
+}

@@ -2,6 +2,8 @@
 
 use serde_json::{json, Value};
 
+use crate::implementation::FutureKeys;
+use crate::overall::may_declare;
 use crate::runner::{Overall, Question, Report, Status};
 
 fn status(s: Status) -> &'static str {
@@ -78,6 +80,7 @@ pub fn render(r: &Report) -> Value {
         "exit_code": r.exit_code(),
         "overall_variants": overall,
         "overall_convention": convention,
+        "overall_may_declare": r.overall.as_ref().and_then(|o| may_declare(o, r.capabilities.future_keys)).map(FutureKeys::name),
         "overall_gradients": gradients,
         "overall_gradients_nan": matches!(r.overall, Some(Overall::Gradients { nan: true, .. })),
         "tolerated_variants": r.tolerated,

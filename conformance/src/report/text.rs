@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use crate::diagnose::describe;
+use crate::overall::may_declare;
 use crate::runner::{Outcome, Overall, Question, Report, Status};
 
 fn tag(s: Status) -> &'static str {
@@ -99,6 +100,17 @@ pub fn render(r: &Report, verbose: bool) -> String {
                         .join(", ")
                 ),
             };
+            if let Some(f) = r
+                .overall
+                .as_ref()
+                .and_then(|o| may_declare(o, c.future_keys))
+            {
+                let _ = writeln!(
+                    out,
+                    "overall: only keys after the query differ; if they are meant to (a causal model never reads them), declare `{f}` (`future_keys=\"{f}\"` to the kit's serve, `--future-keys {f}` to the adapters), which leaves them unchecked [conv.future]",
+                    f = f.name()
+                );
+            }
         }
         Some(Overall::Convention(f)) => {
             let _ = writeln!(
