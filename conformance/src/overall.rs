@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::compare::Profile;
-use crate::diagnose;
+use crate::diagnose::{self, Subset};
 use crate::implementation::{Capabilities, FutureKeys};
 use crate::runner::{Outcome, Question, Status};
 use crate::vectors::format::{Case, Kind, Tensor};
@@ -29,6 +29,16 @@ pub enum Overall {
         /// a NaN in its forward pass (at keys after the query, say, under `negated`) reaches
         /// every gradient through 0·NaN even where the cotangent is 0.
         nan: bool,
+    },
+    /// No single variant explains the failures, but two do, one on each side of the diagonal:
+    /// `causal` on the keys at or before the query, `future` on the keys after it (a module
+    /// with one mistake in its normaliser and another in how it treats keys after the query).
+    /// spec: [variants.catalogue], [conv.future]
+    Regions {
+        /// The variant the causal triangle follows.
+        causal: &'static str,
+        /// The variant the keys after the query follow.
+        future: &'static str,
     },
     /// Every valid case that ran errored (or broke): the adapter, not the maths, is at fault.
     /// Holds the error common to most of them and how many valid cases ran.
@@ -164,7 +174,13 @@ pub(crate) fn diagnose_run(
         }
     }
     if names.is_empty() {
-        return Some(unexplained(outcomes, ran, &failed, caps));
+        return Some(match unexplained(outcomes, ran, &failed, caps) {
+            Overall::Variants(none) if none.is_empty() => two_regions(outcomes, ran, &failed)
+                .map_or(Overall::Variants(none), |(causal, future)| {
+                    Overall::Regions { causal, future }
+                }),
+            other => other,
+        });
     }
     // Of variants that all stay within the loose tolerance, one may match a failing case
     // within the grading tolerance where another is clearly off (GeLU against its tanh form in
@@ -193,6 +209,60 @@ pub(crate) fn diagnose_run(
         names = kept;
     }
     Some(Overall::Variants(names))
+}
+
+/// Two variants that together explain every failing case, one per side of the diagonal
+/// ([`Overall::Regions`]), from the cases' own diagnoses: in every failing case the causal
+/// triangle follows `causal` (a match there or everywhere) unless the whole case follows
+/// `future`, and the keys after the query follow `future` (a match there, off the diagonal or
+/// everywhere) unless the whole case follows `causal`; and some case shows both at once. Only
+/// when every failed value case was diagnosed.
+fn two_regions(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<(&'static str, &'static str)> {
+    let diagnosed: Vec<&diagnose::Finding> = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
+        .collect();
+    let all_failed = outcomes
+        .iter()
+        .filter(|o| {
+            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
+        })
+        .count();
+    if diagnosed.is_empty() || diagnosed.len() != all_failed {
+        return None;
+    }
+    let whole = |f: &diagnose::Finding, v: &str| f.variants.iter().any(|w| w.name == v);
+    let on = |f: &diagnose::Finding, v: &str, subsets: &[Subset]| {
+        f.partial
+            .iter()
+            .any(|(w, s)| w.name == v && subsets.contains(s))
+    };
+    let causal_side = [Subset::Causal];
+    let future_side = [Subset::Future, Subset::OffDiagonal];
+    let explains = |a: &str, b: &str| {
+        diagnosed.iter().all(|f| {
+            (whole(f, a) || on(f, a, &causal_side) || whole(f, b))
+                && (whole(f, b) || on(f, b, &future_side) || whole(f, a))
+        })
+    };
+    diagnosed.iter().find_map(|f| {
+        f.partial
+            .iter()
+            .filter(|(_, s)| causal_side.contains(s))
+            .flat_map(|(a, _)| {
+                f.partial
+                    .iter()
+                    .filter(|(_, s)| future_side.contains(s))
+                    .map(move |(b, _)| (a.name, b.name))
+            })
+            .find(|&(a, b)| a != b && explains(a, b))
+    })
 }
 
 /// The declaration that would make the run's named variants the implementation's convention

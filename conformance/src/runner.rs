@@ -180,6 +180,7 @@ impl Report {
     pub fn overall_variants(&self) -> Vec<&'static str> {
         match &self.overall {
             Some(Overall::Variants(v)) => v.clone(),
+            Some(Overall::Regions { causal, future }) => vec![*causal, *future],
             Some(Overall::Convention(_) | Overall::Gradients { .. }) => vec![],
             _ => vec![],
         }

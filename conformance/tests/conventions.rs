@@ -381,3 +381,69 @@ fn the_run_level_line_repeats_the_negated_hint_for_future_only_variants() {
     let json = fire_conformance::report::json::render(&other);
     assert!(json["overall_may_declare"].is_null());
 }
+
+/// One mistake on the causal triangle (`causal`'s output there) and another at keys after the
+/// query (`future`'s): FIRE bias cases only.
+struct TwoSided {
+    causal: fire_conformance::implementations::mutant::Mutant,
+    future: fire_conformance::implementations::mutant::Mutant,
+}
+
+impl Implementation for TwoSided {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        self.causal.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        if r.kind != Kind::Bias || !matches!(r.encoding, Encoding::Fire(_)) {
+            return Reply::Skipped("bias cases only".into());
+        }
+        let (Reply::Output(mut a), Reply::Output(b)) = (self.causal.run(r), self.future.run(r))
+        else {
+            return Reply::Errored("a side failed".into());
+        };
+        let (q, k) = (&r.inputs.queries, &r.inputs.keys);
+        let (bias, other) = (a.get_mut("bias").unwrap(), &b["bias"]);
+        for (n, x) in bias.data.iter_mut().enumerate() {
+            let (row, col) = ((n / k.len()) % q.len(), n % k.len());
+            if k[col] > q[row] {
+                *x = other.data[n];
+            }
+        }
+        Reply::Output(a)
+    }
+}
+
+/// A module with one mistake in its normaliser and another in how it treats keys after the
+/// query (HanseulJo/position-coupling's FIRE: `min(i, L)` and distances clamped at 0) is told
+/// both, not "no single catalogued variant". spec: [variants.catalogue], [conv.future]
+#[test]
+fn two_mistakes_one_each_side_of_the_diagonal_are_both_named() {
+    use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        ..Options::default()
+    };
+    let mut imp = TwoSided {
+        causal: Mutant::new(Some("threshold-as-min"), Arithmetic::F64).unwrap(),
+        future: Mutant::new(Some("future-distance-clamped"), Arithmetic::F64).unwrap(),
+    };
+    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    assert_eq!(
+        report.overall,
+        Some(Overall::Regions {
+            causal: "threshold-as-min",
+            future: "future-distance-clamped"
+        })
+    );
+    let text = fire_conformance::report::text::render(&report, false);
+    assert!(
+        text.contains("two mistakes, one each side of the diagonal"),
+        "{text}"
+    );
+    // One mistake alone is still named alone.
+    let mut one = Mutant::new(Some("threshold-as-min"), Arithmetic::F64).unwrap();
+    let report = runner::run(&suite, &mut one, &options).unwrap();
+    assert_eq!(report.overall_variants(), vec!["threshold-as-min"]);
+}

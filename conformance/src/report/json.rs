@@ -57,6 +57,7 @@ pub fn render(r: &Report) -> Value {
     };
     let (overall, broken) = match &r.overall {
         Some(Overall::Variants(v)) => (Some(v.clone()), Value::Null),
+        Some(Overall::Regions { causal, future }) => (Some(vec![*causal, *future]), Value::Null),
         Some(Overall::Convention(_) | Overall::Gradients { .. }) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
@@ -80,6 +81,10 @@ pub fn render(r: &Report) -> Value {
         "exit_code": r.exit_code(),
         "overall_variants": overall,
         "overall_convention": convention,
+        "overall_regions": match &r.overall {
+            Some(Overall::Regions { causal, future }) => json!({"causal": causal, "future": future}),
+            _ => Value::Null,
+        },
         "overall_may_declare": r.overall.as_ref().and_then(|o| may_declare(o, r.capabilities.future_keys)).map(FutureKeys::name),
         "overall_gradients": gradients,
         "overall_gradients_nan": matches!(r.overall, Some(Overall::Gradients { nan: true, .. })),

@@ -112,6 +112,12 @@ pub fn render(r: &Report, verbose: bool) -> String {
                 );
             }
         }
+        Some(Overall::Regions { causal, future }) => {
+            let _ = writeln!(
+                out,
+                "overall: two mistakes, one each side of the diagonal: the causal triangle follows variant `{causal}` and the keys after the query follow `{future}`, consistent with every failing case (no single variant explains them all)"
+            );
+        }
         Some(Overall::Convention(f)) => {
             let _ = writeln!(
                 out,
