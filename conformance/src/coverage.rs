@@ -61,13 +61,15 @@ const POSITION_LISTS: &[Flag] = &[
     Flag::RandomPositions,
 ];
 
-/// [`crate::runner::Report::positions_from_square`].
-pub(crate) fn from_square(caps: &Capabilities, outcomes: &[Outcome]) -> usize {
+/// [`crate::runner::Report::positions_from_square`]: of the value cases that came back with
+/// outputs (`answered`, indices into `outcomes`; an errored case computed nothing).
+pub(crate) fn from_square(caps: &Capabilities, outcomes: &[Outcome], answered: &[usize]) -> usize {
     if caps.positions != Positions::Square {
         return 0;
     }
-    outcomes
+    answered
         .iter()
+        .map(|&n| &outcomes[n])
         .filter(|o| o.question == Question::Values && o.status != Status::Skipped)
         .filter(|o| {
             o.flags

@@ -9,6 +9,7 @@ use crate::diagnose::{self, Subset};
 use crate::implementation::{Capabilities, FutureKeys};
 use crate::runner::{Outcome, Question, Status};
 use crate::vectors::format::{Case, Kind, Tensor};
+use fire_reference::variants::Deviation;
 
 /// The run-level judgement of the values.
 #[derive(Debug, Clone, PartialEq)]
@@ -266,7 +267,7 @@ fn two_regions(
 }
 
 /// The declaration that would make the run's named variants the implementation's convention
-/// rather than its mistake: `negated`, where every variant named differs from FIRE only at keys
+/// rather than its mistake: `negated`, where every variant named is FIRE's and differs only at keys
 /// after the query (each violates [conv.future] alone: clamped or signed distances there, by
 /// design in a causal model that never reads them) and the implementation declared something
 /// else. The per-case diagnoses say the same of each case; the run-level line repeats it.
@@ -274,9 +275,13 @@ pub fn may_declare(overall: &Overall, declared: FutureKeys) -> Option<FutureKeys
     let Overall::Variants(names) = overall else {
         return None;
     };
+    // FIRE's variants only: the declaration concerns FIRE's encodings, and a baseline keeps
+    // the values its own clauses give keys after the query ([conv.future]).
     let future_only = !names.is_empty()
         && names.iter().all(|n| {
-            fire_reference::variants::find(n).is_some_and(|v| v.violates == "conv.future")
+            fire_reference::variants::find(n).is_some_and(|v| {
+                v.violates == "conv.future" && matches!(v.deviation, Deviation::Fire(_))
+            })
         });
     (future_only && declared != FutureKeys::Negated).then_some(FutureKeys::Negated)
 }

@@ -390,7 +390,8 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         vec![]
     };
     let unchecked = coverage::unchecked_flags(suite, &outcomes);
-    let positions_from_square = coverage::from_square(&caps, &outcomes);
+    let answered: Vec<usize> = ran.iter().map(|r| r.outcome).collect();
+    let positions_from_square = coverage::from_square(&caps, &outcomes, &answered);
     Ok(Report {
         capabilities: caps,
         dtype,

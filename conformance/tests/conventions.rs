@@ -373,6 +373,14 @@ fn the_run_level_line_repeats_the_negated_hint_for_future_only_variants() {
     assert!(text.contains("declare `negated`"), "{text}");
     let json = fire_conformance::report::json::render(&clamped);
     assert_eq!(json["overall_may_declare"], "negated");
+    // A baseline's mistake at keys after the query is not FIRE's to declare away: the
+    // declaration concerns FIRE's encodings only.
+    let kerple = report("kerple-signed-distance");
+    assert_eq!(kerple.overall_variants(), vec!["kerple-signed-distance"]);
+    assert_eq!(
+        may_declare(kerple.overall.as_ref().unwrap(), FutureKeys::Mirrored),
+        None
+    );
     let other = report("no-abs-c");
     assert_eq!(
         may_declare(other.overall.as_ref().unwrap(), FutureKeys::Mirrored),

@@ -156,8 +156,9 @@ fn a_two_layer_module_meets_the_edge_conditions() {
     }
 }
 
-/// The reference for FIRE bias cases, declaring how it meets position lists.
-struct Declaring(fire_conformance::implementation::Positions);
+/// The reference for FIRE bias cases, declaring how it meets position lists; with `.1`, an
+/// adapter that errors on every case.
+struct Declaring(fire_conformance::implementation::Positions, bool);
 
 impl Implementation for Declaring {
     fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
@@ -168,6 +169,9 @@ impl Implementation for Declaring {
     }
 
     fn run(&mut self, r: &Request) -> Reply {
+        if self.1 {
+            return Reply::Errored("TypeError: __init__() got an unexpected keyword".into());
+        }
         Partial { skip: |_| false }.run(r)
     }
 }
@@ -177,7 +181,7 @@ fn a_glue_that_gathers_from_the_square_is_told_the_lists_went_unexercised() {
     use fire_conformance::implementation::Positions;
     use fire_conformance::protocol::parse_hello;
     let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let run = |p| runner::run(&suite, &mut Declaring(p), &Options::default()).unwrap();
+    let run = |p| runner::run(&suite, &mut Declaring(p, false), &Options::default()).unwrap();
     let square = run(Positions::Square);
     // Every graded case with a KV-cache row, gapped, unsorted or random positions.
     let want = square
@@ -196,6 +200,13 @@ fn a_glue_that_gathers_from_the_square_is_told_the_lists_went_unexercised() {
     let text = fire_conformance::report::text::render(&square, false);
     assert!(text.contains("never ran [proto.hello]"), "{text}");
     assert_eq!(run(Positions::Lists).positions_from_square, 0);
+    // A broken adapter computed nothing: nothing went through a gather either.
+    let broken = runner::run(
+        &suite,
+        &mut Declaring(Positions::Square, true),
+        &Options::default(),
+    );
+    assert_eq!(broken.unwrap().positions_from_square, 0);
     // The hello field, its default, and a clear error for an unknown value.
     let hello = |extra: &str| {
         parse_hello(&format!(

@@ -336,6 +336,19 @@ fn a_square_glue_says_the_position_lists_were_gathered() {
         square["positions_from_square"].as_u64().unwrap() >= 5,
         "{square:#}"
     );
+    // A build(case) file declaring it in CAPABILITIES, served by fire_conformance.glue.
+    let cmd = format!(
+        "PYTHONPATH={} python3 -m fire_conformance.glue {}",
+        root().join("conformance/python").display(),
+        root()
+            .join("conformance/tests/wild/square_glue.py")
+            .display()
+    );
+    let glued = passes(&cmd, 20);
+    assert!(
+        glued["positions_from_square"].as_u64().unwrap() >= 5,
+        "{glued:#}"
+    );
     let lists = passes(&appendix("QueryKeyPositions", "f32"), 20);
     assert_eq!(lists["positions_from_square"], 0, "{lists:#}");
 }

@@ -175,7 +175,7 @@ pub fn render(r: &Report, verbose: bool) -> String {
     if r.positions_from_square > 0 {
         let _ = writeln!(
             out,
-            "not checked: the module's own handling of position lists: {} graded case(s) with KV-cache, gapped or unsorted positions were computed over the whole square 0..T and their rows and columns picked out by the glue (`positions: square`), so a decoding call given only the new query rows never ran [proto.hello]; a module whose forward takes the query and key positions (`--call qk`) is run on the lists themselves",
+            "not checked: the module's own handling of position lists: {} graded case(s) with KV-cache, gapped, unsorted or random positions were computed over the whole square 0..T and their rows and columns picked out by the glue (`positions: square`), so a decoding call given only the new query rows never ran [proto.hello]; a module whose forward takes the query and key positions (`--call qk`) is run on the lists themselves",
             r.positions_from_square
         );
     }
