@@ -41,6 +41,11 @@ pub enum Overall {
         /// The variant the keys after the query follow.
         future: &'static str,
     },
+    /// No single variant explains the failures, but a few do between them ([`several`]): each
+    /// failing case matches one of them whole, and each agrees with every passing case — a
+    /// module with independent mistakes, each showing on its own cases (|c| dropped where c is
+    /// negative, ε misplaced where ε is large). spec: [variants.catalogue]
+    Several(Vec<&'static str>),
     /// Every valid case that ran errored (or broke): the adapter, not the maths, is at fault.
     /// Holds the error common to most of them and how many valid cases ran.
     AdapterBroken {
@@ -175,11 +180,31 @@ pub(crate) fn diagnose_run(
         }
     }
     if names.is_empty() {
+        // Whether a variant predicts, within tolerance, every passing diagnosable case it
+        // touches (a mistake the module makes cannot hide on a case it would change).
+        let passing_agree = |name: &str| {
+            ran.iter()
+                .zip(&predicted)
+                .zip(&failed)
+                .filter(|((r, _), failing)| !**failing && r.diagnosable)
+                .all(|((r, p), _)| match p.iter().find(|(v, _)| v.name == name) {
+                    Some((_, Some(prediction))) => {
+                        diagnose::consistent(distance_to(r, prediction), r.profile)
+                    }
+                    Some((_, None)) => false,
+                    None => true,
+                })
+        };
         return Some(match unexplained(outcomes, ran, &failed, caps) {
-            Overall::Variants(none) if none.is_empty() => two_regions(outcomes, ran, &failed)
-                .map_or(Overall::Variants(none), |(causal, future)| {
+            Overall::Variants(none) if none.is_empty() => {
+                if let Some((causal, future)) = two_regions(outcomes, ran, &failed) {
                     Overall::Regions { causal, future }
-                }),
+                } else if let Some(names) = several(outcomes, ran, &failed, passing_agree) {
+                    Overall::Several(names)
+                } else {
+                    Overall::Variants(none)
+                }
+            }
             other => other,
         });
     }
@@ -264,6 +289,58 @@ fn two_regions(
             })
             .find(|&(a, b)| a != b && explains(a, b))
     })
+}
+
+/// The most variants [`several`] names: beyond that the catalogue would "explain" anything.
+const MOST: usize = 3;
+
+/// Two or three variants that between them explain every failing case, each failing case
+/// matching one of them whole and each of them agreeing with every passing case
+/// (`passing_agree`), chosen greedily (the one explaining most of what is left, the
+/// catalogue's order breaking ties). Only when every failed value case was diagnosed with a
+/// whole match.
+fn several(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+    passing_agree: impl Fn(&str) -> bool,
+) -> Option<Vec<&'static str>> {
+    let matched: Vec<Vec<&'static str>> = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
+        .map(|f| f.variants.iter().map(|v| v.name).collect())
+        .collect();
+    let all_failed = outcomes
+        .iter()
+        .filter(|o| {
+            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
+        })
+        .count();
+    if matched.len() != all_failed || matched.iter().any(Vec::is_empty) {
+        return None;
+    }
+    let candidates: Vec<&'static str> = fire_reference::variants::CATALOGUE
+        .iter()
+        .map(|v| v.name)
+        .filter(|n| matched.iter().any(|m| m.contains(n)) && passing_agree(n))
+        .collect();
+    let mut left: Vec<&Vec<&'static str>> = matched.iter().collect();
+    let mut chosen = Vec::new();
+    while !left.is_empty() && chosen.len() < MOST {
+        let covers = |n: &str| left.iter().filter(|m| m.contains(&n)).count();
+        let best = candidates.iter().copied().filter(|n| covers(n) > 0).fold(
+            None,
+            |best: Option<&str>, n| match best {
+                Some(b) if covers(b) >= covers(n) => Some(b),
+                _ => Some(n),
+            },
+        )?;
+        left.retain(|m| !m.contains(&best));
+        chosen.push(best);
+    }
+    (left.is_empty() && chosen.len() >= 2).then_some(chosen)
 }
 
 /// The declaration that would make the run's named variants the implementation's convention

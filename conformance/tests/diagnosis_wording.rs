@@ -122,3 +122,53 @@ fn the_entries_of_the_sixth_audit_are_named_on_the_cases_that_show_them() {
         );
     }
 }
+
+/// Two independent mistakes, each showing on its own cases, as in the ReaLLMASIC nanoGPT forks:
+/// |c| dropped in the distance's ψ (seen where c < 0) and ε guarded inside both logs (seen where
+/// ε is large). Here each request takes one of them: the negative-c ones the first, the rest
+/// the second.
+struct TwoMistakes {
+    negative_c: Mutant,
+    otherwise: Mutant,
+}
+
+impl Implementation for TwoMistakes {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        self.otherwise.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        match &r.encoding {
+            Encoding::Fire(p) if r.kind == Kind::Bias && p.c < 0.0 => self.negative_c.run(r),
+            Encoding::Fire(_) if r.kind == Kind::Bias => self.otherwise.run(r),
+            _ => Reply::Skipped("bias cases of one FIRE module only".into()),
+        }
+    }
+}
+
+#[test]
+fn independent_mistakes_on_their_own_cases_are_named_together() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        ..Options::default()
+    };
+    let mut imp = TwoMistakes {
+        negative_c: Mutant::new(Some("no-abs-c-in-distance"), Arithmetic::F64).unwrap(),
+        otherwise: Mutant::new(Some("eps-inside-psi"), Arithmetic::F64).unwrap(),
+    };
+    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    assert_eq!(
+        report.overall,
+        Some(runner::Overall::Several(vec![
+            "eps-inside-psi",
+            "no-abs-c-in-distance"
+        ])),
+        "{}",
+        fire_conformance::report::text::render(&report, false)
+    );
+    // One mistake alone is still named alone, never as a set.
+    let mut one = Mutant::new(Some("eps-inside-psi"), Arithmetic::F64).unwrap();
+    let report = runner::run(&suite, &mut one, &options).unwrap();
+    assert_eq!(report.overall_variants(), vec!["eps-inside-psi"]);
+}

@@ -58,7 +58,9 @@ pub fn render(r: &Report) -> Value {
     let (overall, broken) = match &r.overall {
         Some(Overall::Variants(v)) => (Some(v.clone()), Value::Null),
         Some(Overall::Regions { causal, future }) => (Some(vec![*causal, *future]), Value::Null),
-        Some(Overall::Convention(_) | Overall::Gradients { .. }) => (Some(vec![]), Value::Null),
+        Some(Overall::Convention(_) | Overall::Gradients { .. } | Overall::Several(_)) => {
+            (Some(vec![]), Value::Null)
+        }
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
             json!({"error": error, "count": count, "valid_cases_ran": ran}),
@@ -81,6 +83,10 @@ pub fn render(r: &Report) -> Value {
         "exit_code": r.exit_code(),
         "overall_variants": overall,
         "overall_convention": convention,
+        "overall_several": match &r.overall {
+            Some(Overall::Several(names)) => json!(names),
+            _ => Value::Null,
+        },
         "overall_regions": match &r.overall {
             Some(Overall::Regions { causal, future }) => json!({"causal": causal, "future": future}),
             _ => Value::Null,

@@ -118,6 +118,17 @@ pub fn render(r: &Report, verbose: bool) -> String {
                 "overall: two mistakes, one each side of the diagonal: the causal triangle follows variant `{causal}` and the keys after the query follow `{future}`, consistent with every failing case (no single variant explains them all)"
             );
         }
+        Some(Overall::Several(names)) => {
+            let _ = writeln!(
+                out,
+                "overall: no single catalogued variant explains every failing case, but {} do between them: each failing case matches one of them, and each agrees with every passing case — likely one mistake each (the cases above say which)",
+                names
+                    .iter()
+                    .map(|v| format!("`{v}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            );
+        }
         Some(Overall::Convention(f)) => {
             let _ = writeln!(
                 out,

@@ -85,6 +85,8 @@ pub(super) const FIRE: &[Variant] = &[
       "x = psi(rel) / psi(torch.max(pos, L)) + eps", PerPair(eps_outside_ratio)),
     v("eps-everywhere", "adds ε in three places: to the numerator, inside ψ of the normaliser and to it", "fire.input",
       "x = (psi(rel) + eps) / (psi(torch.max(pos, L) + eps) + eps)", PerPair(eps_everywhere)),
+    v("eps-inside-psi", "guards both logs with ε inside, ln(|c|·(y + ε) + 1 + ε) for y = |i − j| and max(i, L), and adds none to the normaliser", "fire.normalizer",
+      "torch.log((rel.abs() + eps) * c.abs() + 1 + eps) / torch.log(c.abs() * (torch.max(pos, L) + eps) + 1 + eps)", PerPair(eps_inside_psi)),
     // The MLP's input.
     v("difference-of-logs", "feeds ψ(|i−j|) − (ψ(max(i, L)) + ε) instead of their ratio", "fire.input",
       "x = rel_distance - (pos_normalizer + eps)  # '/' typed as '-'", PerPair(difference_of_logs)),
@@ -381,6 +383,21 @@ fn eps_everywhere(fire: &Fire, p: Pair) -> DVector<f64> {
     let num = psi_of(fire, (i - j).abs()) + fire.eps;
     let den = psi_of(fire, n_of(fire, i) + fire.eps) + fire.eps;
     f_of(fire, num, den)
+}
+
+/// ε sprinkled inside both logs for safety (the ReaLLMASIC nanoGPT forks): ψ guarded as
+/// ln(|c|·(y + ε) + 1 + ε) in the numerator and the normaliser, and no ε added to the latter.
+/// The log transform only (without it there is no log to guard).
+fn eps_inside_psi(fire: &Fire, p: Pair) -> DVector<f64> {
+    let (i, j) = ij(p);
+    let guarded = |y: f64| match fire.transform {
+        Transform::Log => (fire.c.abs() * (y + fire.eps) + 1.0 + fire.eps).ln(),
+        Transform::Identity => psi_of(fire, y) + fire.eps,
+    };
+    match fire.transform {
+        Transform::Log => f_of(fire, guarded((i - j).abs()), guarded(n_of(fire, i))),
+        Transform::Identity => f_of(fire, psi_of(fire, (i - j).abs()), guarded(n_of(fire, i))),
+    }
 }
 
 /// Appendix E's division of ψ(|i−j|) by the normaliser ψ(max(i, L)) + ε typed as a

@@ -42,6 +42,7 @@ pub const MODELLED: &[&str] = &[
     "eps-numerator-only",
     "eps-outside-ratio",
     "eps-everywhere",
+    "eps-inside-psi",
     "difference-of-logs",
     "no-hidden-activation",
     "final-relu",
@@ -271,6 +272,10 @@ impl<F: Real> Module<F> {
             "eps-numerator-only" => (num + eps) / psi(arg),
             "eps-outside-ratio" => num / psi(arg) + eps,
             "eps-everywhere" => (num + eps) / (psi(arg + eps) + eps),
+            "eps-inside-psi" if self.log => {
+                let guarded = |y: F| (scale_c * (y + eps) + one + eps).ln();
+                guarded(d) / guarded(arg)
+            }
             "difference-of-logs" => num - (psi(arg) + eps),
             _ => num / (psi(arg) + eps),
         };
