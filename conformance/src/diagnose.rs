@@ -319,6 +319,16 @@ pub fn diagnose(
             first
         });
     }
+    if finding.variants.is_empty()
+        && !agrees(case, expected, got, profile, future, Some(Subset::Causal))
+        && row_shifted(case, expected, got)
+            .is_some_and(|s| agrees(case, &s, got, profile, future, Some(Subset::Causal)))
+    {
+        finding.notes.push(format!(
+            "on the causal triangle the output is the expected bias plus a constant per query row (and head): the softmax, and so causal attention, is unchanged, but the bias values are not the ones [{}] defines, and conformance grades the bias (Press et al.'s ALiBi code adds r·j, which is −r·(i − j) plus r·i [alibi.bias])",
+            case.clauses.first().map_or("attn.logits", String::as_str)
+        ));
+    }
     if finding.variants.is_empty() && case.flags.contains(&Flag::TinyC) {
         finding.notes.push(
             "small-c cases make ε visible and are chosen so that both log1p(|c|·x) and Appendix E's log(1 + |c|·x) stay within f64; a failure no variant explains points at how ψ or ε is computed [num.profiles]".into(),
@@ -346,6 +356,48 @@ pub fn diagnose(
         });
     }
     finding
+}
+
+/// `expected` plus, on each head's query row, the mean of what `got` adds to it over the row's
+/// causal keys: what an implementation differing by a constant per query row computes. `None`
+/// unless the case is a bias case in which some row has two causal keys or more (with one, any
+/// difference is "constant").
+fn row_shifted(
+    case: &Case,
+    expected: &BTreeMap<String, Tensor>,
+    got: &BTreeMap<String, Tensor>,
+) -> Option<BTreeMap<String, Tensor>> {
+    if case.kind != Kind::Bias {
+        return None;
+    }
+    let (want, g) = (expected.get("bias")?, got.get("bias")?);
+    let (queries, keys) = (&case.inputs.queries, &case.inputs.keys);
+    let &[heads, nq, nk] = want.shape.as_slice() else {
+        return None;
+    };
+    if g.data.len() != want.data.len() || nq != queries.len() || nk != keys.len() {
+        return None;
+    }
+    let causal = |r: usize| (0..nk).filter(move |&c| keys[c] <= queries[r]);
+    if (0..nq).all(|r| causal(r).count() < 2) {
+        return None;
+    }
+    let mut shifted = want.clone();
+    for row in 0..heads * nq {
+        let at = row * nk;
+        let diffs: Vec<f64> = causal(row % nq)
+            .map(|c| g.data[at + c] - want.data[at + c])
+            .filter(|d| d.is_finite())
+            .collect();
+        if diffs.is_empty() {
+            continue;
+        }
+        let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
+        shifted.data[at..at + nk]
+            .iter_mut()
+            .for_each(|x| *x += mean);
+    }
+    Some(BTreeMap::from([("bias".to_owned(), shifted)]))
 }
 
 /// The sentences a report prints for a finding.

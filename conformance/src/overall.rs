@@ -138,7 +138,9 @@ pub(crate) fn diagnose_run(
         .collect();
     let mut explained: Vec<&'static str> = Vec::new();
     for ((r, p), &failing) in ran.iter().zip(&predicted).zip(&failed) {
-        if failing && r.diagnosable {
+        // A bias case no variant applies to still gets what the diagnosis can say without
+        // one (where it agrees with the reference, a constant per query row).
+        if failing && (r.diagnosable || r.case.kind == Kind::Bias) {
             let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
             explained.extend(f.variants.iter().map(|v| v.name));
             explained.extend(f.closest.map(|(v, _)| v.name));

@@ -172,3 +172,57 @@ fn independent_mistakes_on_their_own_cases_are_named_together() {
     let report = runner::run(&suite, &mut one, &options).unwrap();
     assert_eq!(report.overall_variants(), vec!["eps-inside-psi"]);
 }
+
+/// The reference, with every bias case's rows moved by a constant per head and query (as
+/// Press et al.'s ALiBi code, `r·j`, moves −r·(i − j) by r·i), or, with `scale`, multiplied.
+struct RowShifted {
+    scale: bool,
+}
+
+impl Implementation for RowShifted {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Reference.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        if r.kind != Kind::Bias {
+            return Reply::Skipped("bias cases only".into());
+        }
+        let Reply::Output(mut out) = Reference.run(r) else {
+            return Reply::Errored("the reference refused".into());
+        };
+        let bias = out.get_mut("bias").unwrap();
+        let row = *bias.shape.last().unwrap();
+        for (n, x) in bias.data.iter_mut().enumerate() {
+            *x = if self.scale {
+                *x * 1.5
+            } else {
+                *x + 0.37 * (1 + n / row) as f64
+            };
+        }
+        Reply::Output(out)
+    }
+}
+
+#[test]
+fn a_bias_off_by_a_constant_per_query_row_is_said_to_leave_attention_unchanged() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        ..Options::default()
+    };
+    let notes = |scale: bool| {
+        let report = runner::run(&suite, &mut RowShifted { scale }, &options).unwrap();
+        let id = "alibi/standard/standard-8-heads";
+        let o = report.outcomes.iter().find(|o| o.id == id).unwrap();
+        assert_eq!(o.status, runner::Status::Failed, "{id}");
+        let finding = o.finding.as_ref().unwrap();
+        describe(finding, o.profile.unwrap()).join("\n")
+    };
+    let shifted = notes(false);
+    assert!(
+        shifted.contains("plus a constant per query row") && shifted.contains("[alibi.bias]"),
+        "{shifted}"
+    );
+    assert!(!notes(true).contains("constant per query row"));
+}
