@@ -124,6 +124,11 @@ pub fn applies(v: &Variant, case: &Case) -> bool {
         Deviation::Placement(_) | Deviation::Unmasked => case.kind == Kind::Attention,
         // Only an encoding that adds a bias can drop it (RoPE rotates, NoPE adds nothing).
         Deviation::BiasDropped => case.kind == Kind::Attention && !baseline(&["rope", "nope"]),
+        // Only layers with modules of their own can share the first by mistake.
+        Deviation::ModuleReused => {
+            case.kind == Kind::Bias
+                && matches!(&case.encoding, Encoding::FirePerLayer(p) if p.modules.len() > 1)
+        }
     }
 }
 

@@ -90,9 +90,11 @@ fn layer_biases(
                     what: "FIRE layers".into(),
                 });
             }
-            p.modules
-                .iter()
-                .map(|m| eval_fire(&params::to_fire(m)?, variant, q, k))
+            // The first module in every layer's place, under `first-module-reused`.
+            let reused = variant.is_some_and(Variant::reuses_first_module);
+            (0..p.modules.len())
+                .map(|l| p.modules[if reused { 0 } else { l }].clone())
+                .map(|m| eval_fire(&params::to_fire(&m)?, variant, q, k))
                 .collect()
         }
         Encoding::Baseline(b) => Ok(vec![crate::vectors::baselines::bias(b, variant, q, k)?]),

@@ -114,6 +114,9 @@ pub(super) const FIRE: &[Variant] = &[
       "bias.flip(0)", PerPair(heads_reversed)),
     v("layout-qkh", "reshapes the MLP's [n, n, H] output over the context's square ([conv.length]) to [H, n, n] instead of permuting it", "conv.layout",
       "mlp(x).reshape(H, n, n)  # x is [n, n, 1]", Layout(layout_qkh)),
+    // The layers.
+    v("first-module-reused", "every layer uses the first layer's module: one FIRE built and shared where one per layer is specified", "fire.per-layer",
+      "self.fire = FIRE(...)  # one module for every layer, where nn.ModuleList([FIRE(...) for _ in range(n_layers)]) was meant", Deviation::ModuleReused),
 ];
 
 const fn v(

@@ -54,6 +54,9 @@ pub enum Deviation {
     /// Causal attention without the additive bias: [attn.logits]'s `b(i, j)` never reaches the
     /// logits (the causal flag of a fused kernel standing in for the mask that carried it).
     BiasDropped,
+    /// Every layer of a per-layer encoding evaluates the first layer's module: one module built
+    /// and shared where [fire.per-layer] has one per layer.
+    ModuleReused,
 }
 
 /// One named deviation. spec: [variants.catalogue]
@@ -113,6 +116,12 @@ impl Variant {
             Deviation::Placement(p) => p,
             _ => declared,
         }
+    }
+
+    /// True when every layer of a per-layer encoding evaluates the first module under this
+    /// variant. spec: [fire.per-layer]
+    pub fn reuses_first_module(&self) -> bool {
+        matches!(self.deviation, Deviation::ModuleReused)
     }
 
     /// True when attention under this variant leaves the bias out of the logits.

@@ -43,6 +43,7 @@ pub const MODELLED: &[&str] = &[
     "eps-outside-ratio",
     "eps-everywhere",
     "eps-inside-psi",
+    "first-module-reused",
     "difference-of-logs",
     "no-hidden-activation",
     "final-relu",

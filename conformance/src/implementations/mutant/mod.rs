@@ -90,6 +90,9 @@ impl Mutant {
         let layers: Vec<Vec<F>> = match &r.encoding {
             Encoding::Fire(p) => vec![fire_bias(p, &q, &k, m)?],
             Encoding::FireShared(s) => vec![fire_bias(&s.module, &q, &k, m)?; s.layers],
+            Encoding::FirePerLayer(p) if m == "first-module-reused" && !p.modules.is_empty() => {
+                vec![fire_bias(&p.modules[0], &q, &k, m)?; p.modules.len()]
+            }
             Encoding::FirePerLayer(p) => p
                 .modules
                 .iter()
