@@ -41,7 +41,7 @@ pub enum Overall {
         /// The variant the keys after the query follow.
         future: &'static str,
     },
-    /// No single variant explains the failures, but a few do between them ([`several`]): each
+    /// No single variant explains the failures, but a few do between them: each
     /// failing case matches one of them whole, and each agrees with every passing case — a
     /// module with independent mistakes, each showing on its own cases (|c| dropped where c is
     /// negative, ε misplaced where ε is large). spec: [variants.catalogue]
