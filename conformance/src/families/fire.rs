@@ -285,34 +285,63 @@ pub fn fire_s() -> crate::error::Result<Vec<(String, VectorFile)>> {
         .map(|l| fp(&random_fire(3, 8, 1, 410 + l, Activation::Relu)))
         .collect();
     let per_layer = Encoding::FirePerLayer(PerLayerParams { modules });
+    // Two layers of four heads: with H ≠ layers, output stacked on the wrong axis
+    // ([H, layers, Q, K]) comes back with the wrong shape, where three of three reshape silently.
+    let g = random_fire(4, 8, 1, 420, Activation::Relu);
+    let shared_2x4 = Encoding::FireShared(SharedParams {
+        module: fp(&g),
+        layers: 2,
+    });
+    let modules_2x4 = (0..2)
+        .map(|l| fp(&random_fire(4, 8, 1, 430 + l, Activation::Relu)))
+        .collect();
+    let per_layer_2x4 = Encoding::FirePerLayer(PerLayerParams {
+        modules: modules_2x4,
+    });
+    let shared_case = |name: &str, desc: &str, enc: Encoding| {
+        Draft::bias(name, desc, enc, range(10), range(10))
+            .clauses(&["fire.shared", "fire.bias", "conv.layout"])
+            .flags(&[Flag::Shared, Flag::RandomParams, Flag::FutureKeys])
+    };
+    let per_layer_case = |name: &str, desc: &str, enc: Encoding| {
+        Draft::bias(name, desc, enc, range(10), range(10))
+            .clauses(&["fire.per-layer", "fire.bias", "conv.layout"])
+            .flags(&[Flag::PerLayer, Flag::RandomParams, Flag::FutureKeys])
+    };
     Ok(vec![
         file(
             "fire-s",
             "shared",
             "FIRE-S: one module, every layer adds the same bias",
-            vec![Draft::bias(
-                "three-layers",
-                "three layers share one module: output [layers, H, Q, K]",
-                shared,
-                range(10),
-                range(10),
-            )
-            .clauses(&["fire.shared", "fire.bias", "conv.layout"])
-            .flags(&[Flag::Shared, Flag::RandomParams, Flag::FutureKeys])],
+            vec![
+                shared_case(
+                    "three-layers",
+                    "three layers share one module: output [layers, H, Q, K]",
+                    shared,
+                ),
+                shared_case(
+                    "two-layers-four-heads",
+                    "two layers of four heads share one module: output [2, 4, Q, K], which [4, 2, Q, K] is not",
+                    shared_2x4,
+                ),
+            ],
         )?,
         file(
             "fire-s",
             "per-layer",
             "FIRE: one independent module per layer",
-            vec![Draft::bias(
-                "three-layers",
-                "three layers, three modules: output [layers, H, Q, K]",
-                per_layer,
-                range(10),
-                range(10),
-            )
-            .clauses(&["fire.per-layer", "fire.bias", "conv.layout"])
-            .flags(&[Flag::PerLayer, Flag::RandomParams, Flag::FutureKeys])],
+            vec![
+                per_layer_case(
+                    "three-layers",
+                    "three layers, three modules: output [layers, H, Q, K]",
+                    per_layer,
+                ),
+                per_layer_case(
+                    "two-layers-four-heads",
+                    "two layers of four heads, two modules: output [2, 4, Q, K], which [4, 2, Q, K] is not",
+                    per_layer_2x4,
+                ),
+            ],
         )?,
     ])
 }
