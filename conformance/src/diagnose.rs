@@ -108,6 +108,10 @@ pub struct Finding {
     pub agrees_on: Vec<Subset>,
     /// Convention hints (keys after the query) and notes on the case's construction.
     pub notes: Vec<String>,
+    /// Whether, on the causal triangle, the output is the expected bias plus a constant per
+    /// query row (softmax-invariant), the reference itself not matching there; `None` where the
+    /// case cannot tell (no row with two causal keys, or a variant matched).
+    pub row_shift: Option<bool>,
 }
 
 /// True when the variant can change what `case` expects: its deviation targets the case's
@@ -324,11 +328,26 @@ pub fn diagnose(
             first
         });
     }
-    if finding.variants.is_empty()
-        && !agrees(case, expected, got, profile, future, Some(Subset::Causal))
-        && row_shifted(case, expected, got)
-            .is_some_and(|s| agrees(case, &s, got, profile, future, Some(Subset::Causal)))
-    {
+    if finding.variants.is_empty() {
+        // The causal triangle, or the whole output where every key is causal (a KV-cache row).
+        let causal = expected
+            .get("bias")
+            .and_then(|b| Subset::Causal.mask(case, b.data.len()))
+            .map(|_| Subset::Causal);
+        // A case right on its causal triangle failed elsewhere: not a shift of its rows.
+        finding.row_shift = if agrees(case, expected, got, profile, future, causal) {
+            Some(false)
+        } else {
+            // The mean per row carries its own rounding: judged at no tighter than f64's
+            // tolerance (an `exact` case's ±0 would call every shift inexact).
+            let loose = Profile {
+                rtol: profile.rtol.max(1e-12),
+                ..profile
+            };
+            row_shifted(case, expected, got).map(|s| agrees(case, &s, got, loose, future, causal))
+        };
+    }
+    if finding.row_shift == Some(true) {
         finding.notes.push(format!(
             "on the causal triangle the output is the expected bias plus a constant per query row (and head): the softmax, and so causal attention, is unchanged, but the bias values are not the ones [{}] defines, and conformance grades the bias (Press et al.'s ALiBi code adds r·j, which is −r·(i − j) plus r·i [alibi.bias])",
             case.clauses.first().map_or("attn.logits", String::as_str)
@@ -363,7 +382,7 @@ pub fn diagnose(
     finding
 }
 
-/// `expected` plus, on each head's query row, the mean of what `got` adds to it over the row's
+/// `expected` plus, on each (layer's) head's query row, the mean of what `got` adds to it over the row's
 /// causal keys: what an implementation differing by a constant per query row computes. `None`
 /// unless the case is a bias case in which some row has two causal keys or more (with one, any
 /// difference is "constant").
@@ -377,10 +396,13 @@ fn row_shifted(
     }
     let (want, g) = (expected.get("bias")?, got.get("bias")?);
     let (queries, keys) = (&case.inputs.queries, &case.inputs.keys);
-    let &[heads, nq, nk] = want.shape.as_slice() else {
-        return None;
-    };
-    if g.data.len() != want.data.len() || nq != queries.len() || nk != keys.len() {
+    // `[H, Q, K]`, or `[layers, H, Q, K]` for FIRE-S and per-layer FIRE: rows of K keys.
+    let (nq, nk) = (queries.len(), keys.len());
+    let rows = want.data.len() / (nk.max(1));
+    if want.shape.len() < 3
+        || want.shape[want.shape.len() - 2..] != [nq, nk]
+        || g.data.len() != want.data.len()
+    {
         return None;
     }
     let causal = |r: usize| (0..nk).filter(move |&c| keys[c] <= queries[r]);
@@ -388,7 +410,7 @@ fn row_shifted(
         return None;
     }
     let mut shifted = want.clone();
-    for row in 0..heads * nq {
+    for row in 0..rows {
         let at = row * nk;
         let diffs: Vec<f64> = causal(row % nq)
             .map(|c| g.data[at + c] - want.data[at + c])

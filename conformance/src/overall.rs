@@ -46,6 +46,20 @@ pub enum Overall {
     /// module with independent mistakes, each showing on its own cases (|c| dropped where c is
     /// negative, ε misplaced where ε is large). spec: [variants.catalogue]
     Several(Vec<&'static str>),
+    /// Every failing case matches `variant` whole, but the variant would also have changed a
+    /// case that passed (`passed`, the first): the module makes that mistake on some inputs
+    /// only — one branch of its code, one setting (T5's bidirectional flag honoured in one
+    /// call and not another). spec: [variants.catalogue]
+    SomeInputs {
+        /// The variant every failing case matches.
+        variant: &'static str,
+        /// A case that passed although the variant changes it.
+        passed: String,
+    },
+    /// Every failing case is, on its causal triangle, the expected bias plus a constant per
+    /// query row: attention is unchanged, the bias values are not (Press et al.'s ALiBi `r·j`).
+    /// spec: [alibi.bias], [attn.logits]
+    RowShift,
     /// Every valid case that ran errored (or broke): the adapter, not the maths, is at fault.
     /// Holds the error common to most of them and how many valid cases ran.
     AdapterBroken {
@@ -158,6 +172,19 @@ pub(crate) fn diagnose_run(
             None,
         )
     };
+    // Whether a prediction differs from the case's expected values beyond the tolerance.
+    let predicts_failure = |r: &Ran, prediction: &BTreeMap<String, Tensor>| {
+        r.case.expected.as_ref().is_some_and(|expected| {
+            !diagnose::agrees(
+                r.case,
+                prediction,
+                expected,
+                r.profile,
+                crate::conventions::future_keys(r.case, caps),
+                None,
+            )
+        })
+    };
     let consistent = |name: &str| {
         ran.iter()
             .zip(&predicted)
@@ -165,8 +192,12 @@ pub(crate) fn diagnose_run(
             .filter(|((r, _), _)| r.diagnosable)
             .all(|((r, p), &failing)| {
                 match p.iter().find(|(v, _)| v.name == name) {
+                    // On a failing case the variant must also predict a failure: one that
+                    // computes the reference there (a GeLU entry on a ReLU-only case) cannot
+                    // explain it, however near the loose band puts the output.
                     Some((_, Some(prediction))) => {
                         diagnose::consistent(distance_to(r, prediction), r.profile)
+                            && (!failing || predicts_failure(r, prediction))
                     }
                     // The variant applies but cannot evaluate the case: it explains nothing here.
                     Some((_, None)) => false,
@@ -182,27 +213,42 @@ pub(crate) fn diagnose_run(
         }
     }
     if names.is_empty() {
-        // Whether a variant predicts, within tolerance, every passing diagnosable case it
-        // touches (a mistake the module makes cannot hide on a case it would change).
-        let passing_agree = |name: &str| {
+        // The first passing diagnosable case a variant does not predict within tolerance (a
+        // mistake the module makes everywhere cannot hide on a case it would change).
+        let passing_disagree = |name: &str| {
             ran.iter()
                 .zip(&predicted)
                 .zip(&failed)
                 .filter(|((r, _), failing)| !**failing && r.diagnosable)
-                .all(|((r, p), _)| match p.iter().find(|(v, _)| v.name == name) {
+                .find(|((r, p), _)| match p.iter().find(|(v, _)| v.name == name) {
                     Some((_, Some(prediction))) => {
-                        diagnose::consistent(distance_to(r, prediction), r.profile)
+                        !diagnose::consistent(distance_to(r, prediction), r.profile)
                     }
-                    Some((_, None)) => false,
-                    None => true,
+                    Some((_, None)) => true,
+                    None => false,
                 })
+                .map(|((r, _), _)| outcomes[r.outcome].id.clone())
         };
+        let passing_agree = |name: &str| passing_disagree(name).is_none();
         return Some(match unexplained(outcomes, ran, &failed, caps) {
             Overall::Variants(none) if none.is_empty() => {
                 if let Some((causal, future)) = two_regions(outcomes, ran, &failed) {
                     Overall::Regions { causal, future }
                 } else if let Some(names) = several(outcomes, ran, &failed, passing_agree) {
                     Overall::Several(names)
+                } else if let Some((variant, passed)) =
+                    one_covers(outcomes, ran, &failed).and_then(|v| Some((v, passing_disagree(v)?)))
+                {
+                    Overall::SomeInputs { variant, passed }
+                } else if every_failing(outcomes, ran, &failed, |f| f.row_shift != Some(false))
+                    && ran.iter().zip(&failed).any(|(r, f)| {
+                        *f && outcomes[r.outcome]
+                            .finding
+                            .as_ref()
+                            .is_some_and(|f| f.row_shift == Some(true))
+                    })
+                {
+                    Overall::RowShift
                 } else {
                     Overall::Variants(none)
                 }
@@ -293,6 +339,53 @@ fn two_regions(
     })
 }
 
+/// Whether every failed value case was diagnosed and its finding satisfies `holds`.
+fn every_failing(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+    holds: impl Fn(&diagnose::Finding) -> bool,
+) -> bool {
+    let findings: Vec<&diagnose::Finding> = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
+        .collect();
+    let all_failed = outcomes
+        .iter()
+        .filter(|o| {
+            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
+        })
+        .count();
+    !findings.is_empty() && findings.len() == all_failed && findings.into_iter().all(holds)
+}
+
+/// The first catalogued variant (in the catalogue's order) that every failing case matches
+/// whole, when every failed value case was diagnosed.
+fn one_covers(outcomes: &[Outcome], ran: &[Ran], failed: &[bool]) -> Option<&'static str> {
+    let matched: Vec<Vec<&'static str>> = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
+        .map(|f| f.variants.iter().map(|v| v.name).collect())
+        .collect();
+    let all_failed = outcomes
+        .iter()
+        .filter(|o| {
+            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
+        })
+        .count();
+    if matched.is_empty() || matched.len() != all_failed {
+        return None;
+    }
+    fire_reference::variants::CATALOGUE
+        .iter()
+        .map(|v| v.name)
+        .find(|n| matched.iter().all(|m| m.contains(n)))
+}
+
 /// The most variants [`several`] names: beyond that the catalogue would "explain" anything.
 const MOST: usize = 3;
 
@@ -345,15 +438,44 @@ fn several(
     (left.is_empty() && chosen.len() >= 2).then_some(chosen)
 }
 
+/// The failing cases a run-level name explains only within the looser band it allows (its
+/// finding matched none of the names within the grading tolerance): a second, smaller
+/// difference shows there (a tanh GeLU beside a clamped distance).
+pub fn loosely_explained(r: &crate::runner::Report) -> Vec<String> {
+    let Some(Overall::Variants(names)) = &r.overall else {
+        return vec![];
+    };
+    r.outcomes
+        .iter()
+        .filter(|o| o.question == Question::Values && o.status == Status::Failed)
+        .filter(|o| {
+            o.finding
+                .as_ref()
+                .is_some_and(|f| !f.variants.iter().any(|v| names.contains(&v.name)))
+        })
+        .map(|o| o.id.clone())
+        .collect()
+}
+
 /// The declaration that would make the run's named variants the implementation's convention
 /// rather than its mistake: `negated`, where every variant named is FIRE's and differs only at keys
 /// after the query (each violates [conv.future] alone: clamped or signed distances there, by
-/// design in a causal model that never reads them) and the implementation declared something
-/// else. The per-case diagnoses say the same of each case; the run-level line repeats it.
-pub fn may_declare(overall: &Overall, declared: FutureKeys) -> Option<FutureKeys> {
-    let Overall::Variants(names) = overall else {
+/// design in a causal model that never reads them), every failing case diagnosed matches one
+/// of them within the grading tolerance (not only the looser band a run-level name allows: a second,
+/// small mistake would still fail after the declaration, its cases unchecked above the
+/// diagonal), and the implementation declared something else. The per-case diagnoses say the
+/// same of each case; the run-level line repeats it.
+pub fn may_declare(r: &crate::runner::Report) -> Option<FutureKeys> {
+    let Some(Overall::Variants(names)) = &r.overall else {
         return None;
     };
+    let each_matched = r
+        .outcomes
+        .iter()
+        .filter(|o| o.question == Question::Values && o.status == Status::Failed)
+        .filter_map(|o| o.finding.as_ref())
+        .all(|f| f.variants.iter().any(|v| names.contains(&v.name)));
+    let declared = r.capabilities.future_keys;
     // FIRE's variants only: the declaration concerns FIRE's encodings, and a baseline keeps
     // the values its own clauses give keys after the query ([conv.future]).
     let future_only = !names.is_empty()
@@ -362,7 +484,7 @@ pub fn may_declare(overall: &Overall, declared: FutureKeys) -> Option<FutureKeys
                 v.violates == "conv.future" && matches!(v.deviation, Deviation::Fire(_))
             })
         });
-    (future_only && declared != FutureKeys::Negated).then_some(FutureKeys::Negated)
+    (future_only && each_matched && declared != FutureKeys::Negated).then_some(FutureKeys::Negated)
 }
 
 /// The run's verdict when no catalogued variant explains its failures, where the failing cases

@@ -219,10 +219,125 @@ fn a_bias_off_by_a_constant_per_query_row_is_said_to_leave_attention_unchanged()
         let finding = o.finding.as_ref().unwrap();
         describe(finding, o.profile.unwrap()).join("\n")
     };
+    let report = runner::run(&suite, &mut RowShifted { scale: false }, &options).unwrap();
+    assert_eq!(report.overall, Some(runner::Overall::RowShift));
     let shifted = notes(false);
     assert!(
         shifted.contains("plus a constant per query row") && shifted.contains("[alibi.bias]"),
         "{shifted}"
     );
     assert!(!notes(true).contains("constant per query row"));
+}
+
+/// A mistake made on some inputs only: the threshold ignored where every query is below 20
+/// (a short-sequence branch), the reference elsewhere.
+struct OnShortInputs {
+    mistaken: Mutant,
+}
+
+impl Implementation for OnShortInputs {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Reference.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        match &r.encoding {
+            Encoding::Fire(_) if r.kind == Kind::Bias => {
+                if r.inputs.queries.iter().all(|&i| i < 20) {
+                    self.mistaken.run(r)
+                } else {
+                    Reference.run(r)
+                }
+            }
+            _ => Reply::Skipped("bias cases of one FIRE module only".into()),
+        }
+    }
+}
+
+#[test]
+fn a_mistake_on_some_inputs_only_is_named_with_a_case_it_spared() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        ..Options::default()
+    };
+    let mut imp = OnShortInputs {
+        mistaken: Mutant::new(Some("threshold-ignored"), Arithmetic::F64).unwrap(),
+    };
+    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    let Some(runner::Overall::SomeInputs { variant, passed }) = &report.overall else {
+        panic!("{:?}", report.overall);
+    };
+    assert_eq!(*variant, "threshold-ignored");
+    let spared = report.outcomes.iter().find(|o| &o.id == passed).unwrap();
+    assert_eq!(spared.status, runner::Status::Passed);
+    let text = fire_conformance::report::text::render(&report, false);
+    assert!(text.contains("on some inputs only"), "{text}");
+}
+
+/// A clamped distance (keys after the query read f(0)) on every case, and tanh's GeLU on the
+/// GeLU cases: the run names the clamp, says which failing cases it explains only loosely, and
+/// does not advise declaring `negated` (the GeLU cases would still fail). spec: [proto.report]
+struct ClampAndTanh {
+    clamp: Mutant,
+    both: Mutant,
+}
+
+impl Implementation for ClampAndTanh {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        self.clamp.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let Encoding::Fire(p) = &r.encoding else {
+            return Reply::Skipped("one FIRE module only".into());
+        };
+        if r.kind != Kind::Bias {
+            return Reply::Skipped("bias cases only".into());
+        }
+        if p.mlp.activation != "gelu" {
+            return self.clamp.run(r);
+        }
+        // The GeLU cases: the clamp's keys after the query, tanh's GeLU on the causal triangle.
+        let (Reply::Output(mut a), Reply::Output(b)) = (self.clamp.run(r), self.both.run(r)) else {
+            return Reply::Errored("a side failed".into());
+        };
+        let (q, k) = (&r.inputs.queries, &r.inputs.keys);
+        let (bias, tanh) = (a.get_mut("bias").unwrap(), &b["bias"]);
+        for (n, x) in bias.data.iter_mut().enumerate() {
+            if k[n % k.len()] <= q[(n / k.len()) % q.len()] {
+                *x = tanh.data[n];
+            }
+        }
+        Reply::Output(a)
+    }
+}
+
+#[test]
+fn a_name_explaining_some_cases_only_loosely_says_so_and_no_declaration_is_advised() {
+    use fire_conformance::overall::{loosely_explained, may_declare};
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        ..Options::default()
+    };
+    let mut imp = ClampAndTanh {
+        clamp: Mutant::new(Some("future-distance-clamped"), Arithmetic::F32).unwrap(),
+        both: Mutant::new(Some("gelu-tanh"), Arithmetic::F32).unwrap(),
+    };
+    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    let text = fire_conformance::report::text::render(&report, false);
+    let loose = loosely_explained(&report);
+    assert_eq!(
+        report.overall_variants(),
+        vec!["future-distance-clamped"],
+        "{text}"
+    );
+    assert!(!loose.is_empty(), "{text}");
+    assert!(
+        loose.iter().all(|id| id.starts_with("fire/gelu/")),
+        "{loose:?}"
+    );
+    assert!(text.contains("not within tolerance"), "{text}");
+    assert_eq!(may_declare(&report), None, "{text}");
 }

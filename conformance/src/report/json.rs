@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 use crate::implementation::FutureKeys;
-use crate::overall::may_declare;
+use crate::overall::{loosely_explained, may_declare};
 use crate::runner::{Overall, Question, Report, Status};
 
 fn status(s: Status) -> &'static str {
@@ -58,9 +58,13 @@ pub fn render(r: &Report) -> Value {
     let (overall, broken) = match &r.overall {
         Some(Overall::Variants(v)) => (Some(v.clone()), Value::Null),
         Some(Overall::Regions { causal, future }) => (Some(vec![*causal, *future]), Value::Null),
-        Some(Overall::Convention(_) | Overall::Gradients { .. } | Overall::Several(_)) => {
-            (Some(vec![]), Value::Null)
-        }
+        Some(
+            Overall::Convention(_)
+            | Overall::Gradients { .. }
+            | Overall::Several(_)
+            | Overall::SomeInputs { .. }
+            | Overall::RowShift,
+        ) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
             json!({"error": error, "count": count, "valid_cases_ran": ran}),
@@ -83,6 +87,11 @@ pub fn render(r: &Report) -> Value {
         "exit_code": r.exit_code(),
         "overall_variants": overall,
         "overall_convention": convention,
+        "overall_row_shift": matches!(r.overall, Some(Overall::RowShift)),
+        "overall_some_inputs": match &r.overall {
+            Some(Overall::SomeInputs { variant, passed }) => json!({"variant": variant, "passed": passed}),
+            _ => Value::Null,
+        },
         "overall_several": match &r.overall {
             Some(Overall::Several(names)) => json!(names),
             _ => Value::Null,
@@ -91,7 +100,8 @@ pub fn render(r: &Report) -> Value {
             Some(Overall::Regions { causal, future }) => json!({"causal": causal, "future": future}),
             _ => Value::Null,
         },
-        "overall_may_declare": r.overall.as_ref().and_then(|o| may_declare(o, r.capabilities.future_keys)).map(FutureKeys::name),
+        "overall_loosely_explained": loosely_explained(r),
+        "overall_may_declare": may_declare(r).map(FutureKeys::name),
         "overall_gradients": gradients,
         "overall_gradients_nan": matches!(r.overall, Some(Overall::Gradients { nan: true, .. })),
         "tolerated_variants": r.tolerated,

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::diagnose::describe;
-use crate::overall::may_declare;
+use crate::overall::{loosely_explained, may_declare};
 use crate::runner::{Outcome, Overall, Question, Report, Status};
 
 fn tag(s: Status) -> &'static str {
@@ -100,11 +100,17 @@ pub fn render(r: &Report, verbose: bool) -> String {
                         .join(", ")
                 ),
             };
-            if let Some(f) = r
-                .overall
-                .as_ref()
-                .and_then(|o| may_declare(o, c.future_keys))
-            {
+            let loose = loosely_explained(r);
+            if !v.is_empty() && !loose.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "overall: on {} failing case(s) (`{}`{}) the output is near that but not within tolerance: a second, smaller difference shows there, or the same mistake computed less accurately",
+                    loose.len(),
+                    loose[0],
+                    if loose.len() > 1 { ", …" } else { "" }
+                );
+            }
+            if let Some(f) = may_declare(r) {
                 let _ = writeln!(
                     out,
                     "overall: only keys after the query differ; if they are meant to (a causal model never reads them), declare `{f}` (`future_keys=\"{f}\"` to the kit's serve, `--future-keys {f}` to the adapters), which leaves them unchecked [conv.future]",
@@ -115,18 +121,30 @@ pub fn render(r: &Report, verbose: bool) -> String {
         Some(Overall::Regions { causal, future }) => {
             let _ = writeln!(
                 out,
-                "overall: two mistakes, one each side of the diagonal: the causal triangle follows variant `{causal}` and the keys after the query follow `{future}`, consistent with every failing case (no single variant explains them all)"
+                "overall: the causal triangle follows variant `{causal}` and the keys after the query follow `{future}`, consistent with every failing case, where no single variant explains them all: two mistakes, or one that acts as `{causal}` below the diagonal and as `{future}` above it (ψ(−|i − j|) does both)"
             );
         }
         Some(Overall::Several(names)) => {
             let _ = writeln!(
                 out,
-                "overall: no single catalogued variant explains every failing case, but {} do between them: each failing case matches one of them, and each agrees with every passing case — likely one mistake each (the cases above say which)",
+                "overall: no single catalogued variant explains every failing case, but {} do between them: each failing case matches one of them, and each agrees with every passing case — a mistake each, or one that shows as each on different cases (an activation table with ReLU and GeLU swapped); the cases above say which",
                 names
                     .iter()
                     .map(|v| format!("`{v}`"))
                     .collect::<Vec<_>>()
                     .join(" and ")
+            );
+        }
+        Some(Overall::RowShift) => {
+            let _ = writeln!(
+                out,
+                "overall: every failing case is, on the causal triangle, the expected bias plus a constant per query row: causal attention is unchanged, the bias values are not — as Press et al.'s ALiBi code (`r·j`) computes it; conformance grades the bias [attn.logits]"
+            );
+        }
+        Some(Overall::SomeInputs { variant, passed }) => {
+            let _ = writeln!(
+                out,
+                "overall: every failing case matches variant `{variant}`, but `{variant}` would also have changed case(s) that passed (`{passed}`): the module makes that mistake on some inputs only — one branch of its code, or a setting honoured in one place and not another"
             );
         }
         Some(Overall::Convention(f)) => {
