@@ -285,6 +285,47 @@ pub(crate) fn diagnose_run(
     Some(Overall::Variants(names))
 }
 
+/// How many value cases failed (expected failures included).
+fn failed_values(outcomes: &[Outcome]) -> usize {
+    outcomes
+        .iter()
+        .filter(|o| {
+            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
+        })
+        .count()
+}
+
+/// The findings of the failing cases, when every failed value case gave an output and was
+/// diagnosed (the run-level readings below speak of every failure or of none).
+fn failing_findings<'a>(
+    outcomes: &'a [Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<Vec<&'a diagnose::Finding>> {
+    let findings: Vec<&diagnose::Finding> = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
+        .collect();
+    (!findings.is_empty() && findings.len() == failed_values(outcomes)).then_some(findings)
+}
+
+/// Per failing case, the variants it matches whole ([`failing_findings`]).
+fn matched_by_failing(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<Vec<Vec<&'static str>>> {
+    let findings = failing_findings(outcomes, ran, failed)?;
+    Some(
+        findings
+            .iter()
+            .map(|f| f.variants.iter().map(|v| v.name).collect())
+            .collect(),
+    )
+}
+
 /// Two variants that together explain every failing case, one per side of the diagonal
 /// ([`Overall::Regions`]), from the cases' own diagnoses: in every failing case the causal
 /// triangle follows `causal` (a match there or everywhere) unless the whole case follows
@@ -296,21 +337,7 @@ fn two_regions(
     ran: &[Ran],
     failed: &[bool],
 ) -> Option<(&'static str, &'static str)> {
-    let diagnosed: Vec<&diagnose::Finding> = ran
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| **f)
-        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
-        .collect();
-    let all_failed = outcomes
-        .iter()
-        .filter(|o| {
-            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
-        })
-        .count();
-    if diagnosed.is_empty() || diagnosed.len() != all_failed {
-        return None;
-    }
+    let diagnosed = failing_findings(outcomes, ran, failed)?;
     let whole = |f: &diagnose::Finding, v: &str| f.variants.iter().any(|w| w.name == v);
     let on = |f: &diagnose::Finding, v: &str, subsets: &[Subset]| {
         f.partial
@@ -346,40 +373,13 @@ fn every_failing(
     failed: &[bool],
     holds: impl Fn(&diagnose::Finding) -> bool,
 ) -> bool {
-    let findings: Vec<&diagnose::Finding> = ran
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| **f)
-        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
-        .collect();
-    let all_failed = outcomes
-        .iter()
-        .filter(|o| {
-            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
-        })
-        .count();
-    !findings.is_empty() && findings.len() == all_failed && findings.into_iter().all(holds)
+    failing_findings(outcomes, ran, failed).is_some_and(|f| f.into_iter().all(holds))
 }
 
 /// The first catalogued variant (in the catalogue's order) that every failing case matches
 /// whole, when every failed value case was diagnosed.
 fn one_covers(outcomes: &[Outcome], ran: &[Ran], failed: &[bool]) -> Option<&'static str> {
-    let matched: Vec<Vec<&'static str>> = ran
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| **f)
-        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
-        .map(|f| f.variants.iter().map(|v| v.name).collect())
-        .collect();
-    let all_failed = outcomes
-        .iter()
-        .filter(|o| {
-            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
-        })
-        .count();
-    if matched.is_empty() || matched.len() != all_failed {
-        return None;
-    }
+    let matched = matched_by_failing(outcomes, ran, failed)?;
     fire_reference::variants::CATALOGUE
         .iter()
         .map(|v| v.name)
@@ -400,20 +400,8 @@ fn several(
     failed: &[bool],
     passing_agree: impl Fn(&str) -> bool,
 ) -> Option<Vec<&'static str>> {
-    let matched: Vec<Vec<&'static str>> = ran
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| **f)
-        .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
-        .map(|f| f.variants.iter().map(|v| v.name).collect())
-        .collect();
-    let all_failed = outcomes
-        .iter()
-        .filter(|o| {
-            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
-        })
-        .count();
-    if matched.len() != all_failed || matched.iter().any(Vec::is_empty) {
+    let matched = matched_by_failing(outcomes, ran, failed)?;
+    if matched.iter().any(Vec::is_empty) {
         return None;
     }
     let candidates: Vec<&'static str> = fire_reference::variants::CATALOGUE
@@ -498,13 +486,7 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
         .filter(|(_, f)| **f)
         .map(|(r, _)| r)
         .collect();
-    let all_failed = outcomes
-        .iter()
-        .filter(|o| {
-            o.question == Question::Values && matches!(o.status, Status::Failed | Status::XFailed)
-        })
-        .count();
-    if failing.is_empty() || failing.len() != all_failed {
+    if failing.is_empty() || failing.len() != failed_values(outcomes) {
         return Overall::Variants(vec![]);
     }
     let passes_under = |future: FutureKeys| {
