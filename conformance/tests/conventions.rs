@@ -89,7 +89,7 @@ impl Implementation for Convention {
     }
 }
 
-fn run(imp: &mut Convention, glob: &str) -> runner::Report {
+fn run(imp: &mut dyn Implementation, glob: &str) -> runner::Report {
     let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
     let opts = Options {
         run: vec![glob.into()],
@@ -327,14 +327,7 @@ impl Implementation for NanAbove {
 fn nan_gradients_under_negated_are_called_nan_not_a_detached_parameter() {
     let mut honest = Convention::honest(FutureKeys::Negated);
     honest.mask = f64::NAN;
-    let mut imp = NanAbove(honest);
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let opts = Options {
-        run: vec!["fire*".into()],
-        diagnose: true,
-        ..Options::default()
-    };
-    let r = runner::run(&suite, &mut imp, &opts).unwrap();
+    let r = run(&mut NanAbove(honest), "fire*");
     assert!(r.counts().1 > 0);
     assert!(
         matches!(&r.overall, Some(Overall::Gradients { nan: true, params }) if params.contains(&"c".to_owned())),
@@ -353,14 +346,11 @@ fn nan_gradients_under_negated_are_called_nan_not_a_detached_parameter() {
 fn the_run_level_line_repeats_the_negated_hint_for_future_only_variants() {
     use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
     use fire_conformance::overall::may_declare;
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let options = Options {
-        diagnose: true,
-        ..Options::default()
-    };
     let report = |mistake| {
-        let mut imp = Mutant::new(Some(mistake), Arithmetic::F64).unwrap();
-        runner::run(&suite, &mut imp, &options).unwrap()
+        run(
+            &mut Mutant::new(Some(mistake), Arithmetic::F64).unwrap(),
+            "*",
+        )
     };
     let mut clamped = report("future-distance-clamped");
     assert_eq!(may_declare(&clamped), Some(FutureKeys::Negated));
@@ -420,16 +410,11 @@ impl Implementation for TwoSided {
 #[test]
 fn two_mistakes_one_each_side_of_the_diagonal_are_both_named() {
     use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let options = Options {
-        diagnose: true,
-        ..Options::default()
-    };
     let mut imp = TwoSided {
         causal: Mutant::new(Some("threshold-as-min"), Arithmetic::F64).unwrap(),
         future: Mutant::new(Some("future-distance-clamped"), Arithmetic::F64).unwrap(),
     };
-    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    let report = run(&mut imp, "*");
     assert_eq!(
         report.overall,
         Some(Overall::Regions {
@@ -443,7 +428,9 @@ fn two_mistakes_one_each_side_of_the_diagonal_are_both_named() {
         "{text}"
     );
     // One mistake alone is still named alone.
-    let mut one = Mutant::new(Some("threshold-as-min"), Arithmetic::F64).unwrap();
-    let report = runner::run(&suite, &mut one, &options).unwrap();
+    let report = run(
+        &mut Mutant::new(Some("threshold-as-min"), Arithmetic::F64).unwrap(),
+        "*",
+    );
     assert_eq!(report.overall_variants(), vec!["threshold-as-min"]);
 }

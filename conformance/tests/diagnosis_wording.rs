@@ -148,16 +148,11 @@ impl Implementation for TwoMistakes {
 
 #[test]
 fn independent_mistakes_on_their_own_cases_are_named_together() {
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let options = Options {
-        diagnose: true,
-        ..Options::default()
-    };
     let mut imp = TwoMistakes {
         negative_c: Mutant::new(Some("no-abs-c-in-distance"), Arithmetic::F64).unwrap(),
         otherwise: Mutant::new(Some("eps-inside-psi"), Arithmetic::F64).unwrap(),
     };
-    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    let report = run(&mut imp, &[]);
     assert_eq!(
         report.overall,
         Some(runner::Overall::Several(vec![
@@ -169,7 +164,7 @@ fn independent_mistakes_on_their_own_cases_are_named_together() {
     );
     // One mistake alone is still named alone, never as a set.
     let mut one = Mutant::new(Some("eps-inside-psi"), Arithmetic::F64).unwrap();
-    let report = runner::run(&suite, &mut one, &options).unwrap();
+    let report = run(&mut one, &[]);
     assert_eq!(report.overall_variants(), vec!["eps-inside-psi"]);
 }
 
@@ -206,20 +201,15 @@ impl Implementation for RowShifted {
 
 #[test]
 fn a_bias_off_by_a_constant_per_query_row_is_said_to_leave_attention_unchanged() {
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let options = Options {
-        diagnose: true,
-        ..Options::default()
-    };
     let notes = |scale: bool| {
-        let report = runner::run(&suite, &mut RowShifted { scale }, &options).unwrap();
+        let report = run(&mut RowShifted { scale }, &[]);
         let id = "alibi/standard/standard-8-heads";
         let o = report.outcomes.iter().find(|o| o.id == id).unwrap();
         assert_eq!(o.status, runner::Status::Failed, "{id}");
         let finding = o.finding.as_ref().unwrap();
         describe(finding, o.profile.unwrap()).join("\n")
     };
-    let report = runner::run(&suite, &mut RowShifted { scale: false }, &options).unwrap();
+    let report = run(&mut RowShifted { scale: false }, &[]);
     assert_eq!(report.overall, Some(runner::Overall::RowShift));
     let shifted = notes(false);
     assert!(
@@ -256,15 +246,10 @@ impl Implementation for OnShortInputs {
 
 #[test]
 fn a_mistake_on_some_inputs_only_is_named_with_a_case_it_spared() {
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let options = Options {
-        diagnose: true,
-        ..Options::default()
-    };
     let mut imp = OnShortInputs {
         mistaken: Mutant::new(Some("threshold-ignored"), Arithmetic::F64).unwrap(),
     };
-    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    let report = run(&mut imp, &[]);
     let Some(runner::Overall::SomeInputs { variant, passed }) = &report.overall else {
         panic!("{:?}", report.overall);
     };
@@ -316,16 +301,11 @@ impl Implementation for ClampAndTanh {
 #[test]
 fn a_name_explaining_some_cases_only_loosely_says_so_and_no_declaration_is_advised() {
     use fire_conformance::overall::{loosely_explained, may_declare};
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let options = Options {
-        diagnose: true,
-        ..Options::default()
-    };
     let mut imp = ClampAndTanh {
         clamp: Mutant::new(Some("future-distance-clamped"), Arithmetic::F32).unwrap(),
         both: Mutant::new(Some("gelu-tanh"), Arithmetic::F32).unwrap(),
     };
-    let report = runner::run(&suite, &mut imp, &options).unwrap();
+    let report = run(&mut imp, &[]);
     let text = fire_conformance::report::text::render(&report, false);
     let loose = loosely_explained(&report);
     assert_eq!(
