@@ -12,19 +12,78 @@ use std::collections::BTreeMap;
 use crate::implementation::{Capabilities, Positions};
 use crate::runner::{Outcome, Question, Status};
 use crate::vectors::flags::Flag;
-use crate::vectors::format::{Case, Encoding};
+use crate::vectors::format::{Case, Encoding, Kind};
 use crate::vectors::load::Suite;
 
-/// What an implementation computes for a case, coarsely: its kind and its encoding (FIRE's
-/// whatever the architecture of f_θ).
-fn domain(case: &Case) -> String {
-    let encoding = match &case.encoding {
+/// A case's encoding, coarsely: FIRE's whatever the architecture of f_θ, each baseline by name.
+fn encoding(case: &Case) -> String {
+    match &case.encoding {
         Encoding::Fire(_) => "fire".into(),
         Encoding::FireShared(_) => "fire-s".into(),
         Encoding::FirePerLayer(_) => "fire per layer".into(),
         Encoding::Baseline(b) => b.name.clone(),
+    }
+}
+
+/// What an implementation computes for a case, coarsely: its kind and its [`encoding`].
+fn domain(case: &Case) -> String {
+    format!("{:?} {}", case.kind, encoding(case))
+}
+
+/// An encoding whose gradients the run did not check ([`unchecked_gradients`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unchecked {
+    /// The encoding ([`encoding`]'s name).
+    pub encoding: String,
+    /// How many of its gradient cases the implementation skipped.
+    pub cases: usize,
+    /// The first skip's reason.
+    pub reason: String,
+}
+
+/// [`crate::runner::Report::gradients_unchecked`]: `declined` holds the outcomes (indices into
+/// `outcomes`) of valid cases the implementation itself skipped, with its reasons; cases the
+/// harness skipped (a family the implementation does not list, a profile finer than its dtype)
+/// are not the implementation's answer and do not count.
+pub(crate) fn unchecked_gradients(
+    suite: &Suite,
+    outcomes: &[Outcome],
+    declined: &[(usize, String)],
+) -> Vec<Unchecked> {
+    let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();
+    let values: Vec<(&Outcome, &Case)> = outcomes
+        .iter()
+        .filter(|o| o.question == Question::Values)
+        .filter_map(|o| Some((o, *cases.get(o.id.as_str())?)))
+        .collect();
+    let graded = |e: &str, gradient: bool| {
+        values.iter().any(|(o, c)| {
+            o.status != Status::Skipped && encoding(c) == e && (c.kind == Kind::Vjp) == gradient
+        })
     };
-    format!("{:?} {encoding}", case.kind)
+    let mut unchecked: Vec<Unchecked> = Vec::new();
+    for (n, reason) in declined {
+        let Some((o, case)) = values.iter().find(|(o, _)| std::ptr::eq(*o, &outcomes[*n])) else {
+            continue;
+        };
+        let e = encoding(case);
+        if case.kind != Kind::Vjp
+            || o.status != Status::Skipped
+            || graded(&e, true)
+            || !graded(&e, false)
+        {
+            continue;
+        }
+        match unchecked.iter_mut().find(|u| u.encoding == e) {
+            Some(u) => u.cases += 1,
+            None => unchecked.push(Unchecked {
+                encoding: e,
+                cases: 1,
+                reason: reason.clone(),
+            }),
+        }
+    }
+    unchecked
 }
 
 /// [`crate::runner::Report::unchecked`].

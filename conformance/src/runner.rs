@@ -144,6 +144,11 @@ pub struct Report {
     /// picking out rows and columns: the module's own handling of such lists was not run.
     /// spec: [proto.hello], [proto.report]
     pub positions_from_square: usize,
+    /// Per encoding the run graded some value case of, where the implementation itself skipped
+    /// every gradient case (a torch module returning a NumPy array, a glue without autograd):
+    /// the encoding's name, how many, and the first reason. No gradient was checked there, so
+    /// parameters that get no gradient, or the wrong one, pass. spec: [proto.report]
+    pub gradients_unchecked: Vec<coverage::Unchecked>,
 }
 
 /// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
@@ -307,6 +312,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let mut errors: Vec<(usize, String)> = Vec::new();
     let mut future_unchecked = 0;
     let mut dtype_skips: Vec<(usize, bool, &Case)> = Vec::new();
+    let mut declined: Vec<(usize, String)> = Vec::new();
     for case in suite.cases() {
         if (!opts.run.is_empty() && !run.is_match(&case.id)) || skip.is_match(&case.id) {
             continue;
@@ -360,8 +366,12 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
                 diagnosable: diagnose::diagnosable(case),
             }),
             Reply::Errored(m) | Reply::Broken(m) => errors.push((outcomes.len(), m.clone())),
-            Reply::UnsupportedDtype(_) if case.result == Verdict::Valid => {
+            Reply::UnsupportedDtype(m) if case.result == Verdict::Valid => {
                 dtype_skips.push((outcomes.len(), xfail.is_match(&case.id), case));
+                declined.push((outcomes.len(), m.clone()));
+            }
+            Reply::Skipped(m) if case.result == Verdict::Valid => {
+                declined.push((outcomes.len(), m.clone()));
             }
             _ => {}
         }
@@ -392,6 +402,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let unchecked = coverage::unchecked_flags(suite, &outcomes);
     let answered: Vec<usize> = ran.iter().map(|r| r.outcome).collect();
     let positions_from_square = coverage::from_square(&caps, &outcomes, &answered);
+    let gradients_unchecked = coverage::unchecked_gradients(suite, &outcomes, &declined);
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -404,26 +415,36 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         unchecked,
         future_unchecked,
         positions_from_square,
+        gradients_unchecked,
     })
 }
 
 /// Which code path of an implementation a case exercises, for [`fail_inconsistent_dtype`]: the
-/// kind of encoding (the baselines by name) and the kind of case. A glue may compute one
-/// encoding, or its gradients, in fewer dtypes than another.
-fn path(case: &Case) -> (std::mem::Discriminant<Encoding>, Option<&str>, Kind) {
+/// kind of encoding (the baselines by name), and whether the case is one of attention. A bias
+/// and its gradient come from one module (the ready-made glues run its forward without and with
+/// autograd), so they share a path: a module whose inference path returns another dtype, or
+/// raises a dtype error, while its autograd path computes in the one asked has a bug there, and
+/// a skip per kind would grade it on its gradients alone. Attention may run through a kernel of
+/// its own, in fewer dtypes than the bias.
+fn path(case: &Case) -> (std::mem::Discriminant<Encoding>, Option<&str>, bool) {
     let baseline = match &case.encoding {
         Encoding::Baseline(b) => Some(b.name.as_str()),
         _ => None,
     };
-    (std::mem::discriminant(&case.encoding), baseline, case.kind)
+    (
+        std::mem::discriminant(&case.encoding),
+        baseline,
+        case.kind == Kind::Attention,
+    )
 }
 
 /// A skip for a dtype the implementation cannot compute in holds for a whole code path
-/// ([`path`]: an encoding and a kind of case) or not at all: where valid cases of the same path
-/// came back with outputs (`ran`), each valid case in `dtype_skips` (outcome index, listed in
-/// `--xfails`, the case) fails, since a module that computes in `dtype` on some inputs and
-/// raises a dtype error or returns another dtype on others has a bug on those inputs (a path
-/// taken only by long inputs, say). spec: [proto.reply]
+/// ([`path`]: an encoding, its bias and gradients, or its attention) or not at all: where valid
+/// cases of the same path came back with outputs (`ran`), each valid case in `dtype_skips`
+/// (outcome index, listed in `--xfails`, the case) fails, since a module that computes in
+/// `dtype` on some inputs and raises a dtype error or returns another dtype on others has a bug
+/// on those inputs (a path taken only by long inputs, or only without autograd, say).
+/// spec: [proto.reply]
 fn fail_inconsistent_dtype(
     outcomes: &mut [Outcome],
     dtype_skips: &[(usize, bool, &Case)],
@@ -431,8 +452,8 @@ fn fail_inconsistent_dtype(
     dtype: &str,
 ) {
     for &(n, listed, case) in dtype_skips {
-        let outputs = ran.iter().filter(|r| path(r.case) == path(case)).count();
-        if outputs == 0 {
+        let answered: Vec<&Ran> = ran.iter().filter(|r| path(r.case) == path(case)).collect();
+        if answered.is_empty() {
             continue;
         }
         let o = &mut outcomes[n];
@@ -441,8 +462,24 @@ fn fail_inconsistent_dtype(
         } else {
             Status::Failed
         };
+        let outputs = answered.len();
+        let mut others: Vec<&str> = answered
+            .iter()
+            .filter(|r| r.case.kind != case.kind)
+            .map(|r| r.case.kind.name())
+            .collect();
+        others.sort_unstable();
+        others.dedup();
+        let kinds = if others.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", its {} cases among them (one module that computes in {dtype} with autograd and not without, or the other way round)",
+                others.join(" and ")
+            )
+        };
         o.details.push(format!(
-            "failed: the implementation computed {outputs} other valid case(s) of this encoding and kind in {dtype}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
+            "failed: the implementation computed {outputs} other valid case(s) of this encoding in {dtype}{kinds}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
         ));
     }
 }

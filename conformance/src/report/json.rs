@@ -108,6 +108,11 @@ pub fn render(r: &Report) -> Value {
         "unchecked_flags": r.unchecked,
         "future_keys_unchecked": r.future_unchecked,
         "positions_from_square": r.positions_from_square,
+        "gradients_unchecked": r.gradients_unchecked.iter().map(|u| serde_json::json!({
+            "encoding": u.encoding,
+            "cases": u.cases,
+            "reason": u.reason,
+        })).collect::<Vec<_>>(),
         "adapter_broken": broken,
         "cases": cases,
     })

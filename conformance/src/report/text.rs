@@ -201,6 +201,13 @@ pub fn render(r: &Report, verbose: bool) -> String {
             r.future_unchecked
         );
     }
+    for u in &r.gradients_unchecked {
+        let _ = writeln!(
+            out,
+            "not checked: the gradients of {}: the implementation skipped every one of its {} gradient case(s) ({}), so parameters that get no gradient, or the wrong one, pass this run [proto.report]",
+            u.encoding, u.cases, u.reason
+        );
+    }
     if r.positions_from_square > 0 {
         let _ = writeln!(
             out,

@@ -11,6 +11,9 @@ exact verdict on each.
     prints                the independent NumPy FIRE, printing to standard output in build
     fire-f32-only         the independent NumPy implementation, whose FIRE kernel is f32 only:
                           the baselines in f64, FIRE skipped as a dtype it cannot compute in
+    bias-path-dtype       the independent NumPy FIRE whose gradients compute, but whose bias (an
+                          inference path of its own) says it cannot compute in the dtype
+    gradients-skipped     the independent NumPy FIRE, every gradient case skipped (no autograd)
 """
 
 import math
@@ -96,6 +99,18 @@ def fire_f32_only(case):
     return numpy_fire.build(case)
 
 
+def bias_path_dtype(case):
+    if case.encoding["type"].startswith("fire") and case.kind == "bias":
+        raise fire_kit.UnsupportedDtype("the inference path returns float64")
+    return numpy_fire.build(case)
+
+
+def gradients_skipped(case):
+    if case.kind == "vjp":
+        raise fire_kit.Skip("no autograd here")
+    return numpy_fire.build(case)
+
+
 GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
     "future-negated": (future_negated, {"future_keys": "negated",
@@ -105,6 +120,8 @@ GLUES = {
     "t5-binary64": (t5_binary64, {}),
     "prints": (prints, {"families": ["fire", "edge", "invalid"]}),
     "fire-f32-only": (fire_f32_only, {}),
+    "bias-path-dtype": (bias_path_dtype, {}),
+    "gradients-skipped": (gradients_skipped, {}),
 }
 
 if __name__ == "__main__":
