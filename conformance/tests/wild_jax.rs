@@ -24,7 +24,7 @@ fn the_catalogued_mlp_mistakes_written_in_jax_are_graded_and_named() {
     ] {
         let (code, r) = run(&jax_fake(class), &JAX_BIAS);
         assert_eq!(code, 1, "{class}: {r:#}");
-        assert_eq!(count(&r, "values", "failed"), 4, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "failed"), 6, "{class}: {r:#}");
         assert_eq!(overall(&r), [variant], "{class}: {r:#}");
     }
 }

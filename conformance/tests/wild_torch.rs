@@ -148,6 +148,17 @@ fn a_torch_module_returning_numpy_has_its_bias_graded_and_its_gradients_skipped(
         r.to_string().contains("autograd cannot differentiate"),
         "{r:#}"
     );
+    // And the report says no gradient was checked.
+    let unchecked = r["gradients_unchecked"].as_array().unwrap();
+    assert_eq!(unchecked.len(), 1, "{r:#}");
+    assert_eq!(unchecked[0]["encoding"], "fire", "{r:#}");
+    assert!(
+        unchecked[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("autograd cannot differentiate"),
+        "{r:#}"
+    );
 }
 
 #[test]

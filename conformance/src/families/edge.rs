@@ -348,6 +348,21 @@ fn depth_two() -> crate::error::Result<(String, VectorFile)> {
         .clauses(&["fire.ablation.depth"])
         .flags(&flags(&[Flag::LargePositions, Flag::NonContiguous])),
         Draft::bias(
+            "large-parameters",
+            "two hidden layers, c = 7.5, m = 2.5 (L = 20 above every query) and first-layer pre-activations up to ~50: nothing clipped",
+            with(&|f| {
+                f.c = 7.5;
+                f.l_multiplier = 2.5;
+                f.mlp.layers[0].weight.iter_mut().for_each(|w| *w *= 20.0);
+                f.mlp.layers[0].bias.iter_mut().for_each(|b| *b *= 20.0);
+            }),
+            range(16),
+            range(16),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.params", "fire.activation", "fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::LargePreactivations, Flag::FutureKeys])),
+        Draft::bias(
             "tiny-c",
             "two hidden layers, c = 1e-3: ψ(L) ≈ 1e-2, so where ε goes shows in f64",
             with(&|f| f.c = 1e-3),

@@ -106,6 +106,46 @@ pub fn fire() -> crate::error::Result<Vec<(String, VectorFile)>> {
         ])
         .profile("bf16"),
     );
+    // Far outside the other cases' ranges, where a clamp "for stability" shows: hidden
+    // pre-activations up to ±200 (a ReLU capped at 30 or 100), and c = 7.5 with m = 2.5 (c
+    // clipped to [−2, 2], or m to [0.5, 2]: L = 20 against 16 for every query below it).
+    let mut wide = random_fire(4, 8, 1, 105, Activation::Relu);
+    wide.mlp.layers[0]
+        .weight
+        .iter_mut()
+        .for_each(|w| *w *= 100.0);
+    wide.mlp.layers[0].bias.iter_mut().for_each(|b| *b *= 40.0);
+    random.push(
+        Draft::bias(
+            "huge-preactivations-square-16",
+            "random θ with hidden pre-activations up to ±200: f_θ's ReLU is not capped anywhere",
+            fire_enc(&wide),
+            range(16),
+            range(16),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.params", "fire.activation", "variants.catalogue"])
+        .flags(&[
+            Flag::RandomParams,
+            Flag::LargePreactivations,
+            Flag::FutureKeys,
+        ]),
+    );
+    let mut large = random_fire(4, 8, 1, 106, Activation::Relu);
+    large.c = 7.5;
+    large.l_multiplier = 2.5;
+    random.push(
+        Draft::bias(
+            "large-c-and-multiplier-square-16",
+            "random θ, c = 7.5 and m = 2.5 (L = 20 above every query): neither is clipped",
+            fire_enc(&large),
+            range(16),
+            range(16),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.params", "variants.catalogue"])
+        .flags(&[Flag::RandomParams, Flag::FutureKeys]),
+    );
     let mut depth = Vec::new();
     for (dep, flag) in [(0usize, Flag::Depth0), (2, Flag::Depth2)] {
         let f = random_fire(4, 8, dep, 200 + dep as u64, Activation::Relu);
