@@ -207,3 +207,42 @@ fn a_torch_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
     }
     fails_the_gradient_cases_on_init_l(&torch_fake("TrainableInitL", "f32"), &[]);
 }
+
+/// At the spec's defaults the glue builds the module on its own defaults ([fire.defaults]): a
+/// multiplier starting at 0.5, or c, L_init and ε of other values, fail the default-init cases
+/// (at f32 and f64, where c made in float32 and cast is still the default); a constructor that
+/// requires them passes, having no defaults of its own.
+#[test]
+fn a_torch_module_whose_defaults_are_not_the_specs_fails_the_default_cases() {
+    if !torch() {
+        return;
+    }
+    for class in ["MultiplierStartsAtHalf", "OtherDefaults"] {
+        let (code, r) = run(&torch_fake(class, "f32"), &["--fail-on", "values"]);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        let failed: Vec<&str> = r["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["status"] == "failed")
+            .map(|c| c["id"].as_str().unwrap())
+            .filter(|id| !id.starts_with("invalid/"))
+            .collect();
+        assert!(
+            failed.contains(&"fire/default-init/square-8"),
+            "{class}: {failed:?}"
+        );
+        assert!(
+            failed.iter().all(|id| id.contains("default")),
+            "{class}: {failed:?}"
+        );
+    }
+    for (class, dtype) in [("FIRE", "f64"), ("RequiredArguments", "f32")] {
+        let (code, r) = run(&torch_fake(class, dtype), &["--fail-on", "values"]);
+        assert_eq!(code, 0, "{class} {dtype}: {r:#}");
+        assert!(
+            passed_with(&r, "fire/default-init/").len() >= 3,
+            "{class} {dtype}: {r:#}"
+        );
+    }
+}

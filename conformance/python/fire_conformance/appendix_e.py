@@ -179,6 +179,9 @@ class Glue:
         # (T != H): tried first from then on.
         self.layout = None
 
+    def torch_class(self):
+        return torch is not None and isinstance(self.cls, type) and issubclass(self.cls, torch.nn.Module)
+
     def params(self, enc):
         # Any depth for a torch module, whose own layers say which cases it can take
         # (`module`); a NumPy module says nothing of its depth, so it gets Appendix E's only.
@@ -188,13 +191,26 @@ class Glue:
     def module(self, case):
         enc = case.encoding
         heads, width, ours = self.params(enc)
-        m = construct(self.cls, heads, width, enc, self.kwargs)
+        # At the spec's defaults a torch module is built on its own: c, L_init and ε from its
+        # constructor's defaults, c and the multiplier as it initialises them, so that a
+        # module whose defaults are not [fire.defaults]' (a multiplier starting at 0.5, ε of
+        # 1e-3) fails those cases rather than having them overwritten with the right values.
+        own = at_defaults(enc) and self.torch_class() and construct_own(self.cls, heads, width, self.kwargs)
+        m = own or construct(self.cls, heads, width, enc, self.kwargs)
         if torch is not None and isinstance(m, torch.nn.Module):
             # The whole module in the dtype asked, bf16 included: a bf16 module computes and
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = m.to(dt)
+            initial = {k: v.clone() for k, v in m.state_dict().items()} if own else {}
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
+            if own:
+                # The MLP as the case has it (its initialisation is random), the scalars as
+                # the module made them where they are not the default: one made in float32 and
+                # cast (c = 0.1 is not exact there) takes the case's exact value.
+                wrong = {n: initial[n] for n, k in names.items()
+                         if k in SCALARS and not same_in_f32(initial[n], ours[k])}
+                m.load_state_dict(wrong, strict=False)
             m.eval()
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
@@ -320,6 +336,34 @@ class Glue:
 
 # What each layout of x is, for the error that names them all.
 X_SHAPES = {"x": "[1, H, T, 1]", "hidden": "[1, T, 1]", "scores": "[1, H, T, T]"}
+
+
+# [fire.defaults]: c, L_init, the multiplier m and ε at initialisation.
+DEFAULTS = {"c": 0.1, "l_init": 512.0, "l_multiplier": 1.0, "eps": 1e-6}
+# The scalars a module initialises itself (`load_torch`'s names for them).
+SCALARS = ("c", "init_L", "L_multiplier")
+
+
+def at_defaults(enc):
+    """Whether a case's FIRE is at the spec's initial values ([fire.defaults])."""
+    return all(enc.get(k) == v for k, v in DEFAULTS.items())
+
+
+def same_in_f32(theirs, ours):
+    """Whether a module's initial scalar is the case's value rounded to float32."""
+    a = theirs.detach().to(torch.float32).cpu().numpy().reshape(-1)
+    b = np.asarray(ours, dtype=np.float32).reshape(-1)
+    return a.shape == b.shape and bool(np.all(a == b))
+
+
+def construct_own(cls, heads, width, kwargs):
+    """The module built with its own defaults for c, L_init and ε (``num_heads``, ``mlp_width``
+    and ``--kwargs`` only); None when its constructor has none (it requires them), in which case
+    there are no defaults of its own to check."""
+    try:
+        return cls(num_heads=heads, mlp_width=width, **kwargs)
+    except TypeError:
+        return None
 
 
 def construct(cls, heads, width, enc, kwargs):

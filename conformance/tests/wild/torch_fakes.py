@@ -40,6 +40,28 @@ class EpsTwice(FIRE):
         return torch.log(torch.abs(self.c * rel_distance) + 1) + self.eps
 
 
+class MultiplierStartsAtHalf(FIRE):
+    """The multiplier initialised to 0.5: the default threshold is 256, not [fire.defaults]' 512."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.L_multiplier = nn.Parameter(torch.tensor(0.5))
+
+
+class OtherDefaults(FIRE):
+    """Constructor defaults not the spec's: c = 1, L_init = 2048, ε = 1e-3."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=1.0, init_L=2048.0, eps=1e-3):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+
+
+class RequiredArguments(FIRE):
+    """Correct, with no defaults of its own: the caller passes c, L_init and ε."""
+
+    def __init__(self, num_heads, mlp_width, init_c, init_L, eps):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+
+
 class HiddenStates(FIRE):
     """Correct; the length read from ``x.size(1)``, ``x`` being a block's hidden states
     ``[batch, seq, dim]``, as the GPT-style copies of Appendix E take it."""
