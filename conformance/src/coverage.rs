@@ -30,10 +30,12 @@ fn domain(case: &Case) -> String {
     format!("{:?} {}", case.kind, encoding(case))
 }
 
-/// An encoding whose gradients the run did not check ([`unchecked_gradients`]).
+/// An encoding whose gradients the run did not check
+/// ([`crate::runner::Report::gradients_unchecked`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unchecked {
-    /// The encoding ([`encoding`]'s name).
+    /// The encoding: `fire` (whatever the architecture of f_θ), `fire-s`, `fire per layer`, or
+    /// a baseline's name.
     pub encoding: String,
     /// How many of its gradient cases the implementation skipped.
     pub cases: usize,
