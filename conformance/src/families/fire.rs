@@ -82,55 +82,47 @@ pub fn fire() -> crate::error::Result<Vec<(String, VectorFile)>> {
         );
     }
     // The hidden layer scaled so that its pre-activations w·x + b reach ±20 on x ∈ [0, 1]: the
-    // other cases stay within ±3.2, where ReLU6 or a hardtanh-like clip equals ReLU.
-    let mut steep = random_fire(4, 8, 1, 104, Activation::Relu);
-    steep.mlp.layers[0]
-        .weight
-        .iter_mut()
-        .for_each(|w| *w *= 10.0);
-    steep.mlp.layers[0].bias.iter_mut().for_each(|b| *b *= 4.0);
-    random.push(
-        Draft::bias(
+    // other cases stay within ±3.2, where ReLU6 or a hardtanh-like clip equals ReLU; and far
+    // outside every other case's range, ±200, where a clamp "for stability" (a ReLU capped at 30
+    // or 100) shows.
+    for (id, what, seed, weight, bias, profile) in [
+        (
             "large-preactivations-square-16",
             "random θ with hidden pre-activations up to ±20: f_θ's ReLU is not clipped",
-            fire_enc(&steep),
-            range(16),
-            range(16),
-        )
-        .clauses(CORE)
-        .clauses(&["fire.params", "fire.activation", "variants.catalogue"])
-        .flags(&[
-            Flag::RandomParams,
-            Flag::LargePreactivations,
-            Flag::FutureKeys,
-        ])
-        .profile("bf16"),
-    );
-    // Far outside the other cases' ranges, where a clamp "for stability" shows: hidden
-    // pre-activations up to ±200 (a ReLU capped at 30 or 100), and c = 7.5 with m = 2.5 (c
-    // clipped to [−2, 2], or m to [0.5, 2]: L = 20 against 16 for every query below it).
-    let mut wide = random_fire(4, 8, 1, 105, Activation::Relu);
-    wide.mlp.layers[0]
-        .weight
-        .iter_mut()
-        .for_each(|w| *w *= 100.0);
-    wide.mlp.layers[0].bias.iter_mut().for_each(|b| *b *= 40.0);
-    random.push(
-        Draft::bias(
+            104,
+            10.0,
+            4.0,
+            "bf16",
+        ),
+        (
             "huge-preactivations-square-16",
             "random θ with hidden pre-activations up to ±200: f_θ's ReLU is not capped anywhere",
-            fire_enc(&wide),
-            range(16),
-            range(16),
-        )
-        .clauses(CORE)
-        .clauses(&["fire.params", "fire.activation", "variants.catalogue"])
-        .flags(&[
-            Flag::RandomParams,
-            Flag::LargePreactivations,
-            Flag::FutureKeys,
-        ]),
-    );
+            105,
+            100.0,
+            40.0,
+            "f32",
+        ),
+    ] {
+        let mut steep = random_fire(4, 8, 1, seed, Activation::Relu);
+        steep.mlp.layers[0]
+            .weight
+            .iter_mut()
+            .for_each(|w| *w *= weight);
+        steep.mlp.layers[0].bias.iter_mut().for_each(|b| *b *= bias);
+        random.push(
+            Draft::bias(id, what, fire_enc(&steep), range(16), range(16))
+                .clauses(CORE)
+                .clauses(&["fire.params", "fire.activation", "variants.catalogue"])
+                .flags(&[
+                    Flag::RandomParams,
+                    Flag::LargePreactivations,
+                    Flag::FutureKeys,
+                ])
+                .profile(profile),
+        );
+    }
+    // c = 7.5 with m = 2.5, outside the other cases' ranges: c clipped to [−2, 2], or m to
+    // [0.5, 2] (L = 20 against 16 for every query below it), shows.
     let mut large = random_fire(4, 8, 1, 106, Activation::Relu);
     large.c = 7.5;
     large.l_multiplier = 2.5;
