@@ -16,7 +16,7 @@ use crate::vectors::format::{Case, Encoding, Kind};
 use crate::vectors::load::Suite;
 
 /// A case's encoding, coarsely: FIRE's whatever the architecture of f_θ, each baseline by name.
-fn encoding(case: &Case) -> String {
+pub(crate) fn encoding_name(case: &Case) -> String {
     match &case.encoding {
         Encoding::Fire(_) => "fire".into(),
         Encoding::FireShared(_) => "fire-s".into(),
@@ -27,49 +27,52 @@ fn encoding(case: &Case) -> String {
 
 /// What an implementation computes for a case, coarsely: its kind and its [`encoding`].
 fn domain(case: &Case) -> String {
-    format!("{:?} {}", case.kind, encoding(case))
+    format!("{:?} {}", case.kind, encoding_name(case))
 }
 
-/// An encoding whose gradients the run did not check
-/// ([`crate::runner::Report::gradients_unchecked`]).
+/// An encoding one kind of whose cases the run did not check
+/// ([`crate::runner::Report::gradients_unchecked`], [`crate::runner::Report::bias_unchecked`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unchecked {
     /// The encoding: `fire` (whatever the architecture of f_θ), `fire-s`, `fire per layer`, or
     /// a baseline's name.
     pub encoding: String,
-    /// How many of its gradient cases the implementation skipped.
+    /// How many of its cases of that kind the implementation skipped.
     pub cases: usize,
     /// The first skip's reason.
     pub reason: String,
 }
 
-/// [`crate::runner::Report::gradients_unchecked`]: `declined` holds the outcomes (indices into
-/// `outcomes`) of valid cases the implementation itself skipped, with its reasons; cases the
-/// harness skipped (a family the implementation does not list, a profile finer than its dtype)
-/// are not the implementation's answer and do not count.
-pub(crate) fn unchecked_gradients(
+/// The encodings whose every value case of `kind` the implementation itself skipped while it
+/// answered some other value case of the encoding ([`crate::runner::Report::gradients_unchecked`],
+/// [`crate::runner::Report::bias_unchecked`]): `declined` holds the outcomes (indices into
+/// `outcomes`) of valid cases the implementation skipped, with its reasons; cases the harness
+/// skipped (a family the implementation does not list, a profile finer than its dtype) are not
+/// the implementation's answer and do not count.
+pub(crate) fn unchecked_kind(
     suite: &Suite,
     outcomes: &[Outcome],
     declined: &[(usize, String)],
+    kind: Kind,
 ) -> Vec<Unchecked> {
     let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();
-    let values: Vec<(&Outcome, &Case)> = outcomes
-        .iter()
-        .filter(|o| o.question == Question::Values)
-        .filter_map(|o| Some((o, *cases.get(o.id.as_str())?)))
-        .collect();
-    let graded = |e: &str, gradient: bool| {
-        values.iter().any(|(o, c)| {
-            o.status != Status::Skipped && encoding(c) == e && (c.kind == Kind::Vjp) == gradient
+    let case_of = |o: &Outcome| cases.get(o.id.as_str()).copied();
+    let graded = |e: &str, of_kind: bool| {
+        outcomes.iter().any(|o| {
+            o.question == Question::Values
+                && o.status != Status::Skipped
+                && case_of(o).is_some_and(|c| encoding_name(c) == e && (c.kind == kind) == of_kind)
         })
     };
     let mut unchecked: Vec<Unchecked> = Vec::new();
     for (n, reason) in declined {
-        let Some((o, case)) = values.iter().find(|(o, _)| std::ptr::eq(*o, &outcomes[*n])) else {
+        let o = &outcomes[*n];
+        let Some(case) = case_of(o) else {
             continue;
         };
-        let e = encoding(case);
-        if case.kind != Kind::Vjp
+        let e = encoding_name(case);
+        if o.question != Question::Values
+            || case.kind != kind
             || o.status != Status::Skipped
             || graded(&e, true)
             || !graded(&e, false)

@@ -149,6 +149,11 @@ pub struct Report {
     /// the encoding's name, how many, and the first reason. No gradient was checked there, so
     /// parameters that get no gradient, or the wrong one, pass. spec: [proto.report]
     pub gradients_unchecked: Vec<coverage::Unchecked>,
+    /// Per encoding whose gradient cases the run graded, where the implementation itself
+    /// skipped every bias case (an inference path that cannot compute in the dtype its autograd
+    /// path does, or returns another): the bias, what the encoding is, was never graded, so the
+    /// run does not pass ([`exit::NOTHING_RAN`]). spec: [proto.report]
+    pub bias_unchecked: Vec<coverage::Unchecked>,
 }
 
 /// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
@@ -221,7 +226,7 @@ impl Report {
             exit::ADAPTER_BROKEN
         } else if self.failed() {
             exit::FAILED
-        } else if self.nothing_ran() {
+        } else if self.nothing_ran() || !self.bias_unchecked.is_empty() {
             exit::NOTHING_RAN
         } else {
             exit::PASSED
@@ -241,7 +246,8 @@ pub mod exit {
     /// Every valid case that ran errored or broke: the adapter, not the maths, is at fault.
     pub const ADAPTER_BROKEN: u8 = 3;
     /// Nothing was graded: no case matched the selection, or every selected case was skipped
-    /// (pytest's "no tests ran").
+    /// (pytest's "no tests ran"); or an encoding's gradients were graded and none of its bias
+    /// cases ([`super::Report::bias_unchecked`]).
     pub const NOTHING_RAN: u8 = 5;
 }
 
@@ -402,7 +408,11 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let unchecked = coverage::unchecked_flags(suite, &outcomes);
     let answered: Vec<usize> = ran.iter().map(|r| r.outcome).collect();
     let positions_from_square = coverage::from_square(&caps, &outcomes, &answered);
-    let gradients_unchecked = coverage::unchecked_gradients(suite, &outcomes, &declined);
+    let gradients_unchecked = coverage::unchecked_kind(suite, &outcomes, &declined, Kind::Vjp);
+    let bias_unchecked = coverage::unchecked_kind(suite, &outcomes, &declined, Kind::Bias)
+        .into_iter()
+        .filter(|u| gradients_graded(suite, &outcomes, &u.encoding))
+        .collect();
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -416,35 +426,27 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         future_unchecked,
         positions_from_square,
         gradients_unchecked,
+        bias_unchecked,
     })
 }
 
 /// Which code path of an implementation a case exercises, for [`fail_inconsistent_dtype`]: the
-/// kind of encoding (the baselines by name), and whether the case is one of attention. A bias
-/// and its gradient come from one module (the ready-made glues run its forward without and with
-/// autograd), so they share a path: a module whose inference path returns another dtype, or
-/// raises a dtype error, while its autograd path computes in the one asked has a bug there, and
-/// a skip per kind would grade it on its gradients alone. Attention may run through a kernel of
-/// its own, in fewer dtypes than the bias.
-fn path(case: &Case) -> (std::mem::Discriminant<Encoding>, Option<&str>, bool) {
+/// kind of encoding (the baselines by name) and the kind of case. A glue may compute one
+/// encoding, or its gradients, in fewer dtypes than another.
+fn path(case: &Case) -> (std::mem::Discriminant<Encoding>, Option<&str>, Kind) {
     let baseline = match &case.encoding {
         Encoding::Baseline(b) => Some(b.name.as_str()),
         _ => None,
     };
-    (
-        std::mem::discriminant(&case.encoding),
-        baseline,
-        case.kind == Kind::Attention,
-    )
+    (std::mem::discriminant(&case.encoding), baseline, case.kind)
 }
 
 /// A skip for a dtype the implementation cannot compute in holds for a whole code path
-/// ([`path`]: an encoding, its bias and gradients, or its attention) or not at all: where valid
-/// cases of the same path came back with outputs (`ran`), each valid case in `dtype_skips`
-/// (outcome index, listed in `--xfails`, the case) fails, since a module that computes in
-/// `dtype` on some inputs and raises a dtype error or returns another dtype on others has a bug
-/// on those inputs (a path taken only by long inputs, or only without autograd, say).
-/// spec: [proto.reply]
+/// ([`path`]: an encoding and a kind of case) or not at all: where valid cases of the same path
+/// came back with outputs (`ran`), each valid case in `dtype_skips` (outcome index, listed in
+/// `--xfails`, the case) fails, since a module that computes in `dtype` on some inputs and
+/// raises a dtype error or returns another dtype on others has a bug on those inputs (a path
+/// taken only by long inputs, say). spec: [proto.reply]
 fn fail_inconsistent_dtype(
     outcomes: &mut [Outcome],
     dtype_skips: &[(usize, bool, &Case)],
@@ -452,8 +454,8 @@ fn fail_inconsistent_dtype(
     dtype: &str,
 ) {
     for &(n, listed, case) in dtype_skips {
-        let answered: Vec<&Ran> = ran.iter().filter(|r| path(r.case) == path(case)).collect();
-        if answered.is_empty() {
+        let outputs = ran.iter().filter(|r| path(r.case) == path(case)).count();
+        if outputs == 0 {
             continue;
         }
         let o = &mut outcomes[n];
@@ -462,26 +464,22 @@ fn fail_inconsistent_dtype(
         } else {
             Status::Failed
         };
-        let outputs = answered.len();
-        let mut others: Vec<&str> = answered
-            .iter()
-            .filter(|r| r.case.kind != case.kind)
-            .map(|r| r.case.kind.name())
-            .collect();
-        others.sort_unstable();
-        others.dedup();
-        let kinds = if others.is_empty() {
-            String::new()
-        } else {
-            format!(
-                ", its {} cases among them (one module that computes in {dtype} with autograd and not without, or the other way round)",
-                others.join(" and ")
-            )
-        };
         o.details.push(format!(
-            "failed: the implementation computed {outputs} other valid case(s) of this encoding in {dtype}{kinds}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
+            "failed: the implementation computed {outputs} other valid case(s) of this encoding and kind in {dtype}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
         ));
     }
+}
+
+/// Whether some gradient case of `encoding` ([`coverage`]'s name for it) was graded.
+fn gradients_graded(suite: &Suite, outcomes: &[Outcome], encoding: &str) -> bool {
+    let cases: std::collections::BTreeMap<&str, &Case> =
+        suite.cases().map(|c| (c.id.as_str(), c)).collect();
+    outcomes.iter().any(|o| {
+        o.status != Status::Skipped
+            && cases
+                .get(o.id.as_str())
+                .is_some_and(|c| c.kind == Kind::Vjp && coverage::encoding_name(c) == encoding)
+    })
 }
 
 /// Where a case passed only through its acceptable alternative, names the tolerated variant the

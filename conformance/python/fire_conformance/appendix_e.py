@@ -358,11 +358,12 @@ def same_in_f32(theirs, ours):
 
 def construct_own(cls, heads, width, kwargs):
     """The module built with its own defaults for c, L_init and ε (``num_heads``, ``mlp_width``
-    and ``--kwargs`` only); None when its constructor has none (it requires them), in which case
-    there are no defaults of its own to check."""
+    and ``--kwargs`` only); None when that fails whatever the error (a constructor that requires
+    them: a TypeError, a ``kwargs["init_c"]`` KeyError, an assert on a None default), in which
+    case it has no defaults of its own to check and is built from the case's values."""
     try:
         return cls(num_heads=heads, mlp_width=width, **kwargs)
-    except TypeError:
+    except Exception:
         return None
 
 

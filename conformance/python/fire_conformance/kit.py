@@ -30,9 +30,8 @@ class Skip(Exception):
 class UnsupportedDtype(Skip):
     """Raise from build(case) when the module cannot compute in the requested dtype (it raised a
     dtype error, or returned another dtype). The harness holds such a skip to the whole of an
-    encoding (its bias and gradient cases together, its attention cases apart): if other cases of
-    it come back with outputs, this case fails, since a dtype that changes with the input is a bug
-    on that input. Gradients a glue cannot compute in a dtype are a plain Skip."""
+    encoding and kind of case: if other cases of the same encoding and kind come back with
+    outputs, this case fails, since a dtype that changes with the input is a bug on that input."""
 
 
 def _decode(v):

@@ -108,12 +108,22 @@ pub fn render(r: &Report) -> Value {
         "unchecked_flags": r.unchecked,
         "future_keys_unchecked": r.future_unchecked,
         "positions_from_square": r.positions_from_square,
-        "gradients_unchecked": r.gradients_unchecked.iter().map(|u| serde_json::json!({
-            "encoding": u.encoding,
-            "cases": u.cases,
-            "reason": u.reason,
-        })).collect::<Vec<_>>(),
+        "gradients_unchecked": unchecked(&r.gradients_unchecked),
+        "bias_unchecked": unchecked(&r.bias_unchecked),
         "adapter_broken": broken,
         "cases": cases,
     })
+}
+
+/// `{"encoding", "cases", "reason"}` per encoding a kind of whose cases went unchecked.
+fn unchecked(list: &[crate::coverage::Unchecked]) -> Vec<serde_json::Value> {
+    list.iter()
+        .map(|u| {
+            serde_json::json!({
+                "encoding": u.encoding,
+                "cases": u.cases,
+                "reason": u.reason,
+            })
+        })
+        .collect()
 }

@@ -201,6 +201,13 @@ pub fn render(r: &Report, verbose: bool) -> String {
             r.future_unchecked
         );
     }
+    for u in &r.bias_unchecked {
+        let _ = writeln!(
+            out,
+            "not graded: the bias of {}: the implementation skipped every one of its {} bias case(s) ({}) while it computed its gradients in {}, so the run does not pass (exit 5): rerun with the --dtype its bias computes in, or, if the module is meant to compute in {} throughout, its path without autograd has a bug [proto.report]",
+            u.encoding, u.cases, u.reason, r.dtype, r.dtype
+        );
+    }
     for u in &r.gradients_unchecked {
         let _ = writeln!(
             out,
