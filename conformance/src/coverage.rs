@@ -25,7 +25,7 @@ pub(crate) fn encoding_name(case: &Case) -> String {
     }
 }
 
-/// What an implementation computes for a case, coarsely: its kind and its [`encoding`].
+/// What an implementation computes for a case, coarsely: its kind and its [`encoding_name`].
 fn domain(case: &Case) -> String {
     format!("{:?} {}", case.kind, encoding_name(case))
 }
@@ -41,6 +41,19 @@ pub struct Unchecked {
     pub cases: usize,
     /// The first skip's reason.
     pub reason: String,
+}
+
+/// Whether some value case of `kind` of the encoding named `encoding` ([`encoding_name`]) was
+/// graded.
+pub(crate) fn graded(suite: &Suite, outcomes: &[Outcome], encoding: &str, kind: Kind) -> bool {
+    let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();
+    outcomes.iter().any(|o| {
+        o.question == Question::Values
+            && o.status != Status::Skipped
+            && cases
+                .get(o.id.as_str())
+                .is_some_and(|c| c.kind == kind && encoding_name(c) == encoding)
+    })
 }
 
 /// The encodings whose every value case of `kind` the implementation itself skipped while it

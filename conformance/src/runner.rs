@@ -411,7 +411,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let gradients_unchecked = coverage::unchecked_kind(suite, &outcomes, &declined, Kind::Vjp);
     let bias_unchecked = coverage::unchecked_kind(suite, &outcomes, &declined, Kind::Bias)
         .into_iter()
-        .filter(|u| gradients_graded(suite, &outcomes, &u.encoding))
+        .filter(|u| coverage::graded(suite, &outcomes, &u.encoding, Kind::Vjp))
         .collect();
     Ok(Report {
         capabilities: caps,
@@ -468,18 +468,6 @@ fn fail_inconsistent_dtype(
             "failed: the implementation computed {outputs} other valid case(s) of this encoding and kind in {dtype}, so a dtype it cannot compute in here is a bug on this input (a code path that only some inputs take), not an unsupported dtype [proto.reply]"
         ));
     }
-}
-
-/// Whether some gradient case of `encoding` ([`coverage`]'s name for it) was graded.
-fn gradients_graded(suite: &Suite, outcomes: &[Outcome], encoding: &str) -> bool {
-    let cases: std::collections::BTreeMap<&str, &Case> =
-        suite.cases().map(|c| (c.id.as_str(), c)).collect();
-    outcomes.iter().any(|o| {
-        o.status != Status::Skipped
-            && cases
-                .get(o.id.as_str())
-                .is_some_and(|c| c.kind == Kind::Vjp && coverage::encoding_name(c) == encoding)
-    })
 }
 
 /// Where a case passed only through its acceptable alternative, names the tolerated variant the
