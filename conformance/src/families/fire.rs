@@ -306,30 +306,30 @@ fn epsilon() -> crate::error::Result<(String, VectorFile)> {
     )
 }
 
+/// FIRE-S over `layers` layers (one random module of `heads` heads, seed `shared`) and
+/// per-layer FIRE (a random module per layer, seeds `per_layer`, `per_layer + 1`, …).
+fn shared_and_per_layer(
+    heads: usize,
+    layers: usize,
+    shared: u64,
+    per_layer: u64,
+) -> (Encoding, Encoding) {
+    let module = fp(&random_fire(heads, 8, 1, shared, Activation::Relu));
+    let modules = (0..layers as u64)
+        .map(|l| fp(&random_fire(heads, 8, 1, per_layer + l, Activation::Relu)))
+        .collect();
+    (
+        Encoding::FireShared(SharedParams { module, layers }),
+        Encoding::FirePerLayer(PerLayerParams { modules }),
+    )
+}
+
 /// `fire-s/`.
 pub fn fire_s() -> crate::error::Result<Vec<(String, VectorFile)>> {
-    let f = random_fire(3, 8, 1, 401, Activation::Relu);
-    let shared = Encoding::FireShared(SharedParams {
-        module: fp(&f),
-        layers: 3,
-    });
-    let modules = (0..3)
-        .map(|l| fp(&random_fire(3, 8, 1, 410 + l, Activation::Relu)))
-        .collect();
-    let per_layer = Encoding::FirePerLayer(PerLayerParams { modules });
+    let (shared, per_layer) = shared_and_per_layer(3, 3, 401, 410);
     // Two layers of four heads: with H ≠ layers, output stacked on the wrong axis
     // ([H, layers, Q, K]) comes back with the wrong shape, where three of three reshape silently.
-    let g = random_fire(4, 8, 1, 420, Activation::Relu);
-    let shared_2x4 = Encoding::FireShared(SharedParams {
-        module: fp(&g),
-        layers: 2,
-    });
-    let modules_2x4 = (0..2)
-        .map(|l| fp(&random_fire(4, 8, 1, 430 + l, Activation::Relu)))
-        .collect();
-    let per_layer_2x4 = Encoding::FirePerLayer(PerLayerParams {
-        modules: modules_2x4,
-    });
+    let (shared_2x4, per_layer_2x4) = shared_and_per_layer(4, 2, 420, 430);
     let shared_case = |name: &str, desc: &str, enc: Encoding| {
         Draft::bias(name, desc, enc, range(10), range(10))
             .clauses(&["fire.shared", "fire.bias", "conv.layout"])
