@@ -20,6 +20,7 @@
 //! [fire.shared], [conv.future]
 
 mod plan;
+mod thresholds;
 
 use fire_vocabulary::{Activation, Position, Threshold, Transform};
 
