@@ -7,6 +7,7 @@ pub mod edge;
 pub mod fire;
 pub mod grad;
 pub mod invalid;
+pub mod theorem;
 
 use crate::vectors::format::VectorFile;
 
@@ -21,6 +22,7 @@ pub fn all() -> crate::error::Result<Vec<(String, VectorFile)>> {
     files.extend(attention::attention()?);
     files.extend(invalid::invalid()?);
     files.extend(baselines::all()?);
+    files.push(theorem::theorem()?);
     files.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(files)
 }
