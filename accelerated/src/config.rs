@@ -338,7 +338,14 @@ impl ModelConfig {
         if self.vocab_size == 0 || self.d_model == 0 || self.n_layers == 0 || self.d_ff == 0 {
             return bad("vocab_size, d_model, n_layers and d_ff must be positive".into());
         }
-        if self.n_heads == 0 || !self.d_model.is_multiple_of(self.n_heads) {
+        if self.n_heads == 0 {
+            return bad(
+                "the number of heads must be at least 1: set by --heads, or `n_heads` \
+                 in the model config"
+                    .into(),
+            );
+        }
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return bad(format!(
                 "the number of heads ({}) must divide the model width ({}): set by --heads and \
                  --d-model, or `n_heads` and `d_model` in the model config",

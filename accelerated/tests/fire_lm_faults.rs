@@ -219,6 +219,11 @@ fn divergence_and_bad_settings_are_said_in_flags() {
         ),
         "{err}"
     );
+    let err = refused(&fire_lm(d, &["train", "--run", "other", "--heads", "0"]));
+    assert!(
+        err.contains("the number of heads must be at least 1: set by --heads"),
+        "{err}"
+    );
     // A model flag next to --config would be ignored (the file defines the model): refused.
     std::fs::write(d.join("model.yaml"), "encoding:\n  kind: nope\n").unwrap();
     for flag in [
