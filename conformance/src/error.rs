@@ -21,12 +21,13 @@ pub enum Error {
     #[error(transparent)]
     Reference(#[from] fire_reference::Error),
     /// A file or folder could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file or folder.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// The OS error (not a `source`: the message already says it, and a chained source
+        /// would print it twice).
+        error: std::io::Error,
     },
     /// The generator's own consistency check refused a drafted case: an invalid draft the
     /// reference accepts, a valid one it rejects, a T5 distance with more than two candidate
@@ -63,7 +64,7 @@ impl Error {
     /// An [`Error::Io`] for `path`.
     pub fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| Self::Io { path, source }
+        move |error| Self::Io { path, error }
     }
 }
 

@@ -158,6 +158,27 @@ fn results_files_without_a_hello_take_the_dtype_and_stray_ids_are_reported() {
     );
 }
 
+/// A folder that holds no suite: exit 2, the file and the OS error said once (a library error
+/// that names its cause, chained as well, had printed it twice).
+#[test]
+fn a_folder_without_a_suite_is_a_usage_error_said_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(BIN)
+        .args(["run", "--vectors"])
+        .arg(tmp.path())
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let manifest = tmp.path().join("MANIFEST.yaml");
+    assert!(
+        err.contains(&format!("cannot read {}: ", manifest.display())),
+        "{err}"
+    );
+    assert_eq!(err.matches("os error").count(), 1, "{err}");
+}
+
 #[test]
 fn copy_exports_a_verifiable_suite_with_a_loader() {
     let tmp = tempfile::tempdir().unwrap();

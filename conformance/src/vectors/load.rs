@@ -15,12 +15,13 @@ use crate::compare;
 #[derive(Debug, Error)]
 pub enum LoadError {
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// The OS error (not a `source`: the message already says it, and a chained source
+        /// would print it twice).
+        error: std::io::Error,
     },
     /// A file is not valid YAML of the expected shape (bad syntax, unknown field or flag).
     #[error("{path}: {message}")]
@@ -320,7 +321,7 @@ pub struct Dir<'a>(pub &'a Path);
 impl Files for Dir<'_> {
     fn read(&self, rel: &str) -> Result<Vec<u8>, LoadError> {
         let path = self.0.join(rel);
-        std::fs::read(&path).map_err(|source| LoadError::Io { path, source })
+        std::fs::read(&path).map_err(|error| LoadError::Io { path, error })
     }
 
     fn list(&self) -> Result<Vec<String>, LoadError> {
@@ -336,9 +337,9 @@ impl Files for Dir<'_> {
 /// not exist (a suite not generated yet).
 pub fn yaml_files(dir: &Path) -> Result<Vec<String>, LoadError> {
     fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), LoadError> {
-        let io = |source| LoadError::Io {
+        let io = |error| LoadError::Io {
             path: dir.to_path_buf(),
-            source,
+            error,
         };
         if !dir.exists() {
             return Ok(());
@@ -378,7 +379,7 @@ impl Files for InMemory<'_> {
             .map(|(_, b)| b.to_vec())
             .ok_or_else(|| LoadError::Io {
                 path: PathBuf::from(rel),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "not in the suite"),
+                error: std::io::Error::new(std::io::ErrorKind::NotFound, "not in the suite"),
             })
     }
 
