@@ -8,6 +8,8 @@
 
 mod common;
 
+use std::process::Command;
+
 use common::*;
 
 #[test]
@@ -245,4 +247,34 @@ fn a_torch_module_whose_defaults_are_not_the_specs_fails_the_default_cases() {
             "{class} {dtype}: {r:#}"
         );
     }
+}
+
+/// `--kwargs` with an initial value the glue also passes: it stands in for the constructor's
+/// default in the [fire.defaults] cases and gives way to the case's value elsewhere (it had
+/// been a duplicate keyword on every other case, with advice to use --kwargs); the shape
+/// arguments are the case's, refused before any case.
+#[test]
+fn kwargs_initial_values_replace_the_constructors_defaults_and_the_shape_is_refused() {
+    if !torch() {
+        return;
+    }
+    let spec = r#" --kwargs '{"init_c": 0.1, "init_L": 512.0, "eps": 1e-6}'"#;
+    let (code, r) = run(
+        &(torch_fake("OtherDefaults", "f32") + spec),
+        &["--fail-on", "values"],
+    );
+    assert_eq!(code, 0, "{r:#}");
+    assert!(passed_with(&r, "fire/default-init/").len() >= 3, "{r:#}");
+    assert!(passed_with(&r, "fire/random-params/").len() >= 3, "{r:#}");
+    let out = Command::new(env!("CARGO_BIN_EXE_fire-conformance"))
+        .args(["run", "--impl"])
+        .arg(torch_fake("FIRE", "f32") + r#" --kwargs '{"num_heads": 4}'"#)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--kwargs: num_heads come(s) from each case"),
+        "{err}"
+    );
 }

@@ -48,7 +48,9 @@ Options (after the module spec):
     --future-keys X     mirrored (Appendix E, default), zero, masked (-inf or any value <= -1e3,
                         e.g. finfo.min) or negated (nothing checked above the diagonal)
     --max-len N         the largest T x T square to evaluate (default 4096); larger cases skip
-    --kwargs JSON       extra constructor keyword arguments
+    --kwargs JSON       extra constructor keyword arguments; init_c, init_L or eps there
+                        replace the constructor's default in the [fire.defaults] cases
+                        (the case's value is passed everywhere else)
 
 With torch installed the module is a torch ``nn.Module`` (put in ``.eval()`` mode) and gradients
 (``fire-grad/``) come from autograd; without torch, a NumPy module with the same interface
@@ -356,11 +358,36 @@ def same_in_f32(theirs, ours):
     return a.shape == b.shape and bool(np.all(a == b))
 
 
+# The constructor arguments the glue passes from each case: the shape, always; the initial
+# values, from the case except where it checks the module's own ([fire.defaults]).
+SHAPE_ARGS = ("num_heads", "mlp_width")
+INITIAL_ARGS = ("init_c", "init_L", "eps")
+
+
+def parse_kwargs(text):
+    """``--kwargs JSON``: a JSON object of extra constructor arguments. The shape is the case's
+    (refused here, before any case, rather than on every one as a duplicate argument); an
+    initial value (``init_c``, ``init_L``, ``eps``) stands in for the constructor's own default
+    in the cases at [fire.defaults] and gives way to the case's value elsewhere."""
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--kwargs: not JSON ({e}): give an object, e.g. '{{\"dropout\": 0.0}}'")
+    if not isinstance(kwargs, dict):
+        raise SystemExit(f"--kwargs: expected a JSON object of constructor arguments, got {text}")
+    fixed = sorted(k for k in kwargs if k in SHAPE_ARGS)
+    if fixed:
+        raise SystemExit(f"--kwargs: {', '.join(fixed)} come(s) from each case (the number of heads "
+                         "and the MLP width of its FIRE); leave them out")
+    return kwargs
+
+
 def construct_own(cls, heads, width, kwargs):
     """The module built with its own defaults for c, L_init and ε (``num_heads``, ``mlp_width``
-    and ``--kwargs`` only); None when that fails whatever the error (a constructor that requires
-    them: a TypeError, a ``kwargs["init_c"]`` KeyError, an assert on a None default), in which
-    case it has no defaults of its own to check and is built from the case's values."""
+    and ``--kwargs`` only, whose initial values stand in for the constructor's defaults); None
+    when that fails whatever the error (a constructor that requires them: a TypeError, a
+    ``kwargs["init_c"]`` KeyError, an assert on a None default), in which case it has no
+    defaults of its own to check and is built from the case's values."""
     try:
         return cls(num_heads=heads, mlp_width=width, **kwargs)
     except Exception:
@@ -372,9 +399,11 @@ def construct(cls, heads, width, enc, kwargs):
     ``init_L``, ``eps``) plus ``--kwargs``. A constructor whose signature is not Appendix E's
     fails the same way on every case; the error says how to reach it rather than leave a bare
     TypeError to every reply."""
+    # The case's initial values over any --kwargs gave (`parse_kwargs`).
+    args = {**kwargs, "num_heads": heads, "mlp_width": width, "init_c": enc["c"],
+            "init_L": enc["l_init"], "eps": enc["eps"]}
     try:
-        return cls(num_heads=heads, mlp_width=width, init_c=enc["c"], init_L=enc["l_init"],
-                   eps=enc["eps"], **kwargs)
+        return cls(**args)
     except TypeError as e:
         if "unexpected keyword" in str(e):
             how = ("its constructor names its arguments otherwise, which --kwargs cannot rename: "
@@ -485,7 +514,7 @@ def main(argv=None):
         from fire_conformance import jax_glue
 
         return jax_glue.serve(cls, a)
-    glue = Glue(cls, mapping, a.dtype, a.max_len, json.loads(a.kwargs), a.call)
+    glue = Glue(cls, mapping, a.dtype, a.max_len, parse_kwargs(a.kwargs), a.call)
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}",
                    positions=positions(a.call or class_call_style(cls)),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],

@@ -31,7 +31,6 @@ Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future
 """
 
 import inspect
-import json
 import re
 import sys
 import types
@@ -295,7 +294,7 @@ class JaxGlue:
 def serve(cls, a):
     """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``."""
     mapping = appendix_e.parse_map(a.map)
-    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, json.loads(a.kwargs), a.call)
+    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, appendix_e.parse_kwargs(a.kwargs), a.call)
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",
                    positions=appendix_e.positions(a.call or appendix_e.class_call_style(cls)),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
