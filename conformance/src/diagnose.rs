@@ -19,6 +19,7 @@ use crate::compare::{excess_ratio, Profile};
 use crate::conventions::{adjust, as_declared, future_keys, MASK_CEILING};
 use crate::implementation::{Capabilities, FutureKeys};
 use crate::implementations::reference::evaluate_placed;
+use crate::initial::{self, OtherInitial};
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
 use crate::vectors::params;
@@ -112,6 +113,18 @@ pub struct Finding {
     /// query row (softmax-invariant), the reference itself not matching there; `None` where the
     /// case cannot tell (no row with two causal keys, or a variant matched).
     pub row_shift: Option<bool>,
+    /// On a case at [fire.defaults]: an initial value other than the spec's with which the
+    /// reference reproduces the output ([`crate::initial`]).
+    pub other_initial: Option<OtherInitial>,
+    /// When nothing else explains an f64 case: `f32` where the output is the reference's
+    /// within f32 tolerance — a step computed in float32 though float64 is returned, or a
+    /// mistake no larger than float32 rounding. The statements on subsets are not made then:
+    /// at that size they describe the rounding, not a mistake ("agrees below L" on one query).
+    pub precision: Option<&'static str>,
+    /// Whether the catalogue was consulted: some variant applies to the case, or it is a bias
+    /// case (a gradient case diagnosed only for [`Self::other_initial`] or [`Self::precision`]
+    /// has no "no catalogued variant" to say).
+    pub catalogued: bool,
 }
 
 /// True when the variant can change what `case` expects: its deviation targets the case's
@@ -280,6 +293,7 @@ pub fn diagnose(
         return finding;
     };
     let future = future_keys(case, caps);
+    finding.catalogued = !predicted.is_empty() || case.kind == Kind::Bias;
     let predicted: Vec<(&'static Variant, &BTreeMap<String, Tensor>)> = predicted
         .iter()
         .filter_map(|(v, p)| p.as_ref().map(|p| (*v, p)))
@@ -303,7 +317,15 @@ pub fn diagnose(
             }
         }
     }
-    if finding.variants.is_empty() && finding.closest.is_none() {
+    finding.other_initial = initial::other_initial(case, got, profile, caps, future);
+    if finding.other_initial.is_some() {
+        // An exact explanation: a variant merely nearest is no longer worth a line.
+        finding.closest = None;
+    } else if finding.variants.is_empty() && finding.closest.is_none() {
+        finding.precision = lower_precision(case, got, profile, caps);
+    }
+    let explained = finding.other_initial.is_some() || finding.precision.is_some();
+    if finding.variants.is_empty() && finding.closest.is_none() && !explained {
         for s in subsets(case) {
             let reference = agrees(case, expected, got, profile, future, Some(s));
             if reference {
@@ -328,7 +350,7 @@ pub fn diagnose(
             first
         });
     }
-    if finding.variants.is_empty() {
+    if finding.variants.is_empty() && !explained {
         // The causal triangle, or the whole output where every key is causal (a KV-cache row).
         let causal = expected
             .get("bias")
@@ -353,7 +375,7 @@ pub fn diagnose(
             case.clauses.first().map_or("attn.logits", String::as_str)
         ));
     }
-    if finding.variants.is_empty() && case.flags.contains(&Flag::TinyC) {
+    if finding.variants.is_empty() && !explained && case.flags.contains(&Flag::TinyC) {
         finding.notes.push(
             "small-c cases make ε visible and are chosen so that both log1p(|c|·x) and Appendix E's log(1 + |c|·x) stay within f64; a failure no variant explains points at how ψ or ε is computed [num.profiles]".into(),
         );
@@ -380,6 +402,20 @@ pub fn diagnose(
         });
     }
     finding
+}
+
+/// `f32` when an f64 case's output would pass graded at f32 (its conventions and acceptable
+/// alternatives as the grading has them): what [`Finding::precision`] records.
+/// spec: [num.profiles]
+fn lower_precision(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+) -> Option<&'static str> {
+    let f32 = crate::compare::profile("f32")?;
+    let passes = crate::grade::differing_outputs(case, got, f32, caps).is_empty();
+    (profile.name == "f64" && passes).then_some(f32.name)
 }
 
 /// `expected` plus, on each (layer's) head's query row, the mean of what `got` adds to it over the row's
@@ -441,8 +477,25 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
             "diagnosis: closest to variant `{}`, {d:.0}× the {} tolerance away (no variant matches within it; the reference and every other variant are ≥ 5× further) ({}; violates [{}]); in code: `{}`",
             v.name, profile.name, v.summary, v.violates, v.looks_like
         ));
-    } else if f.variants.is_empty() {
+    } else if f.catalogued
+        && f.variants.is_empty()
+        && f.other_initial.is_none()
+        && f.precision.is_none()
+    {
         lines.push("diagnosis: no catalogued variant matches the whole output".into());
+    }
+    if let Some(o) = f.other_initial {
+        lines.push(format!(
+            "diagnosis: matches the reference with {o}: the module starts {} elsewhere than the spec's initial value — its constructor's default, or what it makes of the value it is given (the ready-made glues build a module on its own defaults on the cases at [fire.defaults] and load the case's values into its parameters on every other case, so only these cases show it; `--kwargs` names a value for the constructor){}",
+            o.name,
+            if f.variants.is_empty() { "" } else { "; the variant(s) above compute the same on this case's positions" }
+        ));
+    }
+    if let Some(p) = f.precision {
+        lines.push(format!(
+            "diagnosis: agrees with the reference within {p} tolerance, not within {}'s: a difference of {p} rounding's size — typically a step computed in {p} (a distance, ψ or the normaliser cast) though the output is in a wider dtype, or a mistake that small; `--dtype {p}` grades it at the precision it computes in [num.profiles]",
+            profile.name
+        ));
     }
     for s in &f.agrees_on {
         lines.push(format!(

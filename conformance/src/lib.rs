@@ -16,6 +16,7 @@ pub mod generate;
 pub mod grade;
 pub mod implementation;
 pub mod implementations;
+pub mod initial;
 pub mod overall;
 pub mod protocol;
 pub mod report;

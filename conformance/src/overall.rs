@@ -56,6 +56,13 @@ pub enum Overall {
         /// A case that passed although the variant changes it.
         passed: String,
     },
+    /// Every failing case is at [fire.defaults]' initial values and is the reference's with
+    /// one of them changed: the module starts those (the distinct ones, in the order first
+    /// met) elsewhere than the spec. spec: [fire.defaults]
+    OtherInitial(Vec<crate::initial::OtherInitial>),
+    /// Every failing case is an f64 case that agrees with the reference within this looser
+    /// profile's tolerance: a step computed at lower precision. spec: [num.profiles]
+    Precision(&'static str),
     /// Every failing case is, on its causal triangle, the expected bias plus a constant per
     /// query row: attention is unchanged, the bias values are not (Press et al.'s ALiBi `r·j`).
     /// spec: [alibi.bias], [attn.logits]
@@ -154,7 +161,14 @@ pub(crate) fn diagnose_run(
     for ((r, p), &failing) in ran.iter().zip(&predicted).zip(&failed) {
         // A bias case no variant applies to still gets what the diagnosis can say without
         // one (where it agrees with the reference, a constant per query row).
-        if failing && (r.diagnosable || r.case.kind == Kind::Bias) {
+        // A gradient case at the defaults still gets whether another initial value explains
+        // it ([`crate::initial`]), and one at f64 whether it holds at f32's tolerance.
+        if failing
+            && (r.diagnosable
+                || r.case.kind == Kind::Bias
+                || crate::initial::at_defaults(r.case)
+                || r.profile.name == "f64")
+        {
             let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
             explained.extend(f.variants.iter().map(|v| v.name));
             explained.extend(f.closest.map(|(v, _)| v.name));
@@ -232,7 +246,14 @@ pub(crate) fn diagnose_run(
         let passing_agree = |name: &str| passing_disagree(name).is_none();
         return Some(match unexplained(outcomes, ran, &failed, caps) {
             Overall::Variants(none) if none.is_empty() => {
-                if let Some((causal, future)) = two_regions(outcomes, ran, &failed) {
+                if let Some(values) = other_initial(outcomes, ran, &failed) {
+                    Overall::OtherInitial(values)
+                } else if let Some(p) = failing_findings(outcomes, ran, &failed)
+                    .and_then(|f| f.iter().map(|f| f.precision).collect::<Option<Vec<_>>>())
+                    .and_then(|p| p.first().copied())
+                {
+                    Overall::Precision(p)
+                } else if let Some((causal, future)) = two_regions(outcomes, ran, &failed) {
                     Overall::Regions { causal, future }
                 } else if let Some(names) = several(outcomes, ran, &failed, passing_agree) {
                     Overall::Several(names)
@@ -309,6 +330,34 @@ fn failing_findings<'a>(
         .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
         .collect();
     (!findings.is_empty() && findings.len() == failed_values(outcomes)).then_some(findings)
+}
+
+/// The other initial values that explain every failing case, the distinct ones in the order
+/// first met, when each failing case has one ([`crate::initial`]).
+fn other_initial(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<Vec<crate::initial::OtherInitial>> {
+    let mut values: Vec<crate::initial::OtherInitial> = Vec::new();
+    for f in failing_findings(outcomes, ran, failed)? {
+        let o = f.other_initial?;
+        if !values.contains(&o) {
+            values.push(o);
+        }
+    }
+    // A threshold the bias cases show is said by the factor a gradient case names.
+    let named = |l: f64| {
+        values
+            .iter()
+            .any(|o| o.name != crate::initial::THRESHOLD && o.threshold() == Some(l))
+    };
+    let kept = values
+        .iter()
+        .filter(|o| o.name != crate::initial::THRESHOLD || !o.threshold().is_some_and(named))
+        .copied()
+        .collect();
+    Some(kept)
 }
 
 /// Per failing case, the variants it matches whole ([`failing_findings`]).

@@ -321,3 +321,116 @@ fn a_name_explaining_some_cases_only_loosely_says_so_and_no_declaration_is_advis
     assert!(text.contains("not within tolerance"), "{text}");
     assert_eq!(may_declare(&report), None, "{text}");
 }
+
+/// The reference, with L_init 256 wherever a case is at [fire.defaults]' initial values (a
+/// constructor's default of 256, kept on the cases that build the module on its own defaults).
+struct OwnInitialL;
+
+impl Implementation for OwnInitialL {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Reference.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let mut r = r.clone();
+        let module = match &mut r.encoding {
+            Encoding::Fire(p) => Some(p),
+            Encoding::FireShared(s) => Some(&mut s.module),
+            _ => None,
+        };
+        if let Some(p) = module {
+            if (p.c, p.l_init, p.l_multiplier, p.eps) == (0.1, 512.0, 1.0, 1e-6) {
+                p.l_init = 256.0;
+            }
+        }
+        Reference.run(&r)
+    }
+}
+
+/// An own default of L_init = 256 fails only the cases at the defaults, and is named as that
+/// on each (bias and gradients alike) and for the run — not as `threshold-ignored`, which the
+/// same output matches where every query is past 256 (audit 11). spec: [fire.defaults]
+#[test]
+fn another_initial_value_is_named_on_the_cases_at_the_defaults() {
+    let report = run(&mut OwnInitialL, &[]);
+    let failed: Vec<&str> = report
+        .outcomes
+        .iter()
+        .filter(|o| o.status == runner::Status::Failed)
+        .map(|o| o.id.as_str())
+        .collect();
+    // A bias shows the threshold m·L_init only; a gradient tells the factors apart.
+    let threshold = "matches the reference with the threshold L = |m·L_init| = 256 ([fire.defaults]: 512: an initial L_init of 256 or L_multiplier of 0.5)";
+    for (id, said) in [
+        ("fire/default-init/square-8", threshold),
+        ("edge/positions/threshold-boundary-default", threshold),
+        (
+            "fire-grad/vjp/default-init-square-6",
+            "matches the reference with L_init = 256 ([fire.defaults]: 512)",
+        ),
+    ] {
+        assert!(failed.contains(&id), "{id}: {failed:?}");
+        let lines = lines(&report, id).join("\n");
+        assert!(lines.contains(said), "{id}: {lines}");
+        assert!(!lines.contains("no catalogued variant"), "{id}: {lines}");
+    }
+    let Some(runner::Overall::OtherInitial(values)) = &report.overall else {
+        panic!("{:?}", report.overall);
+    };
+    assert_eq!(values.len(), 1);
+    assert_eq!((values[0].name, values[0].value), ("L_init", 256.0));
+    let text = fire_conformance::report::text::render(&report, false);
+    assert!(
+        text.contains("overall: every failing case is at the spec's initial values and is the reference's with L_init = 256"),
+        "{text}"
+    );
+}
+
+/// The reference rounded to float32 and returned as float64: at f64 every case whose output
+/// float32 cannot hold fails, each said to agree within f32 tolerance, and the run says where
+/// to look; no statement on subsets of the output ("agrees below L") is made from rounding.
+struct RoundedToF32;
+
+impl Implementation for RoundedToF32 {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Reference.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        match Reference.run(r) {
+            Reply::Output(mut outs) => {
+                for t in outs.values_mut() {
+                    t.data.iter_mut().for_each(|x| *x = f64::from(*x as f32));
+                }
+                Reply::Output(outs)
+            }
+            other => other,
+        }
+    }
+}
+
+#[test]
+fn float32_arithmetic_returned_as_float64_is_said_to_agree_at_f32() {
+    let report = run(&mut RoundedToF32, &[]);
+    assert_eq!(report.dtype, "f64");
+    let failed: Vec<&str> = report
+        .outcomes
+        .iter()
+        .filter(|o| o.status == runner::Status::Failed && !o.id.starts_with("invalid/"))
+        .map(|o| o.id.as_str())
+        .collect();
+    assert!(failed.len() > 20, "{failed:?}");
+    for id in failed {
+        let said = lines(&report, id).join("\n");
+        assert!(
+            said.contains("agrees with the reference within f32 tolerance, not within f64's"),
+            "{id}: {said}"
+        );
+        assert!(
+            !said.contains("agrees with the reference on"),
+            "{id}: {said}"
+        );
+        assert!(!said.contains("no catalogued variant"), "{id}: {said}");
+    }
+    assert_eq!(report.overall, Some(runner::Overall::Precision("f32")));
+}

@@ -127,6 +127,17 @@ pub fn edge() -> crate::error::Result<Vec<(String, VectorFile)>> {
         .clauses(CORE)
         .clauses(&["conv.future"])
         .flags(&[Flag::RandomPositions, Flag::NonContiguous, Flag::FutureKeys]),
+        Draft::bias(
+            "sliding-window",
+            "queries 60..=63 against the window of keys 40..=63 (a KV cache past its oldest keys): the normaliser is the query's, whatever the farthest key",
+            fire_enc(&r),
+            (60..64).collect(),
+            (40..64).collect(),
+        )
+        .clauses(CORE)
+        .clauses(&["conv.future"])
+        .flags(&[Flag::SlidingWindow, Flag::FutureKeys])
+        .profile("bf16"),
     ];
     let mut tiny = r.clone();
     tiny.c = 1e-3;
@@ -314,6 +325,17 @@ fn depth_two() -> crate::error::Result<(String, VectorFile)> {
         .clauses(CORE)
         .clauses(&["fire.ablation.depth"])
         .flags(&flags(&[Flag::KvCache]))
+        .profile("bf16"),
+        Draft::bias(
+            "sliding-window",
+            "two hidden layers, queries 60..=63 against the window of keys 40..=63",
+            with(&|_| {}),
+            (60..64).collect(),
+            (40..64).collect(),
+        )
+        .clauses(CORE)
+        .clauses(&["fire.ablation.depth", "conv.future"])
+        .flags(&flags(&[Flag::SlidingWindow, Flag::FutureKeys]))
         .profile("bf16"),
         Draft::bias(
             "non-contiguous",

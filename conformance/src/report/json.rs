@@ -46,6 +46,8 @@ pub fn render(r: &Report) -> Value {
                 "partial": finding.map(|f| f.partial.iter().map(|(v, s)| json!({"variant": v.name, "on": s.to_string()})).collect::<Vec<_>>()),
                 "agrees_with_reference_on": finding.map(|f| f.agrees_on.iter().map(ToString::to_string).collect::<Vec<_>>()),
                 "notes": finding.map(|f| f.notes.clone()),
+                "other_initial": finding.and_then(|f| f.other_initial).map(|o| json!({"name": o.name, "value": o.value, "spec": o.spec})),
+                "precision": finding.and_then(|f| f.precision),
                 "seconds": o.duration.as_secs_f64(),
             })
         })
@@ -63,7 +65,9 @@ pub fn render(r: &Report) -> Value {
             | Overall::Gradients { .. }
             | Overall::Several(_)
             | Overall::SomeInputs { .. }
-            | Overall::RowShift,
+            | Overall::RowShift
+            | Overall::OtherInitial(_)
+            | Overall::Precision(_),
         ) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
@@ -88,6 +92,14 @@ pub fn render(r: &Report) -> Value {
         "overall_variants": overall,
         "overall_convention": convention,
         "overall_row_shift": matches!(r.overall, Some(Overall::RowShift)),
+        "overall_other_initial": match &r.overall {
+            Some(Overall::OtherInitial(values)) => json!(values.iter().map(|o| json!({"name": o.name, "value": o.value, "spec": o.spec})).collect::<Vec<_>>()),
+            _ => Value::Null,
+        },
+        "overall_precision": match &r.overall {
+            Some(Overall::Precision(p)) => json!(p),
+            _ => Value::Null,
+        },
         "overall_some_inputs": match &r.overall {
             Some(Overall::SomeInputs { variant, passed }) => json!({"variant": variant, "passed": passed}),
             _ => Value::Null,

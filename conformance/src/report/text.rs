@@ -135,6 +135,24 @@ pub fn render(r: &Report, verbose: bool) -> String {
                     .join(" and ")
             );
         }
+        Some(Overall::OtherInitial(values)) => {
+            let said = values
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                out,
+                "overall: every failing case is at the spec's initial values and is the reference's with {said}: the module starts with other initial values than [fire.defaults] (its constructor's defaults, or what it makes of the values it is given), and every case that sets them passes"
+            );
+        }
+        Some(Overall::Precision(p)) => {
+            let _ = writeln!(
+                out,
+                "overall: every failing case agrees with the reference within {p} tolerance but not at {}: the module computes some of FIRE in {p} (a distance, ψ or the normaliser cast) though it returns {}, or its mistakes are no larger than {p} rounding; `--dtype {p}` grades it at the precision it computes in; computing every step in {} passes it here [num.profiles]",
+                r.dtype, r.dtype, r.dtype
+            );
+        }
         Some(Overall::RowShift) => {
             let _ = writeln!(
                 out,

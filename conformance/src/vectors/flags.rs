@@ -57,6 +57,7 @@ flags! {
     NonContiguous = "non-contiguous": "Position lists with gaps (not 0..n).",
     Unsorted = "unsorted": "Position lists out of order or with repeats.",
     KvCache = "kv-cache": "One query row against all earlier keys, as in a decoding step.",
+    SlidingWindow = "sliding-window": "Queries against a window of keys that does not start at position 0, as a KV cache past its oldest keys holds: a normaliser taken from the farthest key shows.",
     RandomPositions = "random-positions": "Sorted random positions, as in randomised-position training.",
     Gradient = "gradient": "The expected output is a vector-Jacobian product over the parameters.",
     OneHotCotangent = "one-hot-cotangent": "The cotangent selects a single bias element: one Jacobian row.",

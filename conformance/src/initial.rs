@@ -1,0 +1,191 @@
+//! The cases at the spec's initial values ([fire.defaults]): whether a failing output is the
+//! reference's with one of them changed.
+//!
+//! A module built on its own defaults (as the ready-made glues build one on these cases) whose
+//! constructor starts c, L_init, the multiplier or ε elsewhere than the spec computes exactly
+//! that, and on some inputs it also matches a catalogued variant by coincidence: with L_init
+//! = 256, every query at or past 256 is normalised by ψ(i) alone, which is what
+//! `threshold-ignored` computes, and a report naming only that variant sends the user after a
+//! missing `max(·, L)` that is there. The values tried are the ones modules are written with
+//! (powers of two for L_init, decades for c and ε, halves and doubles for the multiplier); the
+//! degenerate ones (L_init or the multiplier 0, ε 0) are left to the catalogue's variants that
+//! name them (`threshold-ignored`, `eps-missing`). spec: [fire.defaults], [variants.catalogue]
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use fire_reference::fire::init;
+
+use crate::compare::Profile;
+use crate::conventions::causal_cotangent;
+use crate::diagnose::agrees;
+use crate::implementation::{Capabilities, FutureKeys};
+use crate::implementations::reference::evaluate_placed;
+use crate::vectors::format::{Case, Encoding, FireParams, Kind, Tensor};
+
+/// An initial value other than the spec's that reproduces an output.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OtherInitial {
+    /// The scalar, as the paper names it (`c`, `L_init`, `L_multiplier`, `ε`).
+    pub name: &'static str,
+    /// The value that reproduces the output.
+    pub value: f64,
+    /// [fire.defaults]' value.
+    pub spec: f64,
+}
+
+impl OtherInitial {
+    /// The threshold L = |m·L_init| it implies, where it concerns L.
+    pub fn threshold(&self) -> Option<f64> {
+        match self.name {
+            THRESHOLD | "L_init" => Some(self.value * init::L_MULTIPLIER),
+            "L_multiplier" => Some(self.value * init::L_INIT),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for OtherInitial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.name == THRESHOLD {
+            // Only the product shows in a bias: either factor may be the one.
+            return write!(
+                f,
+                "the threshold L = |m·L_init| = {} ([fire.defaults]: {}: an initial L_init of {} or L_multiplier of {})",
+                self.value,
+                self.spec,
+                self.value / init::L_MULTIPLIER,
+                self.value / init::L_INIT
+            );
+        }
+        write!(
+            f,
+            "{} = {} ([fire.defaults]: {})",
+            self.name, self.value, self.spec
+        )
+    }
+}
+
+/// [`OtherInitial::name`] of the threshold L itself: a bias depends on the multiplier and
+/// L_init only through their product, a gradient tells them apart.
+pub const THRESHOLD: &str = "L";
+
+/// A scalar of [fire.defaults], its value there, the other values tried for it, and for which
+/// kinds of case: `Some(true)` gradient cases only, `Some(false)` the others only.
+struct Scalar {
+    name: &'static str,
+    spec: f64,
+    tried: &'static [f64],
+    set: fn(&mut FireParams, f64),
+    gradients: Option<bool>,
+}
+
+/// Thresholds tried: powers of two around 512 (as L, as L_init, and as multipliers of 512).
+const THRESHOLDS: &[f64] = &[
+    256.0, 1024.0, 2048.0, 128.0, 4096.0, 64.0, 8192.0, 32.0, 16.0,
+];
+
+const SCALARS: &[Scalar] = &[
+    Scalar {
+        name: THRESHOLD,
+        spec: init::L_INIT * init::L_MULTIPLIER,
+        tried: THRESHOLDS,
+        set: |p, v| p.l_init = v / init::L_MULTIPLIER,
+        gradients: Some(false),
+    },
+    Scalar {
+        name: "L_init",
+        spec: init::L_INIT,
+        tried: THRESHOLDS,
+        set: |p, v| p.l_init = v,
+        gradients: Some(true),
+    },
+    Scalar {
+        name: "L_multiplier",
+        spec: init::L_MULTIPLIER,
+        tried: &[0.5, 2.0, 0.25, 4.0, 0.125, 8.0],
+        set: |p, v| p.l_multiplier = v,
+        gradients: Some(true),
+    },
+    Scalar {
+        name: "c",
+        spec: init::C,
+        tried: &[1.0, 0.01, 0.5, 0.2, 0.05, 0.001, 2.0],
+        set: |p, v| p.c = v,
+        gradients: None,
+    },
+    Scalar {
+        name: "ε",
+        spec: init::EPS,
+        tried: &[1e-3, 1e-5, 1e-8, 1e-4, 1e-12, 1e-7],
+        set: |p, v| p.eps = v,
+        gradients: None,
+    },
+];
+
+/// The FIRE module of a case whose every initial value is [fire.defaults]' (one module, or
+/// FIRE-S's shared one), mutable in a copy of the encoding.
+fn module_at_defaults(encoding: &mut Encoding) -> Option<&mut FireParams> {
+    let p = match encoding {
+        Encoding::Fire(p) => p,
+        Encoding::FireShared(s) => &mut s.module,
+        _ => return None,
+    };
+    let at = p.c == init::C
+        && p.l_init == init::L_INIT
+        && p.l_multiplier == init::L_MULTIPLIER
+        && p.eps == init::EPS
+        && p.threshold == "learnable"
+        && p.transform == "log";
+    at.then_some(p)
+}
+
+/// Whether a case's FIRE is at [fire.defaults]' initial values.
+pub fn at_defaults(case: &Case) -> bool {
+    module_at_defaults(&mut case.encoding.clone()).is_some()
+}
+
+/// The first other initial value (scalar by scalar, in [`SCALARS`]' order) with which the
+/// reference reproduces `got` within `profile` under the implementation's declarations; `None`
+/// off the defaults or when none does.
+pub fn other_initial(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+    future: FutureKeys,
+) -> Option<OtherInitial> {
+    // A gradient case graded under a declared convention for keys after the query is graded
+    // against the cotangent restricted to the causal pairs ([`crate::grade::expected_for`]):
+    // predicted so as well.
+    let mut inputs = case.inputs.clone();
+    if case.kind == Kind::Vjp && crate::grade::expected_for(case, caps) != case.expected.as_ref() {
+        inputs.cotangent = Some(causal_cotangent(&case.inputs)?);
+    }
+    let mut encoding = case.encoding.clone();
+    module_at_defaults(&mut encoding)?;
+    let gradients = case.kind == Kind::Vjp;
+    for s in SCALARS
+        .iter()
+        .filter(|s| s.gradients.is_none_or(|g| g == gradients))
+    {
+        for &value in s.tried {
+            let mut changed = encoding.clone();
+            if let Some(p) = module_at_defaults(&mut changed) {
+                (s.set)(p, value);
+            }
+            let Ok(predicted) = evaluate_placed(&changed, case.kind, &inputs, None, caps.placement)
+            else {
+                continue;
+            };
+            if agrees(case, &predicted, got, profile, future, None) {
+                return Some(OtherInitial {
+                    name: s.name,
+                    value,
+                    spec: s.spec,
+                });
+            }
+        }
+    }
+    None
+}
