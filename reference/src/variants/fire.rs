@@ -66,6 +66,8 @@ pub(super) const FIRE: &[Variant] = &[
       "norm = psi(torch.max(pos[None, :], L)) + eps", PerPair(by_key)),
     v("normalize-by-distance", "normalises by ψ(max(i − j, L)) + ε, the distance in place of the query position (a key after the query, at a negative distance, gets ψ(L))", "fire.normalizer",
       "norm = psi(torch.max(rel, L)) + eps  # rel = pos[:, None] - pos[None, :]", PerPair(by_distance)),
+    v("normalize-by-farthest-key", "normalises by ψ(max(n, L)) + ε with n the query's largest causal distance to any key, maxⱼ max(i − j, 0), which is i only where key 0 is present (a sliding window of keys, a KV cache past its oldest keys, shows it)", "fire.normalizer",
+      "norm = psi(torch.max(rel.clamp(min=0).amax(-1), L)) + eps", Layout(by_farthest_key)),
     v("normalizer-missing", "feeds ψ(|i − j|) to the MLP without dividing by the normaliser", "fire.input",
       "x = psi(rel)", PerPair(normalizer_missing)),
     // Where ε goes.
@@ -320,6 +322,29 @@ fn by_key(fire: &Fire, p: Pair) -> DVector<f64> {
 fn by_distance(fire: &Fire, p: Pair) -> DVector<f64> {
     let (i, j) = ij(p);
     with_normalizer_arg(fire, i, j, n_of(fire, i - j).abs())
+}
+
+/// The normaliser's position read off the distance matrix: each query's largest causal
+/// distance over the keys it is given, `maxⱼ max(i − j, 0)` — the query position exactly when
+/// key 0 is among them, as in a square from 0 (a query before every key gets 0, so ψ(L)).
+/// spec: [fire.normalizer]
+fn by_farthest_key(fire: &Fire, queries: &[Position], keys: &[Position]) -> Result<Bias> {
+    let heads = fire.mlp.heads();
+    let rows: Vec<Vec<DVector<f64>>> = queries
+        .iter()
+        .map(|&q| {
+            let far = keys.iter().map(|&k| q.saturating_sub(k)).max().unwrap_or(0);
+            let i = as_real(q);
+            let arg = n_of(fire, as_real(far));
+            keys.iter()
+                .map(|&k| with_normalizer_arg(fire, i, as_real(k), arg))
+                .collect()
+        })
+        .collect();
+    let heads = (0..heads)
+        .map(|h| nalgebra::DMatrix::from_fn(queries.len(), keys.len(), |r, c| rows[r][c][h]))
+        .collect();
+    Bias::from_heads(heads)
 }
 
 fn normalizer_missing(fire: &Fire, p: Pair) -> DVector<f64> {

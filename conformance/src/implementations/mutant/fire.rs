@@ -33,6 +33,7 @@ pub const MODELLED: &[&str] = &[
     "normalize-by-length",
     "normalize-by-key",
     "normalize-by-distance",
+    "normalize-by-farthest-key",
     "normalizer-missing",
     "eps-missing",
     "eps-inside-log",
@@ -204,8 +205,9 @@ impl<F: Real> Module<F> {
         a
     }
 
-    /// b(i, j) at real positions, with the pair-level mistakes.
-    fn pair(&self, i: F, j: F, length: F, mistake: &str) -> Vec<F> {
+    /// b(i, j) at real positions, with the pair-level mistakes; `far` is the query's largest
+    /// causal distance to the keys it is given (what `normalize-by-farthest-key` reads).
+    fn pair(&self, i: F, j: F, length: F, far: F, mistake: &str) -> Vec<F> {
         let (zero, one) = (F::of(0.0), F::of(1.0));
         let (i, j) = if mistake == "one-based-positions" {
             (i + one, j + one)
@@ -259,6 +261,7 @@ impl<F: Real> Module<F> {
             "normalize-by-key" => thr(j, l),
             // Appendix E's `torch.max(rel, L)` on the signed distance, ψ taking |c·x|.
             "normalize-by-distance" => thr(i - j, l).abs(),
+            "normalize-by-farthest-key" => thr(far, l),
             "eps-on-threshold" => thr(i, l.map(|l| l + self.eps)),
             _ => thr(i, l),
         };
@@ -304,7 +307,7 @@ impl<F: Real> Module<F> {
                         let flat = (head as u128 * n + u128::from(i)) * n + u128::from(j);
                         let (pair, written) = (flat / h as u128, (flat % h as u128) as usize);
                         let (a, b) = ((pair / n) as f64, (pair % n) as f64);
-                        let v = self.pair(F::of(a), F::of(b), F::of(length), "")[written];
+                        let v = self.pair(F::of(a), F::of(b), F::of(length), F::of(a), "")[written];
                         out[(head * nq + r) * nk + c] = v;
                     }
                 }
@@ -312,8 +315,10 @@ impl<F: Real> Module<F> {
             return out;
         }
         for (r, &i) in q.iter().enumerate() {
+            let far = k.iter().map(|&j| i.saturating_sub(j)).max().unwrap_or(0);
             for (c, &j) in k.iter().enumerate() {
-                let b = self.pair(F::of(i as f64), F::of(j as f64), F::of(length), mistake);
+                let (i, j, far) = (F::of(i as f64), F::of(j as f64), F::of(far as f64));
+                let b = self.pair(i, j, F::of(length), far, mistake);
                 for (head, v) in b.into_iter().enumerate() {
                     let head = if mistake == "heads-reversed" {
                         h - 1 - head
