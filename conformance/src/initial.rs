@@ -145,9 +145,9 @@ pub fn at_defaults(case: &Case) -> bool {
     module_at_defaults(&mut case.encoding.clone()).is_some()
 }
 
-/// The first other initial value (scalar by scalar, in [`SCALARS`]' order) with which the
-/// reference reproduces `got` within `profile` under the implementation's declarations; `None`
-/// off the defaults or when none does.
+/// The first other initial value (scalar by scalar: the threshold or its factors, c, ε) with
+/// which the reference reproduces `got` within `profile` under the implementation's
+/// declarations; `None` off the defaults or when none does.
 pub fn other_initial(
     case: &Case,
     got: &BTreeMap<String, Tensor>,
