@@ -204,6 +204,11 @@ fn a_broken_module_fails_under_pytest_with_the_diagnosis() {
         "{out}"
     );
     assert!(out.contains("worst ["), "{out}");
+    // The run-level lines as the harness's own report has them (`run_lines`).
+    assert!(
+        out.contains("overall: the failures are explained by variant `one-based-positions`, consistent with every diagnosable case"),
+        "{out}"
+    );
     // Usage errors are named, not a traceback.
     let o = pytest(dir.path(), &["--fire-impl", "missing.py:FIRE"]);
     assert!(text(&o).contains("module file not found"), "{}", text(&o));

@@ -251,7 +251,10 @@ class FireCase(pytest.Item):
         if status == "xfailed":
             pytest.xfail(text.strip())
         report = r["report"]
-        extra = []
+        if "run_lines" in report:
+            # The run-level lines exactly as the harness's text report has them.
+            raise FireFailure("\n".join([text.rstrip()] + list(report["run_lines"])))
+        extra = []  # a harness from before `run_lines`
         if report.get("adapter_broken"):
             b = report["adapter_broken"]
             extra.append(f"adapter broken: every one of the {b['valid_cases_ran']} valid cases that ran "

@@ -74,6 +74,26 @@ pub fn render(r: &Report, verbose: bool) -> String {
             case(&mut out, o);
         }
     }
+    out.push_str(&run_lines(r));
+    let _ = writeln!(out, "{}", verdict(r, Question::Values));
+    let _ = writeln!(out, "{}", verdict(r, Question::Validation));
+    if r.nothing_ran() {
+        let _ = writeln!(
+            out,
+            "nothing was graded: no case matched the selection, or every selected case of a counted verdict was skipped"
+        );
+    }
+    let _ = writeln!(out, "{}", r.summary());
+    out
+}
+
+/// The run-level lines between the failing cases and the verdicts: the overall diagnosis, the
+/// tolerated variants, and what the run did not check or grade — one text for the report, the
+/// JSON (`run_lines`) and the pytest plugin, which prints them under a failing item.
+/// spec: [proto.report]
+pub fn run_lines(r: &Report) -> String {
+    let c = &r.capabilities;
+    let mut out = String::new();
     match &r.overall {
         Some(Overall::AdapterBroken { error, count, ran }) => {
             let _ = writeln!(
@@ -240,15 +260,6 @@ pub fn render(r: &Report, verbose: bool) -> String {
             r.positions_from_square
         );
     }
-    let _ = writeln!(out, "{}", verdict(r, Question::Values));
-    let _ = writeln!(out, "{}", verdict(r, Question::Validation));
-    if r.nothing_ran() {
-        let _ = writeln!(
-            out,
-            "nothing was graded: no case matched the selection, or every selected case of a counted verdict was skipped"
-        );
-    }
-    let _ = writeln!(out, "{}", r.summary());
     out
 }
 
