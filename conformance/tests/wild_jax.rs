@@ -127,3 +127,46 @@ fn a_jax_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
     }
     fails_the_gradient_cases_on_init_l(&jax_fake("TrainableInitL"), &JAX_GRAD);
 }
+
+/// At the spec's initial values the JAX glue builds a module on its own defaults and keeps the
+/// scalars it initialises, as the torch glue does ([fire.defaults]): a multiplier starting at
+/// 0.5, or c, L_init and ε of other values, fail the default case and nothing else; a correct
+/// module, and one whose constructor requires those arguments, pass it.
+#[test]
+fn a_jax_module_whose_defaults_are_not_the_specs_fails_the_default_case() {
+    if !jax() {
+        return;
+    }
+    let args = [
+        "--run",
+        "fire/default-init/square-8",
+        "--run",
+        "fire/random-params/seed-1-square-16",
+        "--fail-on",
+        "values",
+    ];
+    for class in ["MultiplierStartsAtHalf", "OtherDefaults"] {
+        let (code, r) = run(&jax_fake(class), &args);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "failed"), 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "passed"), 1, "{class}: {r:#}");
+        let failed = &r["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["status"] == "failed")
+            .unwrap()["id"];
+        assert_eq!(failed, "fire/default-init/square-8", "{class}: {r:#}");
+        // A bias shows the threshold m·L_init only: L = 256 for the multiplier of 0.5.
+        let named = &r["overall_other_initial"];
+        if class == "MultiplierStartsAtHalf" {
+            assert_eq!(named[0]["name"], "L", "{r:#}");
+            assert_eq!(named[0]["value"], 256.0, "{r:#}");
+        } else {
+            assert!(named.is_null(), "{r:#}");
+        }
+    }
+    for class in ["FIRE", "RequiredArguments"] {
+        passes_in(&jax_fake(class), 2, &args[..4]);
+    }
+}

@@ -217,14 +217,18 @@ class JaxGlue:
         enc = case.encoding
         # Any depth: the module's params tree says which cases it can take (`load_jax`).
         heads, width, ours = loading.appendix_params(enc, any_depth=True)
-        m = appendix_e.construct(self.cls, heads, width, enc, self.kwargs)
+        # At the spec's initial values the module is built on its own defaults and keeps the
+        # scalars it initialises, as appendix_e.Glue.module does for a torch module
+        # ([fire.defaults]): a multiplier starting at 0.5 fails those cases.
+        own = appendix_e.at_defaults(enc) and appendix_e.construct_own(self.cls, heads, width, self.kwargs)
+        m = own or appendix_e.construct(self.cls, heads, width, enc, self.kwargs)
         styles = self.layouts(m)
         errors = []
         for style in styles:
             args, direct = self.args(style, heads, case)
             try:
                 out = self.evaluate(m, heads, case, ours, args, direct,
-                                    loading.Built(self.cls, heads, width))
+                                    loading.Built(self.cls, heads, width), own=bool(own))
             except (appendix_e.NotABias, loading.ParamsMismatch):
                 raise
             except (ValueError, RuntimeError, TypeError, IndexError) as e:
@@ -237,8 +241,9 @@ class JaxGlue:
             return out
         raise appendix_e.every_layout_failed(errors)
 
-    def evaluate(self, m, heads, case, ours, args, direct, built):
-        """The case's output from ``m`` called with ``args`` (``built``: how ``m`` was built)."""
+    def evaluate(self, m, heads, case, ours, args, direct, built, own=False):
+        """The case's output from ``m`` called with ``args`` (``built``: how ``m`` was built;
+        ``own``: on its own defaults, whose initial scalars it keeps)."""
         jax, jnp = self.jax, self.jnp
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
         flat = _flatten(variables.get("params", {}))
@@ -246,6 +251,11 @@ class JaxGlue:
                      for path, leaf in _flatten(dict(tree)).items() if np.size(leaf) <= 1]
         loaded = load_jax(flat, ours, self.mapping, built, elsewhere)
         for path, name in loaded.items():
+            if own and name in appendix_e.SCALARS and not _same_in_f32(flat[path], ours[name]):
+                # The module's own initial value, kept (one equal to the case's in float32 takes
+                # the case's exact value, as appendix_e.same_in_f32 has it).
+                flat[path] = jnp.asarray(flat[path], dtype=self.dt)
+                continue
             flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=self.dt)
         params = _unflatten(flat)
         rows, cols = (len(case.queries), len(case.keys)) if direct else (case.length, case.length)
@@ -289,6 +299,13 @@ class JaxGlue:
         if case.encoding["threshold"] != "learnable":
             out.pop("L_multiplier", None)
         return out
+
+
+def _same_in_f32(theirs, ours):
+    """Whether a module's initial scalar is the case's value rounded to float32."""
+    a = np.asarray(theirs, dtype=np.float32).reshape(-1)
+    b = np.asarray(ours, dtype=np.float32).reshape(-1)
+    return a.shape == b.shape and bool(np.all(a == b))
 
 
 def serve(cls, a):

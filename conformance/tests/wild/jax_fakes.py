@@ -20,6 +20,8 @@ class FIRE:
     scalar_shape = ()
     init_L_trainable = False
     has_multiplier = True
+    # The multiplier's initial value (the spec's is 1).
+    multiplier_init = 1.0
     # The params tree's layer names, first layer first; the tree keeps them in `tree_order`.
     names = None
     tree_order = None
@@ -48,7 +50,7 @@ class FIRE:
         params = {name: layers[name] for name in order}
         params.update({"c": scalar(self.init_c)})
         if self.has_multiplier:
-            params["L_multiplier"] = scalar(1.0)
+            params["L_multiplier"] = scalar(self.multiplier_init)
         params.update(self.extra_params())
         if self.init_L_trainable:
             params["init_L"] = scalar(self.init_L)
@@ -189,3 +191,23 @@ class LearnsLDirectly(FIRE):
 
     has_multiplier = False
     init_L_trainable = True
+
+
+class MultiplierStartsAtHalf(FIRE):
+    """The multiplier initialised at 0.5, not [fire.defaults]' 1: L starts at 256."""
+
+    multiplier_init = 0.5
+
+
+class OtherDefaults(FIRE):
+    """Constructor defaults not the spec's: c = 1, L_init = 2048, ε = 1e-3."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=1.0, init_L=2048.0, eps=1e-3):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+
+
+class RequiredArguments(FIRE):
+    """Correct, with no defaults of its own: the caller passes c, L_init and ε."""
+
+    def __init__(self, num_heads, mlp_width, init_c, init_L, eps):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
