@@ -382,6 +382,7 @@ pub fn diagnose(
     }
     // The declaration concerns FIRE's keys after the query; the baselines define their own.
     if case.encoding.is_fire()
+        && !explained
         && case.kind == Kind::Bias
         && case.flags.contains(&Flag::FutureKeys)
         && agrees(case, expected, got, profile, future, Some(Subset::Causal))
@@ -486,14 +487,14 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
     }
     if let Some(o) = f.other_initial {
         lines.push(format!(
-            "diagnosis: matches the reference with {o}: the module starts {} elsewhere than the spec's initial value — its constructor's default, or what it makes of the value it is given (the ready-made glues build a module on its own defaults on the cases at [fire.defaults] and load the case's values into its parameters on every other case, so only these cases show it; `--kwargs` names a value for the constructor){}",
+            "diagnosis: matches the reference with {o}: the module starts {} elsewhere than the spec's initial value — its constructor's default, or what it makes of the value it is given (the ready-made glues build a module on its own defaults on the cases at [fire.defaults] and load the case's values into its parameters on every other case, so a constructor's default shows on these cases only; `--kwargs` names a value for the constructor){}",
             o.name,
             if f.variants.is_empty() { "" } else { "; the variant(s) above compute the same on this case's positions" }
         ));
     }
     if let Some(p) = f.precision {
         lines.push(format!(
-            "diagnosis: agrees with the reference within {p} tolerance, not within {}'s: a difference of {p} rounding's size — typically a step computed in {p} (a distance, ψ or the normaliser cast) though the output is in a wider dtype, or a mistake that small; `--dtype {p}` grades it at the precision it computes in [num.profiles]",
+            "diagnosis: agrees with the reference within {p} tolerance, not within {}'s: some of the computation in {p} (a distance, ψ or the normaliser cast) though the output is in a wider dtype, or a mistake that small (an extra guard, a small constant) [num.profiles]",
             profile.name
         ));
     }

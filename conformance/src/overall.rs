@@ -261,14 +261,14 @@ pub(crate) fn diagnose_run(
                     one_covers(outcomes, ran, &failed).and_then(|v| Some((v, passing_disagree(v)?)))
                 {
                     Overall::SomeInputs { variant, passed }
-                } else if every_failing(outcomes, ran, &failed, |f| f.row_shift != Some(false))
-                    && ran.iter().zip(&failed).any(|(r, f)| {
-                        *f && outcomes[r.outcome]
-                            .finding
-                            .as_ref()
-                            .is_some_and(|f| f.row_shift == Some(true))
-                    })
-                {
+                } else if every_failing(outcomes, ran, &failed, |f| {
+                    f.catalogued && f.row_shift != Some(false)
+                }) && ran.iter().zip(&failed).any(|(r, f)| {
+                    *f && outcomes[r.outcome]
+                        .finding
+                        .as_ref()
+                        .is_some_and(|f| f.row_shift == Some(true))
+                }) {
                     Overall::RowShift
                 } else {
                     Overall::Variants(none)
@@ -486,9 +486,11 @@ pub fn loosely_explained(r: &crate::runner::Report) -> Vec<String> {
         .iter()
         .filter(|o| o.question == Question::Values && o.status == Status::Failed)
         .filter(|o| {
-            o.finding
-                .as_ref()
-                .is_some_and(|f| !f.variants.iter().any(|v| names.contains(&v.name)))
+            // A finding the catalogue was not consulted for (a gradient case diagnosed for its
+            // initial values or precision only) is no case a name explains, loosely or not.
+            o.finding.as_ref().is_some_and(|f| {
+                f.catalogued && !f.variants.iter().any(|v| names.contains(&v.name))
+            })
         })
         .map(|o| o.id.clone())
         .collect()

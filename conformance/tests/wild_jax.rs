@@ -145,7 +145,13 @@ fn a_jax_module_whose_defaults_are_not_the_specs_fails_the_default_case() {
         "--fail-on",
         "values",
     ];
-    for class in ["MultiplierStartsAtHalf", "OtherDefaults"] {
+    // A constructor that requires L_init only is given it, and its defaults for c and ε are
+    // still checked (it had been given all three, so wrong ones passed: audit 12).
+    for class in [
+        "MultiplierStartsAtHalf",
+        "OtherDefaults",
+        "RequiresLOtherDefaults",
+    ] {
         let (code, r) = run(&jax_fake(class), &args);
         assert_eq!(code, 1, "{class}: {r:#}");
         assert_eq!(count(&r, "values", "failed"), 1, "{class}: {r:#}");
@@ -166,7 +172,7 @@ fn a_jax_module_whose_defaults_are_not_the_specs_fails_the_default_case() {
             assert!(named.is_null(), "{r:#}");
         }
     }
-    for class in ["FIRE", "RequiredArguments"] {
+    for class in ["FIRE", "RequiredArguments", "RequiresL"] {
         passes_in(&jax_fake(class), 2, &args[..4]);
     }
 }

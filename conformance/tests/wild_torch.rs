@@ -219,7 +219,11 @@ fn a_torch_module_whose_defaults_are_not_the_specs_fails_the_default_cases() {
     if !torch() {
         return;
     }
-    for class in ["MultiplierStartsAtHalf", "OtherDefaults"] {
+    for class in [
+        "MultiplierStartsAtHalf",
+        "OtherDefaults",
+        "RequiresLOtherDefaults",
+    ] {
         let (code, r) = run(&torch_fake(class, "f32"), &["--fail-on", "values"]);
         assert_eq!(code, 1, "{class}: {r:#}");
         let failed: Vec<&str> = r["cases"]
@@ -247,7 +251,11 @@ fn a_torch_module_whose_defaults_are_not_the_specs_fails_the_default_cases() {
             assert!(named.is_null(), "{r:#}");
         }
     }
-    for (class, dtype) in [("FIRE", "f64"), ("RequiredArguments", "f32")] {
+    for (class, dtype) in [
+        ("FIRE", "f64"),
+        ("RequiredArguments", "f32"),
+        ("RequiresL", "f32"),
+    ] {
         let (code, r) = run(&torch_fake(class, dtype), &["--fail-on", "values"]);
         assert_eq!(code, 0, "{class} {dtype}: {r:#}");
         assert!(

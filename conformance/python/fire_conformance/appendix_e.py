@@ -61,6 +61,7 @@ import argparse
 import importlib.util
 import inspect
 import json
+from itertools import combinations
 import os
 import sys
 
@@ -197,7 +198,7 @@ class Glue:
         # constructor's defaults, c and the multiplier as it initialises them, so that a
         # module whose defaults are not [fire.defaults]' (a multiplier starting at 0.5, ε of
         # 1e-3) fails those cases rather than having them overwritten with the right values.
-        own = at_defaults(enc) and self.torch_class() and construct_own(self.cls, heads, width, self.kwargs)
+        own = at_defaults(enc) and self.torch_class() and construct_own(self.cls, heads, width, self.kwargs, enc)
         m = own or construct(self.cls, heads, width, enc, self.kwargs)
         if torch is not None and isinstance(m, torch.nn.Module):
             # The whole module in the dtype asked, bf16 included: a bf16 module computes and
@@ -382,16 +383,25 @@ def parse_kwargs(text):
     return kwargs
 
 
-def construct_own(cls, heads, width, kwargs):
-    """The module built with its own defaults for c, L_init and ε (``num_heads``, ``mlp_width``
-    and ``--kwargs`` only, whose initial values stand in for the constructor's defaults); None
-    when that fails whatever the error (a constructor that requires them: a TypeError, a
-    ``kwargs["init_c"]`` KeyError, an assert on a None default), in which case it has no
-    defaults of its own to check and is built from the case's values."""
-    try:
-        return cls(num_heads=heads, mlp_width=width, **kwargs)
-    except Exception:
-        return None
+def construct_own(cls, heads, width, kwargs, enc):
+    """The module built on its own defaults for c, L_init and ε (``num_heads``, ``mlp_width``
+    and ``--kwargs`` only, whose initial values stand in for the constructor's defaults). A
+    constructor that requires some of them (whatever it raises without: a TypeError, a
+    ``kwargs["init_c"]`` KeyError, an assert on a None default) is given those from the case
+    ``enc`` — the fewest that build it — and its defaults for the others are still checked;
+    None when it builds only with all three, in which case it has no defaults of its own to
+    check and is built from the case's values."""
+    given = {"init_c": enc["c"], "init_L": enc["l_init"], "eps": enc["eps"]}
+    free = [k for k in INITIAL_ARGS if k not in kwargs]
+    # Never all of them: a module given every one has no default of its own left to check.
+    for n in range(len(free) or 1):
+        for names in combinations(free, n):
+            try:
+                return cls(num_heads=heads, mlp_width=width, **kwargs,
+                           **{k: given[k] for k in names})
+            except Exception:
+                continue
+    return None
 
 
 def construct(cls, heads, width, enc, kwargs):

@@ -220,7 +220,7 @@ class JaxGlue:
         # At the spec's initial values the module is built on its own defaults and keeps the
         # scalars it initialises, as appendix_e.Glue.module does for a torch module
         # ([fire.defaults]): a multiplier starting at 0.5 fails those cases.
-        own = appendix_e.at_defaults(enc) and appendix_e.construct_own(self.cls, heads, width, self.kwargs)
+        own = appendix_e.at_defaults(enc) and appendix_e.construct_own(self.cls, heads, width, self.kwargs, enc)
         m = own or appendix_e.construct(self.cls, heads, width, enc, self.kwargs)
         styles = self.layouts(m)
         errors = []

@@ -169,8 +169,8 @@ pub fn run_lines(r: &Report) -> String {
         Some(Overall::Precision(p)) => {
             let _ = writeln!(
                 out,
-                "overall: every failing case agrees with the reference within {p} tolerance but not at {}: the module computes some of FIRE in {p} (a distance, ψ or the normaliser cast) though it returns {}, or its mistakes are no larger than {p} rounding; `--dtype {p}` grades it at the precision it computes in; computing every step in {} passes it here [num.profiles]",
-                r.dtype, r.dtype, r.dtype
+                "overall: every failing case agrees with the reference within {p} tolerance but not at {}: a difference of that size — some of FIRE computed in {p} (a distance, ψ or the normaliser cast) though {} is returned, or a mistake that small (an extra guard, a small constant added), which a run at `--dtype {p}` passes too [num.profiles]",
+                r.dtype, r.dtype
             );
         }
         Some(Overall::RowShift) => {

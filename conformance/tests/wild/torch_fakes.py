@@ -202,3 +202,17 @@ class MultiplierBuffer(FIRE):
     @property
     def L_multiplier(self):
         return self.L_mult
+
+
+class RequiresL(FIRE):
+    """Correct, with L_init required and the spec's defaults for c and ε."""
+
+    def __init__(self, num_heads, mlp_width, init_L, init_c=0.1, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+
+
+class RequiresLOtherDefaults(FIRE):
+    """L_init required; c and ε default to 1 and 1e-3, not the spec's."""
+
+    def __init__(self, num_heads, mlp_width, init_L, init_c=1.0, eps=1e-3):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
