@@ -66,7 +66,7 @@ pub(super) const FIRE: &[Variant] = &[
       "norm = psi(torch.max(pos[None, :], L)) + eps", PerPair(by_key)),
     v("normalize-by-distance", "normalises by ψ(max(i − j, L)) + ε, the distance in place of the query position (a key after the query, at a negative distance, gets ψ(L))", "fire.normalizer",
       "norm = psi(torch.max(rel, L)) + eps  # rel = pos[:, None] - pos[None, :]", PerPair(by_distance)),
-    v("normalize-by-farthest-key", "normalises by ψ(max(n, L)) + ε with n the query's largest causal distance to any key, maxⱼ max(i − j, 0), which is i only where key 0 is present (a sliding window of keys, a KV cache past its oldest keys, shows it)", "fire.normalizer",
+    v("normalize-by-farthest-key", "normalises by ψ(max(n, L)) + ε with n the query's largest causal distance to any key, maxⱼ max(i − j, 0), which is i only where key 0 is present (a sliding window of keys, a KV cache past its oldest keys, shows it); positions renumbered from the first key held (`pos - pos[0]`) compute the same", "fire.normalizer",
       "norm = psi(torch.max(rel.clamp(min=0).amax(-1), L)) + eps", Layout(by_farthest_key)),
     v("normalizer-missing", "feeds ψ(|i − j|) to the MLP without dividing by the normaliser", "fire.input",
       "x = psi(rel)", PerPair(normalizer_missing)),
