@@ -220,3 +220,39 @@ fn a_glue_that_gathers_from_the_square_is_told_the_lists_went_unexercised() {
     let e = hello(r#", "positions": "grid""#).unwrap_err();
     assert!(e.contains("unknown positions `grid`"), "{e}");
 }
+
+/// The reference declaring bfloat16: its values graded at bf16's tolerance.
+struct Bf16;
+
+impl Implementation for Bf16 {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        let mut c = Reference.capabilities()?;
+        c.dtypes = vec!["bf16".into()];
+        Ok(c)
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        Reference.run(r)
+    }
+}
+
+/// A correct bfloat16 implementation passes under the default `--fail-on both`: every invalid
+/// case is graded at every dtype (a rejection does not depend on precision), where their f32
+/// profile had left its validation verdict nothing to grade and the run exited 5 after every
+/// value case passed (audit 13). spec: [vec.invalid], [proto.report]
+#[test]
+fn a_correct_bf16_implementation_passes_both_verdicts() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let report = runner::run(&suite, &mut Bf16, &Options::default()).unwrap();
+    assert_eq!(report.dtype, "bf16");
+    let (invalid, graded) = report
+        .outcomes
+        .iter()
+        .filter(|o| o.question == runner::Question::Validation)
+        .fold((0, 0), |(n, g), o| {
+            (n + 1, g + usize::from(o.status == runner::Status::Passed))
+        });
+    assert!(invalid > 20 && graded == invalid, "{graded} of {invalid}");
+    assert!(!report.nothing_ran());
+    assert_eq!(report.exit_code(), 0);
+}

@@ -86,9 +86,14 @@ impl Draft {
         self
     }
 
-    /// Marks the case invalid.
+    /// Marks the case invalid, graded at every dtype (profile `bf16`, the least precise): a
+    /// rejection does not depend on precision — the suite's invalid inputs are exact zeros,
+    /// NaN, infinities, negative values, shapes and positions, the same in every dtype — and
+    /// an f32 profile had left a bfloat16 implementation's validation verdict nothing to grade
+    /// (exit 5 after every value passed). spec: [vec.invalid], [num.profiles]
     pub fn invalid(mut self) -> Self {
         self.invalid = true;
+        self.profile = "bf16";
         self
     }
 
