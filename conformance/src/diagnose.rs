@@ -375,17 +375,47 @@ pub fn diagnose(
             case.clauses.first().map_or("attn.logits", String::as_str)
         ));
     }
-    if finding.variants.is_empty() && !explained && case.flags.contains(&Flag::TinyC) {
+    // Right on the causal triangle: what differs is the keys after the query (said below), not
+    // how ψ or ε is computed.
+    let causal_right = agrees(case, expected, got, profile, future, Some(Subset::Causal));
+    if finding.variants.is_empty()
+        && !explained
+        && !causal_right
+        && case.flags.contains(&Flag::TinyC)
+    {
         finding.notes.push(
             "small-c cases make ε visible and are chosen so that both log1p(|c|·x) and Appendix E's log(1 + |c|·x) stay within f64; a failure no variant explains points at how ψ or ε is computed [num.profiles]".into(),
         );
+    }
+    // An attention case that is the reference under the other placement: the declaration, not
+    // the maths, to fix (a catalogued variant predicts only the placement deviating from
+    // after-scaling, not a module declaring before-scaling that computes after).
+    if case.kind == Kind::Attention && finding.variants.is_empty() && !explained {
+        let other = crate::implementation::Placement::ALL
+            .iter()
+            .copied()
+            .filter(|p| *p != caps.placement)
+            .find(|p| {
+                evaluate_placed(&case.encoding, case.kind, &case.inputs, None, *p)
+                    .is_ok_and(|o| agrees(case, &o, got, profile, future, None))
+            });
+        if let Some(p) = other {
+            finding.notes.push(format!(
+                "the output is the reference's with the bias added {}, but the implementation declared `{}`: if that is what it does, declare `{p}` (`placement=\"{p}\"` to the kit's serve) [attn.placement]",
+                match p.name() {
+                    "before-scaling" => "before the 1/√d scaling",
+                    _ => "after the 1/√d scaling",
+                },
+                caps.placement.name()
+            ));
+        }
     }
     // The declaration concerns FIRE's keys after the query; the baselines define their own.
     if case.encoding.is_fire()
         && !explained
         && case.kind == Kind::Bias
         && case.flags.contains(&Flag::FutureKeys)
-        && agrees(case, expected, got, profile, future, Some(Subset::Causal))
+        && causal_right
     {
         let fits: Vec<&str> = [FutureKeys::Mirrored, FutureKeys::Zero, FutureKeys::Masked]
             .into_iter()
@@ -396,6 +426,14 @@ pub fn diagnose(
             Some(f) => format!(
                 "keys after the query follow `{f}`, but the implementation declared `{}`: if that is intended, declare it (`future_keys=\"{f}\"` to the kit's serve, `--future-keys {f}` to the adapters) [conv.future]",
                 future.name()
+            ),
+            // Every difference within bfloat16's rounding: lower-precision arithmetic shows
+            // first where the values are largest, which may be the keys after the query.
+            None if crate::compare::profile("bf16").is_some_and(|b| {
+                profile.rank > b.rank && agrees(case, expected, got, b, future, None)
+            }) => format!(
+                "only keys after the query differ beyond {} tolerance, and every difference is within bf16's: arithmetic at lower precision (float16 or bfloat16 somewhere) shows first where the values are largest, or a small mistake only at j > i [conv.future], [num.profiles]",
+                profile.name
             ),
             None => format!(
                 "only keys after the query differ, and no convention reproduces them (`masked` takes −∞ or any value ≤ {MASK_CEILING:e}): a module meant to mirror Appendix E there has a mistake that only shows at j > i; one that computes something else there by design (signed distances) may declare `negated`, which leaves those entries unchecked [conv.future]"

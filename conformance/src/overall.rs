@@ -21,6 +21,10 @@ pub enum Overall {
     /// for keys after the query, not the declared one: a declaration to fix, not the maths.
     /// spec: [conv.future]
     Convention(FutureKeys),
+    /// No variant explains the failures, and every failing case is an attention case that
+    /// passes with the bias entering the logits here, not where the implementation declared:
+    /// a declaration to fix. spec: [attn.placement]
+    Placement(crate::implementation::Placement),
     /// No variant explains the failures, and every failing case is a gradient case: the forward
     /// values checked are right, the gradients of `params` are not. spec: [grad.vjp]
     Gradients {
@@ -555,6 +559,25 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
         .find(|f| passes_under(*f));
     if let Some(f) = other {
         return Overall::Convention(f);
+    }
+    // The same for where the bias enters the logits: every failing case an attention case that
+    // passes under the other placement.
+    let placed = crate::implementation::Placement::ALL
+        .iter()
+        .copied()
+        .filter(|p| *p != caps.placement)
+        .find(|p| {
+            let under = Capabilities {
+                placement: *p,
+                ..caps.clone()
+            };
+            failing.iter().all(|r| {
+                r.case.kind == Kind::Attention
+                    && crate::grade::differing_outputs(r.case, &r.got, r.profile, &under).is_empty()
+            })
+        });
+    if let Some(p) = placed {
+        return Overall::Placement(p);
     }
     if failing.iter().all(|r| r.case.kind == Kind::Vjp) {
         let mut params: Vec<String> = Vec::new();

@@ -139,28 +139,47 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
         .and_then(Value::as_str)
         .ok_or("hello needs a `name`")?
         .to_owned();
-    let mut families = strings(m.get("families"), "families")?;
-    if families.is_empty() {
-        families.push("*".into());
-    }
-    let mut dtypes = strings(m.get("dtypes"), "dtypes")?;
-    if dtypes.is_empty() {
-        dtypes.push("f64".into());
-    }
-    let conv = m.get("conventions").and_then(Value::as_object);
-    let get = |k: &str| conv.and_then(|c| c.get(k)).and_then(Value::as_str);
-    let future_keys = match get("future_keys") {
+    // Absent, a list has its default; present, it says what the implementation computes, and
+    // an empty one would say nothing (read as "all", it failed the cases of families the
+    // implementation never meant to answer).
+    let listed = |key: &str, default: &str| -> Result<Vec<String>, String> {
+        let v = strings(m.get(key), key)?;
+        match (m.contains_key(key), v.is_empty()) {
+            (true, true) => Err(format!(
+                "hello: `{key}` is empty; list what the implementation computes, or leave it out for the default ({default})"
+            )),
+            (false, _) => Ok(vec![default.to_owned()]),
+            (true, false) => Ok(v),
+        }
+    };
+    let families = listed("families", "*")?;
+    let dtypes = listed("dtypes", "f64")?;
+    let conv = match m.get("conventions") {
+        None => None,
+        Some(Value::Object(c)) => Some(c),
+        Some(_) => return Err("hello: `conventions` must be an object".into()),
+    };
+    // A declaration of another type is refused, not read as the default it did not say.
+    let text = |v: Option<&Value>, key: &str| -> Result<Option<String>, String> {
+        match v {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(format!("hello: `{key}` must be a string, got {other}")),
+        }
+    };
+    let get = |k: &str| text(conv.and_then(|c| c.get(k)), k);
+    let future_keys = match get("future_keys")?.as_deref() {
         None => FutureKeys::default(),
         Some(s) => FutureKeys::parse(s).ok_or_else(|| {
             format!("unknown future_keys `{s}` (mirrored, zero, masked, negated)")
         })?,
     };
-    let placement = match get("placement") {
+    let placement = match get("placement")?.as_deref() {
         None => Placement::default(),
         Some(s) => Placement::parse(s)
             .ok_or_else(|| format!("unknown placement `{s}` (after-scaling, before-scaling)"))?,
     };
-    let positions = match m.get("positions").and_then(Value::as_str) {
+    let positions = match text(m.get("positions"), "positions")?.as_deref() {
         None => Positions::default(),
         Some(s) => {
             Positions::parse(s).ok_or_else(|| format!("unknown positions `{s}` (lists, square)"))?
@@ -197,13 +216,8 @@ fn tensor(name: &str, v: &Value) -> Result<Tensor, String> {
         .collect::<Option<Vec<f64>>>()
         .ok_or_else(|| format!("output `{name}`: data must be numbers or \"nan\"/\"inf\"/\"-inf\" (a flat, row-major list)"))?;
     let t = Tensor::new(shape, data);
-    if t.numel() != Some(t.data.len()) {
-        return Err(format!(
-            "output `{name}`: shape {:?} needs {:?} values, got {}",
-            t.shape,
-            t.numel(),
-            t.data.len()
-        ));
+    if let Some(wrong) = t.length_mismatch() {
+        return Err(format!("output `{name}`: {wrong}"));
     }
     Ok(t)
 }
@@ -284,5 +298,53 @@ pub fn result_line(id: &str, reply: &Reply) -> String {
         Reply::Errored(m) | Reply::Broken(m) => {
             json!({"type": "result", "id": id, "status": "errored", "message": m}).to_string()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(extra: &str) -> Result<Capabilities, String> {
+        parse_hello(&format!(
+            r#"{{"type": "hello", "protocol": 1, "name": "x"{extra}}}"#
+        ))
+    }
+
+    /// Absent lists and declarations take their defaults; a present but empty list, or a
+    /// declaration of another type, is refused rather than read as the default it did not say
+    /// (`families: []` had been read as every family, failing the cases of those the
+    /// implementation never meant to answer). spec: [proto.hello]
+    #[test]
+    fn a_malformed_hello_is_refused_and_an_absent_field_defaulted() {
+        let c = hello("").unwrap();
+        assert_eq!(
+            (c.families, c.dtypes),
+            (vec!["*".into()], vec!["f64".into()])
+        );
+        for (extra, said) in [
+            (r#", "families": []"#, "`families` is empty"),
+            (r#", "dtypes": []"#, "`dtypes` is empty"),
+            (
+                r#", "conventions": ["masked"]"#,
+                "`conventions` must be an object",
+            ),
+            (
+                r#", "conventions": {"future_keys": ["masked"]}"#,
+                "`future_keys` must be a string",
+            ),
+            (
+                r#", "conventions": {"placement": 1}"#,
+                "`placement` must be a string",
+            ),
+            (r#", "positions": true"#, "`positions` must be a string"),
+        ] {
+            let e = hello(extra).unwrap_err();
+            assert!(e.contains(said), "{extra}: {e}");
+        }
+        let c =
+            hello(r#", "conventions": {"future_keys": "masked"}, "positions": "square""#).unwrap();
+        assert_eq!(c.future_keys, FutureKeys::Masked);
+        assert_eq!(c.positions, Positions::Square);
     }
 }

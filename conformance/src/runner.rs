@@ -52,11 +52,19 @@ impl Question {
         }
     }
 
-    /// Its name in reports.
+    /// Its name in reports (and in `--fail-on`).
     pub fn name(self) -> &'static str {
         match self {
             Question::Values => "values",
             Question::Validation => "validation",
+        }
+    }
+
+    /// The other question.
+    pub fn other(self) -> Self {
+        match self {
+            Question::Values => Question::Validation,
+            Question::Validation => Question::Values,
         }
     }
 }

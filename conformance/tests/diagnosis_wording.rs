@@ -498,3 +498,142 @@ fn a_named_mistake_is_not_said_to_leave_a_second_difference_on_gradient_cases() 
         );
     }
 }
+
+/// The reference with keys after the query set to 0, declared `mirrored`.
+struct FutureZeroed;
+
+impl Implementation for FutureZeroed {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Reference.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let mut out = match Reference.run(r) {
+            Reply::Output(out) if r.kind == Kind::Bias => out,
+            other => return other,
+        };
+        let (q, k) = (&r.inputs.queries, &r.inputs.keys);
+        for t in out.values_mut() {
+            for (n, x) in t.data.iter_mut().enumerate() {
+                if k[n % k.len()] > q[(n / k.len()) % q.len()] {
+                    *x = 0.0;
+                }
+            }
+        }
+        Reply::Output(out)
+    }
+}
+
+/// Only the declaration for keys after the query is wrong: the tiny-c cases say so, and not
+/// that "a failure no variant explains points at how ψ or ε is computed" (audit 13).
+#[test]
+fn a_wrong_future_keys_declaration_is_not_blamed_on_psi_at_tiny_c() {
+    let report = run(&mut FutureZeroed, &["edge/parameters/tiny-c*"]);
+    let failed: Vec<&str> = report
+        .outcomes
+        .iter()
+        .filter(|o| o.status == runner::Status::Failed)
+        .map(|o| o.id.as_str())
+        .collect();
+    assert!(!failed.is_empty());
+    for id in failed {
+        let said = lines(&report, id).join("\n");
+        assert!(
+            said.contains("keys after the query follow `zero`"),
+            "{id}: {said}"
+        );
+        assert!(!said.contains("how ψ or ε is computed"), "{id}: {said}");
+    }
+}
+
+/// The reference rounded to float16's 11 significant bits, declared f32.
+struct RoundedToF16;
+
+impl Implementation for RoundedToF16 {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        let mut c = Reference.capabilities()?;
+        c.dtypes = vec!["f32".into()];
+        Ok(c)
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        match Reference.run(r) {
+            Reply::Output(mut outs) => {
+                for t in outs.values_mut() {
+                    for x in &mut t.data {
+                        let b = (*x as f32).to_bits();
+                        *x = f64::from(f32::from_bits(b.wrapping_add(0x1000) & !0x1FFF));
+                    }
+                }
+                Reply::Output(outs)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Half-precision rounding, which shows first where the values are largest (on some cases the
+/// keys after the query), is not said to be a mistake that only shows at j > i (audit 13).
+#[test]
+fn half_precision_rounding_is_not_called_a_mistake_at_the_keys_after_the_query() {
+    let report = run(&mut RoundedToF16, &["fire/*", "edge/*"]);
+    let mut failing = 0;
+    for o in &report.outcomes {
+        if o.status != runner::Status::Failed || o.finding.is_none() {
+            continue;
+        }
+        failing += 1;
+        let said = lines(&report, &o.id).join("\n");
+        assert!(
+            !said.contains("has a mistake that only shows at j > i"),
+            "{}: {said}",
+            o.id
+        );
+    }
+    assert!(failing > 10, "{failing}");
+}
+
+/// The reference (the bias added after the scaling) declaring `before-scaling`.
+struct DeclaresBeforeScaling;
+
+impl Implementation for DeclaresBeforeScaling {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        let mut c = Reference.capabilities()?;
+        c.placement = fire_conformance::implementation::Placement::BeforeScaling;
+        Ok(c)
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        Reference.run(r)
+    }
+}
+
+/// Right maths, wrong placement declared: each attention case and the run say which
+/// declaration the output follows, where they had said only "no catalogued variant"
+/// (audit 13). spec: [attn.placement]
+#[test]
+fn a_wrong_placement_declaration_is_said_to_be_one() {
+    let report = run(&mut DeclaresBeforeScaling, &["attention/*"]);
+    let failed: Vec<&str> = report
+        .outcomes
+        .iter()
+        .filter(|o| o.status == runner::Status::Failed)
+        .map(|o| o.id.as_str())
+        .collect();
+    assert!(failed.len() >= 3, "{failed:?}");
+    for id in failed {
+        let said = lines(&report, id).join("\n");
+        assert!(
+            said.contains(
+                "declared `before-scaling`: if that is what it does, declare `after-scaling`"
+            ),
+            "{id}: {said}"
+        );
+    }
+    assert_eq!(
+        report.overall,
+        Some(runner::Overall::Placement(
+            fire_conformance::implementation::Placement::AfterScaling
+        ))
+    );
+}

@@ -67,7 +67,8 @@ pub fn render(r: &Report) -> Value {
             | Overall::SomeInputs { .. }
             | Overall::RowShift
             | Overall::OtherInitial(_)
-            | Overall::Precision(_),
+            | Overall::Precision(_)
+            | Overall::Placement(_),
         ) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
@@ -95,6 +96,10 @@ pub fn render(r: &Report) -> Value {
         "run_lines": super::text::run_lines(r).lines().collect::<Vec<_>>(),
         "overall_other_initial": match &r.overall {
             Some(Overall::OtherInitial(values)) => json!(values.iter().map(|o| json!({"name": o.name, "value": o.value, "spec": o.spec})).collect::<Vec<_>>()),
+            _ => Value::Null,
+        },
+        "overall_placement": match &r.overall {
+            Some(Overall::Placement(p)) => json!(p.name()),
             _ => Value::Null,
         },
         "overall_precision": match &r.overall {

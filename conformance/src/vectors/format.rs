@@ -86,6 +86,23 @@ impl Tensor {
         self.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
     }
 
+    /// `None` when `data` holds the shape's element count; else what is wrong, said for a
+    /// person ("shape [4, 2] needs 8 values, data has 6").
+    pub fn length_mismatch(&self) -> Option<String> {
+        if self.numel() == Some(self.data.len()) {
+            return None;
+        }
+        let needs = self.numel().map_or_else(
+            || "more values than an address space holds".to_owned(),
+            |n| format!("{n} values"),
+        );
+        Some(format!(
+            "shape {:?} needs {needs}, data has {}",
+            self.shape,
+            self.data.len()
+        ))
+    }
+
     /// The multi-index of flat element `n`.
     pub fn index_of(&self, mut n: usize) -> Vec<usize> {
         let mut idx = vec![0; self.shape.len()];

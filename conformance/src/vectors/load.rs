@@ -134,16 +134,8 @@ fn check_tensor(at: &str, t: &Tensor) -> Result<(), LoadError> {
             format!("dtype `{}` (only f64 is written)", t.dtype),
         ));
     }
-    if t.numel() != Some(t.data.len()) {
-        return Err(bad(
-            at,
-            format!(
-                "shape {:?} needs {:?} values, data has {}",
-                t.shape,
-                t.numel(),
-                t.data.len()
-            ),
-        ));
+    if let Some(wrong) = t.length_mismatch() {
+        return Err(bad(at, wrong));
     }
     if let Some(s) = t.scale {
         if !(s.is_finite() && s >= 0.0) {
