@@ -104,6 +104,62 @@ pub(crate) fn unchecked_kind(
     unchecked
 }
 
+/// A kind of value case none of which the run graded because every selected one needs a finer
+/// profile than the run's dtype ([`crate::runner::Report::too_precise`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TooPrecise {
+    /// The kind of case: `bias`, `attention` or `gradient`.
+    pub kind: &'static str,
+    /// How many such cases the harness skipped.
+    pub cases: usize,
+    /// The profiles they need, finest last.
+    pub profiles: Vec<String>,
+}
+
+/// [`crate::runner::Report::too_precise`]: of the outcomes the harness skipped for their
+/// profile (`skipped`, indices into `outcomes`), the kinds of value case with no graded case
+/// at all. Flags are said by [`unchecked_flags`] within a kind the run graded; a kind it never
+/// graded (every attention case at `bf16`) would otherwise go unsaid.
+pub(crate) fn too_precise(
+    suite: &Suite,
+    outcomes: &[Outcome],
+    skipped: &[usize],
+) -> Vec<TooPrecise> {
+    let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();
+    let kind_of = |o: &Outcome| cases.get(o.id.as_str()).map(|c| c.kind);
+    let name = |k: Kind| match k {
+        Kind::Bias => "bias",
+        Kind::Attention => "attention",
+        Kind::Vjp => "gradient",
+    };
+    let mut out: Vec<TooPrecise> = Vec::new();
+    for kind in [Kind::Bias, Kind::Attention, Kind::Vjp] {
+        let graded = outcomes.iter().any(|o| {
+            o.question == Question::Values
+                && o.status != Status::Skipped
+                && kind_of(o) == Some(kind)
+        });
+        let mine: Vec<&Case> = skipped
+            .iter()
+            .map(|&n| &outcomes[n])
+            .filter(|o| o.question == Question::Values && kind_of(o) == Some(kind))
+            .filter_map(|o| cases.get(o.id.as_str()).copied())
+            .collect();
+        if graded || mine.is_empty() {
+            continue;
+        }
+        let mut profiles: Vec<String> = mine.iter().map(|c| c.profile.clone()).collect();
+        profiles.sort_by_key(|p| crate::compare::profile(p).map_or(0, |p| p.rank));
+        profiles.dedup();
+        out.push(TooPrecise {
+            kind: name(kind),
+            cases: mine.len(),
+            profiles,
+        });
+    }
+    out
+}
+
 /// [`crate::runner::Report::unchecked`].
 pub(crate) fn unchecked_flags(suite: &Suite, outcomes: &[Outcome]) -> Vec<String> {
     let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();

@@ -162,6 +162,11 @@ pub struct Report {
     /// path does, or returns another): the bias, what the encoding is, was never graded, so the
     /// run does not pass ([`exit::NOTHING_RAN`]). spec: [proto.report]
     pub bias_unchecked: Vec<coverage::Unchecked>,
+    /// The kinds of value case (bias, attention, gradient) of which the run graded none
+    /// because every selected one needs a finer profile than the dtype (every attention case
+    /// at `bf16`): a mistake there passes the run, which says so. spec: [num.profiles],
+    /// [proto.report]
+    pub too_precise: Vec<coverage::TooPrecise>,
 }
 
 /// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
@@ -213,11 +218,17 @@ impl Report {
         if !self.outcomes.iter().any(graded) {
             return true;
         }
+        // A counted verdict whose selected cases were all skipped; or the one verdict asked for
+        // (`--fail-on values` or `validation`) with nothing graded, selected or not: a selection
+        // of value cases alone under `both` is judged on its values, one that leaves the only
+        // counted verdict empty is not a pass.
+        let single = self.fail_on != FailOn::Both;
         [Question::Values, Question::Validation]
             .into_iter()
             .any(|q| {
                 let mut selected = self.outcomes.iter().filter(|o| o.question == q).peekable();
-                self.fail_on.counts(q) && selected.peek().is_some() && !selected.any(graded)
+                let any = selected.peek().is_some();
+                self.fail_on.counts(q) && (any || single) && !selected.any(graded)
             })
     }
 
@@ -327,6 +338,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let mut future_unchecked = 0;
     let mut dtype_skips: Vec<(usize, bool, &Case)> = Vec::new();
     let mut declined: Vec<(usize, String)> = Vec::new();
+    let mut too_precise: Vec<usize> = Vec::new();
     for case in suite.cases() {
         if (!opts.run.is_empty() && !run.is_match(&case.id)) || skip.is_match(&case.id) {
             continue;
@@ -356,6 +368,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
                 "needs profile {}; the implementation computes in {dtype}",
                 case.profile
             ));
+            too_precise.push(outcomes.len());
             outcomes.push(outcome);
             continue;
         };
@@ -421,6 +434,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         .into_iter()
         .filter(|u| coverage::graded(suite, &outcomes, &u.encoding, Kind::Vjp))
         .collect();
+    let too_precise = coverage::too_precise(suite, &outcomes, &too_precise);
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -435,6 +449,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         positions_from_square,
         gradients_unchecked,
         bias_unchecked,
+        too_precise,
     })
 }
 

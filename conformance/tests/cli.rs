@@ -216,3 +216,28 @@ fn setup_runs_once_before_the_implementation_and_a_failing_setup_aborts() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--setup"));
 }
+
+/// The one verdict asked for with nothing graded is no pass, even when the selection held none
+/// of its cases (`--fail-on validation` over value cases had exited 0: audit 14); under the
+/// default `both`, a selection of value cases alone is judged on its values.
+#[test]
+fn the_only_counted_verdict_with_nothing_graded_is_not_a_pass() {
+    let o = run(&[
+        "run",
+        "--fail-on",
+        "validation",
+        "--run",
+        "fire/default-init/*",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    let o = run(&[
+        "run",
+        "--fail-on",
+        "values",
+        "--run",
+        "invalid/parameters/*",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stdout(&o));
+    let o = run(&["run", "--run", "fire/default-init/*"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}

@@ -255,4 +255,14 @@ fn a_correct_bf16_implementation_passes_both_verdicts() {
     assert!(invalid > 20 && graded == invalid, "{graded} of {invalid}");
     assert!(!report.nothing_ran());
     assert_eq!(report.exit_code(), 0);
+    // What bf16 cannot grade at all is said: every attention and gradient case needs f32 or
+    // finer (a bf16 attention module with a mistake passes, and must be told why).
+    let kinds: Vec<&str> = report.too_precise.iter().map(|t| t.kind).collect();
+    assert_eq!(kinds, ["attention", "gradient"], "{:?}", report.too_precise);
+    let text = fire_conformance::report::text::render(&report, false);
+    assert!(
+        text.contains("not checked: the attention cases: all ")
+            && text.contains("finer than this run's bf16, so none was graded"),
+        "{text}"
+    );
 }

@@ -184,6 +184,38 @@ fn a_pytest_run_that_grades_nothing_does_not_pass() {
     assert!(out.contains("nothing graded"), "{out}");
 }
 
+/// `--fire-fail-on values` with a glue that computes no invalid case (its families leave them
+/// out): the value items pass and pytest exits 0. The plugin had run the harness under the
+/// default `both`, whose validation verdict then had nothing graded, and exited 5 (audit 14).
+#[test]
+fn the_value_items_alone_pass_under_fail_on_values() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let glue = dir.path().join("reference_glue.py");
+    std::fs::write(
+        &glue,
+        "from fire_conformance import numpy_fire\n\
+         CAPABILITIES = {\"families\": [\"fire\"]}\n\
+         build = numpy_fire.build\n",
+    )
+    .unwrap();
+    let o = pytest(
+        dir.path(),
+        &[
+            "--fire-glue",
+            glue.to_str().unwrap(),
+            "--fire-fail-on",
+            "values",
+        ],
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("passed"), "{out}");
+    assert!(!out.contains("nothing graded"), "{out}");
+}
+
 #[test]
 fn a_broken_module_fails_under_pytest_with_the_diagnosis() {
     if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST") {

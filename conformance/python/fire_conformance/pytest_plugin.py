@@ -209,6 +209,9 @@ class FireSuite(pytest.Collector):
             args += ["--xfails", _resolve(s["xfails"], self.base)]
         if s.get("timeout"):
             args += ["--timeout", str(s["timeout"])]
+        # The verdicts that count, as the items were selected: under the default `both` a run of
+        # the value items alone would have "nothing graded" for validation.
+        args += ["--fail-on", s.get("fail_on") or "both"]
         # The glue runs in a fresh interpreter: it imports this very package.
         env = dict(os.environ)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

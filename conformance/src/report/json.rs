@@ -94,6 +94,7 @@ pub fn render(r: &Report) -> Value {
         "overall_convention": convention,
         "overall_row_shift": matches!(r.overall, Some(Overall::RowShift)),
         "run_lines": super::text::run_lines(r).lines().collect::<Vec<_>>(),
+        "too_precise": r.too_precise.iter().map(|t| json!({"kind": t.kind, "cases": t.cases, "profiles": t.profiles})).collect::<Vec<_>>(),
         "overall_other_initial": match &r.overall {
             Some(Overall::OtherInitial(values)) => json!(values.iter().map(|o| json!({"name": o.name, "value": o.value, "spec": o.spec})).collect::<Vec<_>>()),
             _ => Value::Null,

@@ -277,6 +277,17 @@ pub fn run_lines(r: &Report) -> String {
             u.encoding, u.cases, u.reason, r.dtype, r.dtype
         );
     }
+    for t in &r.too_precise {
+        let coarsest = t.profiles.first().map_or("f32", String::as_str);
+        let _ = writeln!(
+            out,
+            "not checked: the {} cases: all {} selected need profile {}, finer than this run's {}, so none was graded and a mistake there passes this run; a module that computes in {coarsest} is graded on them with --dtype {coarsest} [num.profiles]",
+            t.kind,
+            t.cases,
+            t.profiles.join(" or "),
+            r.dtype
+        );
+    }
     for u in &r.gradients_unchecked {
         let _ = writeln!(
             out,
