@@ -187,6 +187,7 @@ fn a_pytest_run_that_grades_nothing_does_not_pass() {
 /// `--fire-fail-on values` with a glue that computes no invalid case (its families leave them
 /// out): the value items pass and pytest exits 0. The plugin had run the harness under the
 /// default `both`, whose validation verdict then had nothing graded, and exited 5 (audit 14).
+/// The family is given as one string, which the kit had sent letter by letter.
 #[test]
 fn the_value_items_alone_pass_under_fail_on_values() {
     if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST") {
@@ -197,7 +198,7 @@ fn the_value_items_alone_pass_under_fail_on_values() {
     std::fs::write(
         &glue,
         "from fire_conformance import numpy_fire\n\
-         CAPABILITIES = {\"families\": [\"fire\"]}\n\
+         CAPABILITIES = {\"families\": \"fire\"}\n\
          build = numpy_fire.build\n",
     )
     .unwrap();

@@ -182,6 +182,10 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
     report then says its own handling of them (a decoding call) was not run [proto.hello]."""
     reserve_stdout()
     stdin = stdin or sys.stdin
+    # One name given as a string is one name, not its letters ("fire" had been sent as
+    # ["f", "i", "r", "e"]); any other iterable is a list of them.
+    families = [families] if isinstance(families, str) else list(families)
+    dtypes = [dtypes] if isinstance(dtypes, str) else list(dtypes)
     for line in stdin:
         if not line.strip():
             continue
@@ -189,7 +193,7 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
         kind = msg.get("type")
         if kind == "hello":
             _reply({"type": "hello", "protocol": PROTOCOL, "name": name,
-                    "families": list(families), "dtypes": list(dtypes),
+                    "families": families, "dtypes": dtypes,
                     "conventions": {"future_keys": future_keys, "placement": placement},
                     "positions": positions})
         elif kind == "bye":
