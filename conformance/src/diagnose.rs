@@ -17,7 +17,7 @@ use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
 use crate::compare::{excess_ratio, Profile};
 use crate::conventions::{adjust, as_declared, future_keys, MASK_CEILING};
-use crate::implementation::{Capabilities, FutureKeys};
+use crate::implementation::{Capabilities, FutureKeys, Placement};
 use crate::implementations::reference::evaluate_placed;
 use crate::initial::{self, OtherInitial};
 use crate::vectors::flags::Flag;
@@ -390,22 +390,11 @@ pub fn diagnose(
     // An attention case that is the reference under the other placement: the declaration, not
     // the maths, to fix (a catalogued variant predicts only the placement deviating from
     // after-scaling, not a module declaring before-scaling that computes after).
-    if case.kind == Kind::Attention && finding.variants.is_empty() && !explained {
-        let other = crate::implementation::Placement::ALL
-            .iter()
-            .copied()
-            .filter(|p| *p != caps.placement)
-            .find(|p| {
-                evaluate_placed(&case.encoding, case.kind, &case.inputs, None, *p)
-                    .is_ok_and(|o| agrees(case, &o, got, profile, future, None))
-            });
-        if let Some(p) = other {
+    if finding.variants.is_empty() && !explained {
+        if let Some(p) = other_placement(case, got, profile, caps) {
             finding.notes.push(format!(
                 "the output is the reference's with the bias added {}, but the implementation declared `{}`: if that is what it does, declare `{p}` (`placement=\"{p}\"` to the kit's serve) [attn.placement]",
-                match p.name() {
-                    "before-scaling" => "before the 1/√d scaling",
-                    _ => "after the 1/√d scaling",
-                },
+                placement_words(p),
                 caps.placement.name()
             ));
         }
@@ -452,9 +441,46 @@ fn lower_precision(
     profile: Profile,
     caps: &Capabilities,
 ) -> Option<&'static str> {
+    if profile.name != "f64" {
+        return None;
+    }
     let f32 = crate::compare::profile("f32")?;
-    let passes = crate::grade::differing_outputs(case, got, f32, caps).is_empty();
-    (profile.name == "f64" && passes).then_some(f32.name)
+    crate::grade::differing_outputs(case, got, f32, caps)
+        .is_empty()
+        .then_some(f32.name)
+}
+
+/// The placement other than the declared one under which an attention case grades clean
+/// (against the vectors' outputs for it, `expected_under`), if any: a declaration to fix,
+/// said per case and, when every failing case is one, for the run. spec: [attn.placement]
+pub(crate) fn other_placement(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+) -> Option<Placement> {
+    if case.kind != Kind::Attention {
+        return None;
+    }
+    Placement::ALL
+        .iter()
+        .copied()
+        .filter(|p| *p != caps.placement)
+        .find(|p| {
+            let under = Capabilities {
+                placement: *p,
+                ..caps.clone()
+            };
+            crate::grade::differing_outputs(case, got, profile, &under).is_empty()
+        })
+}
+
+/// Where a placement puts the bias, in words.
+pub fn placement_words(p: Placement) -> &'static str {
+    match p {
+        Placement::AfterScaling => "after the 1/√d scaling",
+        Placement::BeforeScaling => "before the 1/√d scaling",
+    }
 }
 
 /// `expected` plus, on each (layer's) head's query row, the mean of what `got` adds to it over the row's

@@ -123,26 +123,28 @@ const SCALARS: &[Scalar] = &[
     },
 ];
 
-/// The FIRE module of a case whose every initial value is [fire.defaults]' (one module, or
-/// FIRE-S's shared one), mutable in a copy of the encoding.
-fn module_at_defaults(encoding: &mut Encoding) -> Option<&mut FireParams> {
-    let p = match encoding {
-        Encoding::Fire(p) => p,
-        Encoding::FireShared(s) => &mut s.module,
-        _ => return None,
-    };
-    let at = p.c == init::C
-        && p.l_init == init::L_INIT
-        && p.l_multiplier == init::L_MULTIPLIER
-        && p.eps == init::EPS
-        && p.threshold == "learnable"
-        && p.transform == "log";
-    at.then_some(p)
+/// The FIRE module of an encoding: one module, or FIRE-S's shared one.
+fn module_mut(encoding: &mut Encoding) -> Option<&mut FireParams> {
+    match encoding {
+        Encoding::Fire(p) => Some(p),
+        Encoding::FireShared(s) => Some(&mut s.module),
+        _ => None,
+    }
 }
 
 /// Whether a case's FIRE is at [fire.defaults]' initial values.
 pub fn at_defaults(case: &Case) -> bool {
-    module_at_defaults(&mut case.encoding.clone()).is_some()
+    let p = match &case.encoding {
+        Encoding::Fire(p) => p,
+        Encoding::FireShared(s) => &s.module,
+        _ => return false,
+    };
+    p.c == init::C
+        && p.l_init == init::L_INIT
+        && p.l_multiplier == init::L_MULTIPLIER
+        && p.eps == init::EPS
+        && p.threshold == "learnable"
+        && p.transform == "log"
 }
 
 /// The first other initial value (scalar by scalar: the threshold or its factors, c, ε) with
@@ -155,6 +157,9 @@ pub fn other_initial(
     caps: &Capabilities,
     future: FutureKeys,
 ) -> Option<OtherInitial> {
+    if !at_defaults(case) {
+        return None;
+    }
     // A gradient case graded under a declared convention for keys after the query is graded
     // against the cotangent restricted to the causal pairs ([`crate::grade::expected_for`]):
     // predicted so as well.
@@ -162,16 +167,14 @@ pub fn other_initial(
     if case.kind == Kind::Vjp && crate::grade::expected_for(case, caps) != case.expected.as_ref() {
         inputs.cotangent = Some(causal_cotangent(&case.inputs)?);
     }
-    let mut encoding = case.encoding.clone();
-    module_at_defaults(&mut encoding)?;
     let gradients = case.kind == Kind::Vjp;
     for s in SCALARS
         .iter()
         .filter(|s| s.gradients.is_none_or(|g| g == gradients))
     {
         for &value in s.tried {
-            let mut changed = encoding.clone();
-            if let Some(p) = module_at_defaults(&mut changed) {
+            let mut changed = case.encoding.clone();
+            if let Some(p) = module_mut(&mut changed) {
                 (s.set)(p, value);
             }
             let Ok(predicted) = evaluate_placed(&changed, case.kind, &inputs, None, caps.placement)

@@ -562,22 +562,14 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
     }
     // The same for where the bias enters the logits: every failing case an attention case that
     // passes under the other placement.
-    let placed = crate::implementation::Placement::ALL
+    let placed: Option<Vec<_>> = failing
         .iter()
-        .copied()
-        .filter(|p| *p != caps.placement)
-        .find(|p| {
-            let under = Capabilities {
-                placement: *p,
-                ..caps.clone()
-            };
-            failing.iter().all(|r| {
-                r.case.kind == Kind::Attention
-                    && crate::grade::differing_outputs(r.case, &r.got, r.profile, &under).is_empty()
-            })
-        });
-    if let Some(p) = placed {
-        return Overall::Placement(p);
+        .map(|r| diagnose::other_placement(r.case, &r.got, r.profile, caps))
+        .collect();
+    if let Some(&[p, ref rest @ ..]) = placed.as_deref() {
+        if rest.iter().all(|q| *q == p) {
+            return Overall::Placement(p);
+        }
     }
     if failing.iter().all(|r| r.case.kind == Kind::Vjp) {
         let mut params: Vec<String> = Vec::new();

@@ -215,21 +215,25 @@ impl Report {
     pub fn nothing_ran(&self) -> bool {
         let graded =
             |o: &Outcome| matches!(o.status, Status::Passed | Status::Failed | Status::XFailed);
-        if !self.outcomes.iter().any(graded) {
-            return true;
-        }
-        // A counted verdict whose selected cases were all skipped; or the one verdict asked for
-        // (`--fail-on values` or `validation`) with nothing graded, selected or not: a selection
-        // of value cases alone under `both` is judged on its values, one that leaves the only
-        // counted verdict empty is not a pass.
+        !self.outcomes.iter().any(graded) || !self.ungraded().is_empty()
+    }
+
+    /// The counted verdicts that graded nothing: one whose selected cases were all skipped; or
+    /// the one verdict asked for (`--fail-on values` or `validation`) with nothing graded,
+    /// selected or not. A selection of value cases alone under `both` is judged on its values;
+    /// one that leaves the only counted verdict empty is not a pass.
+    pub fn ungraded(&self) -> Vec<Question> {
+        let graded =
+            |o: &Outcome| matches!(o.status, Status::Passed | Status::Failed | Status::XFailed);
         let single = self.fail_on != FailOn::Both;
         [Question::Values, Question::Validation]
             .into_iter()
-            .any(|q| {
+            .filter(|&q| {
                 let mut selected = self.outcomes.iter().filter(|o| o.question == q).peekable();
                 let any = selected.peek().is_some();
                 self.fail_on.counts(q) && (any || single) && !selected.any(graded)
             })
+            .collect()
     }
 
     /// True when the verdicts that count (see [`FailOn`]) have a failure.

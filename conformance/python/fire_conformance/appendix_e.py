@@ -353,8 +353,11 @@ def at_defaults(enc):
 
 
 def same_in_f32(theirs, ours):
-    """Whether a module's initial scalar is the case's value rounded to float32."""
-    a = theirs.detach().to(torch.float32).cpu().numpy().reshape(-1)
+    """Whether a module's initial scalar (a torch tensor or an array) is the case's value
+    rounded to float32."""
+    if hasattr(theirs, "detach"):
+        theirs = theirs.detach().to(torch.float32).cpu().numpy()
+    a = np.asarray(theirs, dtype=np.float32).reshape(-1)
     b = np.asarray(ours, dtype=np.float32).reshape(-1)
     return a.shape == b.shape and bool(np.all(a == b))
 

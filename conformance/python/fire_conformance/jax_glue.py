@@ -251,9 +251,9 @@ class JaxGlue:
                      for path, leaf in _flatten(dict(tree)).items() if np.size(leaf) <= 1]
         loaded = load_jax(flat, ours, self.mapping, built, elsewhere)
         for path, name in loaded.items():
-            if own and name in appendix_e.SCALARS and not _same_in_f32(flat[path], ours[name]):
+            if own and name in appendix_e.SCALARS and not appendix_e.same_in_f32(flat[path], ours[name]):
                 # The module's own initial value, kept (one equal to the case's in float32 takes
-                # the case's exact value, as appendix_e.same_in_f32 has it).
+                # the case's exact value).
                 flat[path] = jnp.asarray(flat[path], dtype=self.dt)
                 continue
             flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=self.dt)
@@ -299,13 +299,6 @@ class JaxGlue:
         if case.encoding["threshold"] != "learnable":
             out.pop("L_multiplier", None)
         return out
-
-
-def _same_in_f32(theirs, ours):
-    """Whether a module's initial scalar is the case's value rounded to float32."""
-    a = np.asarray(theirs, dtype=np.float32).reshape(-1)
-    b = np.asarray(ours, dtype=np.float32).reshape(-1)
-    return a.shape == b.shape and bool(np.all(a == b))
 
 
 def serve(cls, a):

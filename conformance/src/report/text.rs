@@ -78,22 +78,11 @@ pub fn render(r: &Report, verbose: bool) -> String {
     let _ = writeln!(out, "{}", verdict(r, Question::Values));
     let _ = writeln!(out, "{}", verdict(r, Question::Validation));
     if r.nothing_ran() {
-        // Which counted verdict had cases and graded none of them (the other may have passed).
-        let empty: Vec<Question> = [Question::Values, Question::Validation]
-            .into_iter()
-            .filter(|&q| {
-                let mut of_q = r.outcomes.iter().filter(|o| o.question == q).peekable();
-                r.fail_on.counts(q)
-                    && of_q.peek().is_some()
-                    && !of_q.any(|o| {
-                        matches!(o.status, Status::Passed | Status::Failed | Status::XFailed)
-                    })
-            })
-            .collect();
+        let empty = r.ungraded();
         let _ = match empty.as_slice() {
             [q] => writeln!(
                 out,
-                "nothing was graded for {}: every selected case of it was skipped (-v lists why), so the run does not pass; `--fail-on {}` counts the other verdict alone",
+                "nothing was graded for {}: no case of it was selected, or every one was skipped (-v lists why), so the run does not pass; `--fail-on {}` counts the other verdict alone",
                 q.name(),
                 q.other().name()
             ),
@@ -217,10 +206,7 @@ pub fn run_lines(r: &Report) -> String {
             let _ = writeln!(
                 out,
                 "overall: no catalogued variant, but a declaration: every failing case is an attention case that is right with the bias added {}, not `{}` as declared; if that is what the implementation does, declare `{p}` (`placement=\"{p}\"` to the kit's serve) [attn.placement]",
-                match p.name() {
-                    "before-scaling" => "before the 1/√d scaling",
-                    _ => "after the 1/√d scaling",
-                },
+                crate::diagnose::placement_words(*p),
                 c.placement.name()
             );
         }
