@@ -572,6 +572,11 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
         }
     }
     if failing.iter().all(|r| r.case.kind == Kind::Vjp) {
+        // Every failing gradient the reference's with another initial value (c starting at
+        // −0.1: the bias the same, the gradient of c negated): that, not a wrong gradient path.
+        if let Some(values) = other_initial(outcomes, ran, failed) {
+            return Overall::OtherInitial(values);
+        }
         let mut params: Vec<String> = Vec::new();
         let mut nan = false;
         for r in &failing {

@@ -5,16 +5,17 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-use std::collections::BTreeMap;
-use std::path::Path;
+mod common;
 
+use std::collections::BTreeMap;
+
+use common::{lines, run_in_process as run};
 use fire_conformance::diagnose::describe;
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
 use fire_conformance::implementations::reference::Reference;
-use fire_conformance::runner::{self, Options, Report};
+use fire_conformance::runner;
 use fire_conformance::vectors::format::{Encoding, Kind, Tensor};
-use fire_conformance::vectors::load;
 use fire_conformance::vectors::params;
 
 /// FIRE with ψ(x) = ln(|c|·x + ε_g) in both terms (the "safe log" replacing `+ 1` by a small
@@ -58,23 +59,6 @@ impl Implementation for GuardedLog {
         );
         Reply::Output(m)
     }
-}
-
-fn run(imp: &mut dyn Implementation, globs: &[&str]) -> Report {
-    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
-    let options = Options {
-        diagnose: true,
-        run: globs.iter().map(|g| (*g).to_owned()).collect(),
-        ..Options::default()
-    };
-    runner::run(&suite, imp, &options).unwrap()
-}
-
-/// The diagnosis lines of the case `id`.
-fn lines(report: &Report, id: &str) -> Vec<String> {
-    let o = report.outcomes.iter().find(|o| o.id == id).unwrap();
-    assert!(o.finding.is_some(), "{id}: {:?} {:?}", o.status, o.details);
-    describe(o.finding.as_ref().unwrap(), o.profile.unwrap())
 }
 
 #[test]
@@ -320,70 +304,6 @@ fn a_name_explaining_some_cases_only_loosely_says_so_and_no_declaration_is_advis
     );
     assert!(text.contains("not within tolerance"), "{text}");
     assert_eq!(may_declare(&report), None, "{text}");
-}
-
-/// The reference, with L_init 256 wherever a case is at [fire.defaults]' initial values (a
-/// constructor's default of 256, kept on the cases that build the module on its own defaults).
-struct OwnInitialL;
-
-impl Implementation for OwnInitialL {
-    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
-        Reference.capabilities()
-    }
-
-    fn run(&mut self, r: &Request) -> Reply {
-        let mut r = r.clone();
-        let module = match &mut r.encoding {
-            Encoding::Fire(p) => Some(p),
-            Encoding::FireShared(s) => Some(&mut s.module),
-            _ => None,
-        };
-        if let Some(p) = module {
-            if (p.c, p.l_init, p.l_multiplier, p.eps) == (0.1, 512.0, 1.0, 1e-6) {
-                p.l_init = 256.0;
-            }
-        }
-        Reference.run(&r)
-    }
-}
-
-/// An own default of L_init = 256 fails only the cases at the defaults, and is named as that
-/// on each (bias and gradients alike) and for the run — not as `threshold-ignored`, which the
-/// same output matches where every query is past 256 (audit 11). spec: [fire.defaults]
-#[test]
-fn another_initial_value_is_named_on_the_cases_at_the_defaults() {
-    let report = run(&mut OwnInitialL, &[]);
-    let failed: Vec<&str> = report
-        .outcomes
-        .iter()
-        .filter(|o| o.status == runner::Status::Failed)
-        .map(|o| o.id.as_str())
-        .collect();
-    // A bias shows the threshold m·L_init only; a gradient tells the factors apart.
-    let threshold = "matches the reference with the threshold L = |m·L_init| = 256 ([fire.defaults]: 512: an initial L_init of 256 or L_multiplier of 0.5)";
-    for (id, said) in [
-        ("fire/default-init/square-8", threshold),
-        ("edge/positions/threshold-boundary-default", threshold),
-        (
-            "fire-grad/vjp/default-init-square-6",
-            "matches the reference with L_init = 256 ([fire.defaults]: 512)",
-        ),
-    ] {
-        assert!(failed.contains(&id), "{id}: {failed:?}");
-        let lines = lines(&report, id).join("\n");
-        assert!(lines.contains(said), "{id}: {lines}");
-        assert!(!lines.contains("no catalogued variant"), "{id}: {lines}");
-    }
-    let Some(runner::Overall::OtherInitial(values)) = &report.overall else {
-        panic!("{:?}", report.overall);
-    };
-    assert_eq!(values.len(), 1);
-    assert_eq!((values[0].name, values[0].value), ("L_init", 256.0));
-    let text = fire_conformance::report::text::render(&report, false);
-    assert!(
-        text.contains("overall: every failing case is at the spec's initial values and is the reference's with L_init = 256"),
-        "{text}"
-    );
 }
 
 /// The reference with every output value rounded by `round`, declaring `dtype`.

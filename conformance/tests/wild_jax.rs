@@ -176,3 +176,13 @@ fn a_jax_module_whose_defaults_are_not_the_specs_fails_the_default_case() {
         passes_in(&jax_fake(class), 2, &args[..4]);
     }
 }
+
+/// As for a torch module (tests/wild_torch.rs): a constructor that ignores `init_c`, whose c the
+/// glue loads from each case, is named from the module as built.
+#[test]
+fn a_jax_constructor_that_ignores_its_initial_c_fails_naming_it() {
+    if !jax() {
+        return;
+    }
+    fails_naming_the_ignored_argument(&jax_fake("IgnoresInitC"), "init_c");
+}

@@ -294,3 +294,22 @@ fn kwargs_initial_values_replace_the_constructors_defaults_and_the_shape_is_refu
         "{err}"
     );
 }
+
+/// Off the defaults the glue builds the module from the case's c and L_init and then loads the
+/// case's values over its scalars: a constructor that ignores `init_L` or `init_c` had passed
+/// every case (audit 15), though `FIRE(init_L=2048)` keeps 512 for the whole of training. The
+/// module as built is checked before it is called; one keeping |init_c| is right and passes.
+#[test]
+fn a_torch_constructor_that_ignores_its_initial_values_fails_naming_them() {
+    if !torch() {
+        return;
+    }
+    fails_naming_the_ignored_argument(&torch_fake("IgnoresInitL", "f32"), "init_L");
+    fails_naming_the_ignored_argument(&torch_fake("IgnoresInitC", "f64"), "init_c");
+    let r = passes_in(
+        &torch_fake("KeepsAbsC", "f32"),
+        6,
+        &["--run", "fire/*", "--run", "edge/parameters/*"],
+    );
+    assert!(!r.to_string().contains("ignores `"), "{r:#}");
+}

@@ -52,6 +52,10 @@ Options (after the module spec):
                         replace the constructor's default in the [fire.defaults] cases
                         (the case's value is passed everywhere else)
 
+At the spec's initial values a torch module is built on its own defaults, which are checked; on
+every other case it is built with the case's ``init_c`` and ``init_L`` and must hold them before
+the case's values are loaded over its scalars: a constructor that ignores one fails, naming it.
+
 With torch installed the module is a torch ``nn.Module`` (put in ``.eval()`` mode) and gradients
 (``fire-grad/``) come from autograd; without torch, a NumPy module with the same interface
 (``load_state_dict`` taking arrays) works for bias cases.
@@ -61,6 +65,7 @@ import argparse
 import importlib.util
 import inspect
 import json
+import math
 from itertools import combinations
 import os
 import sys
@@ -205,9 +210,12 @@ class Glue:
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = m.to(dt)
-            initial = {k: v.clone() for k, v in m.state_dict().items()} if own else {}
+            initial = {k: v.clone() for k, v in m.state_dict().items()}
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
-            if own:
+            if not own:
+                # Built from the case's c and L_init: it must hold them ([fire.params]).
+                check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype)
+            else:
                 # The MLP as the case has it (its initialisation is random), the scalars as
                 # the module made them where they are not the default: one made in float32 and
                 # cast (c = 0.1 is not exact there) takes the case's exact value.
@@ -360,6 +368,59 @@ def same_in_f32(theirs, ours):
     a = np.asarray(theirs, dtype=np.float32).reshape(-1)
     b = np.asarray(ours, dtype=np.float32).reshape(-1)
     return a.shape == b.shape and bool(np.all(a == b))
+
+
+class IgnoredArgument(Exception):
+    """A module built with a case's initial c or L_init that holds another value: its
+    constructor ignores the argument. Raised before the module is called (the case replies
+    ``errored``, naming the argument): the glue then loads the case's values over the scalars,
+    so the bias alone could not show it."""
+
+
+# The constructor argument each scalar a module initialises itself is made from (our names).
+FROM_ARGUMENT = {"c": "init_c", "init_L": "init_L"}
+
+
+def check_arguments(held, case, dtype):
+    """Raises ``IgnoredArgument`` where a module built from the case's arguments (``construct``)
+    holds, before any case value is loaded, a c or L_init other than the one it was given
+    (``held``: our name -> the value it holds). Not on an invalid case ([vec.invalid]): the
+    error would be taken for the module's rejection of it, and a module that clamps an invalid
+    L_init has rejected nothing. Such a module passes
+    every case on values (the glue loads the case's c and L_init over its own), yet
+    ``FIRE(init_L=2048)`` would keep its default threshold for the whole of training, L_init
+    being frozen. c is compared in magnitude (only |c| enters FIRE, and a module may keep
+    |init_c|); a bf16 module to bf16's precision, others as float32 holds the value
+    (``same_in_f32``)."""
+    enc = case.encoding
+    given = {"c": enc["c"], "init_L": enc["l_init"]}
+    if case.family == "invalid" or not all(isinstance(v, (int, float)) and math.isfinite(v) and v != 0
+                                           for v in given.values()) or given["init_L"] < 0:
+        return
+    for name, value in held.items():
+        if name not in FROM_ARGUMENT:
+            continue
+        want = given[name]
+        theirs = np.abs(as_float64(value)) if name == "c" else as_float64(value)
+        ours = abs(want) if name == "c" else want
+        if dtype == "bf16":
+            same = theirs.size == 1 and abs(float(theirs.reshape(-1)[0]) - ours) <= 2.0**-7 * abs(ours)
+        else:
+            same = same_in_f32(theirs, ours)
+        if not same:
+            arg = FROM_ARGUMENT[name]
+            shown = float(theirs.reshape(-1)[0]) if theirs.size == 1 else theirs.tolist()
+            raise IgnoredArgument(
+                f"built with {arg}={want!r}, the module holds {name} = {shown!r} before any case "
+                f"value is loaded: its constructor ignores `{arg}` (it starts {name} at its own "
+                f"value whatever it is given) [fire.params]")
+
+
+def as_float64(value):
+    """A module's scalar (a torch tensor, a JAX or NumPy array, a number) as a float64 array."""
+    if hasattr(value, "detach"):
+        value = value.detach().to(torch.float64).cpu().numpy()
+    return np.asarray(value, dtype=np.float64)
 
 
 # The constructor arguments the glue passes from each case: the shape, always; the initial

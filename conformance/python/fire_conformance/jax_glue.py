@@ -250,6 +250,10 @@ class JaxGlue:
         elsewhere = [(coll,) + path for coll, tree in variables.items() if coll != "params"
                      for path, leaf in _flatten(dict(tree)).items() if np.size(leaf) <= 1]
         loaded = load_jax(flat, ours, self.mapping, built, elsewhere)
+        if not own:
+            # Built from the case's c and L_init: it must hold them ([fire.params]).
+            appendix_e.check_arguments({name: flat[path] for path, name in loaded.items() if path in flat},
+                                       case, self.dtype)
         for path, name in loaded.items():
             if own and name in appendix_e.SCALARS and not appendix_e.same_in_f32(flat[path], ours[name]):
                 # The module's own initial value, kept (one equal to the case's in float32 takes

@@ -7,6 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use fire_conformance::diagnose::describe;
+use fire_conformance::implementation::Implementation;
+use fire_conformance::runner::{self, Options, Report};
+use fire_conformance::vectors::load;
 use serde_json::Value;
 
 pub fn root() -> PathBuf {
@@ -200,4 +204,59 @@ pub fn passed_with(r: &Value, prefix: &str) -> Vec<String> {
         .filter(|c| c["status"] == "passed" && c["id"].as_str().unwrap().starts_with(prefix))
         .map(|c| c["id"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// Asserts a run of `cmd` over a case off the defaults (random c and L_init) fails it, the reply
+/// naming the constructor argument `arg` the module ignores, while the default case passes.
+pub fn fails_naming_the_ignored_argument(cmd: &str, arg: &str) {
+    let (code, r) = run(
+        cmd,
+        &[
+            "--run",
+            "fire/default-init/square-8",
+            "--run",
+            "fire/random-params/seed-1-square-16",
+            "--fail-on",
+            "values",
+        ],
+    );
+    assert_eq!(code, 1, "{arg}: {r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    let status = |id: &str| {
+        cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .map(|c| c["status"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(status("fire/default-init/square-8"), "passed", "{r:#}");
+    let failed = cases
+        .iter()
+        .find(|c| c["id"] == "fire/random-params/seed-1-square-16")
+        .unwrap();
+    assert_eq!(failed["status"], "failed", "{r:#}");
+    let details = failed["details"].to_string();
+    assert!(
+        details.contains(&format!("its constructor ignores `{arg}`")),
+        "{details}"
+    );
+}
+
+/// Runs `imp` in process over the repository's vectors (the cases `globs` select; every one
+/// when empty), diagnosing the failures.
+pub fn run_in_process(imp: &mut dyn Implementation, globs: &[&str]) -> Report {
+    let suite = load::load(&root().join("vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        run: globs.iter().map(|g| (*g).to_owned()).collect(),
+        ..Options::default()
+    };
+    runner::run(&suite, imp, &options).unwrap()
+}
+
+/// The diagnosis lines of the case `id` of `report`.
+pub fn lines(report: &Report, id: &str) -> Vec<String> {
+    let o = report.outcomes.iter().find(|o| o.id == id).unwrap();
+    assert!(o.finding.is_some(), "{id}: {:?} {:?}", o.status, o.details);
+    describe(o.finding.as_ref().unwrap(), o.profile.unwrap())
 }

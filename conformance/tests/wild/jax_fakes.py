@@ -199,6 +199,14 @@ class MultiplierStartsAtHalf(FIRE):
     multiplier_init = 0.5
 
 
+class IgnoresInitC(FIRE):
+    """Takes ``init_c`` and starts c at 0.1 whatever it is given: the glue loads each case's c
+    over it, so only the module as built shows it."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, 0.1, init_L, eps)
+
+
 class OtherDefaults(FIRE):
     """Constructor defaults not the spec's: c = 1, L_init = 2048, ε = 1e-3."""
 

@@ -48,6 +48,30 @@ class MultiplierStartsAtHalf(FIRE):
         self.L_multiplier = nn.Parameter(torch.tensor(0.5))
 
 
+class IgnoresInitL(FIRE):
+    """Takes ``init_L`` and starts at 512 whatever it is given: the glue loads each case's
+    L_init over it, so only the module as built shows it (``FIRE(init_L=2048)`` would keep 512,
+    L_init being frozen)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
+
+
+class IgnoresInitC(FIRE):
+    """Takes ``init_c`` and starts c at 0.1 whatever it is given."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, 0.1, init_L, eps)
+
+
+class KeepsAbsC(FIRE):
+    """Correct: keeps |init_c| (only |c| enters FIRE), and takes the sign of a case's c loaded
+    over it."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, abs(init_c), init_L, eps)
+
+
 class OtherDefaults(FIRE):
     """Constructor defaults not the spec's: c = 1, L_init = 2048, ε = 1e-3."""
 
