@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{lines, run_in_process as run};
+use common::{failed_ids, lines, run_in_process as run};
 use fire_conformance::diagnose::describe;
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
@@ -462,12 +462,7 @@ impl Implementation for FutureZeroed {
 #[test]
 fn a_wrong_future_keys_declaration_is_not_blamed_on_psi_at_tiny_c() {
     let report = run(&mut FutureZeroed, &["edge/parameters/tiny-c*"]);
-    let failed: Vec<&str> = report
-        .outcomes
-        .iter()
-        .filter(|o| o.status == runner::Status::Failed)
-        .map(|o| o.id.as_str())
-        .collect();
+    let failed = failed_ids(&report);
     assert!(!failed.is_empty());
     for id in failed {
         let said = lines(&report, id).join("\n");
@@ -532,12 +527,7 @@ impl Implementation for DeclaresBeforeScaling {
 #[test]
 fn a_wrong_placement_declaration_is_said_to_be_one() {
     let report = run(&mut DeclaresBeforeScaling, &["attention/*"]);
-    let failed: Vec<&str> = report
-        .outcomes
-        .iter()
-        .filter(|o| o.status == runner::Status::Failed)
-        .map(|o| o.id.as_str())
-        .collect();
+    let failed = failed_ids(&report);
     assert!(failed.len() >= 3, "{failed:?}");
     for id in failed {
         let said = lines(&report, id).join("\n");

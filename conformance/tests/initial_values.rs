@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{lines, run_in_process as run};
+use common::{failed_ids, lines, run_in_process as run};
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::reference::Reference;
 use fire_conformance::runner;
@@ -47,12 +47,7 @@ impl Implementation for OwnInitial {
 fn another_initial_value_is_named_on_the_cases_at_the_defaults() {
     // A constructor's default of L_init = 256.
     let report = run(&mut OwnInitial(|p| p.l_init = 256.0), &[]);
-    let failed: Vec<&str> = report
-        .outcomes
-        .iter()
-        .filter(|o| o.status == runner::Status::Failed)
-        .map(|o| o.id.as_str())
-        .collect();
+    let failed = failed_ids(&report);
     // A bias shows the threshold m·L_init only; a gradient tells the factors apart.
     let threshold = "matches the reference with the threshold L = |m·L_init| = 256 ([fire.defaults]: 512: an initial L_init of 256 or L_multiplier of 0.5)";
     for (id, said) in [
@@ -85,12 +80,7 @@ fn another_initial_value_is_named_on_the_cases_at_the_defaults() {
 #[test]
 fn a_negative_initial_c_is_named_on_the_gradient_case() {
     let report = run(&mut OwnInitial(|p| p.c = -0.1), &[]);
-    let failed: Vec<&str> = report
-        .outcomes
-        .iter()
-        .filter(|o| o.status == runner::Status::Failed)
-        .map(|o| o.id.as_str())
-        .collect();
+    let failed = failed_ids(&report);
     assert_eq!(
         failed,
         ["fire-grad/vjp/default-init-square-6"],

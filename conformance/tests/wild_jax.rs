@@ -137,14 +137,7 @@ fn a_jax_module_whose_defaults_are_not_the_specs_fails_the_default_case() {
     if !jax() {
         return;
     }
-    let args = [
-        "--run",
-        "fire/default-init/square-8",
-        "--run",
-        "fire/random-params/seed-1-square-16",
-        "--fail-on",
-        "values",
-    ];
+    let args = DEFAULT_AND_RANDOM;
     // A constructor that requires L_init only is given it, and its defaults for c and ε are
     // still checked (it had been given all three, so wrong ones passed: audit 12).
     for class in [

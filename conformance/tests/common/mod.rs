@@ -206,20 +206,20 @@ pub fn passed_with(r: &Value, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// A case at [fire.defaults] and one with random c and L_init, graded on values.
+pub const DEFAULT_AND_RANDOM: [&str; 6] = [
+    "--run",
+    "fire/default-init/square-8",
+    "--run",
+    "fire/random-params/seed-1-square-16",
+    "--fail-on",
+    "values",
+];
+
 /// Asserts a run of `cmd` over a case off the defaults (random c and L_init) fails it, the reply
 /// naming the constructor argument `arg` the module ignores, while the default case passes.
 pub fn fails_naming_the_ignored_argument(cmd: &str, arg: &str) {
-    let (code, r) = run(
-        cmd,
-        &[
-            "--run",
-            "fire/default-init/square-8",
-            "--run",
-            "fire/random-params/seed-1-square-16",
-            "--fail-on",
-            "values",
-        ],
-    );
+    let (code, r) = run(cmd, &DEFAULT_AND_RANDOM);
     assert_eq!(code, 1, "{arg}: {r:#}");
     let cases = r["cases"].as_array().unwrap();
     let status = |id: &str| {
@@ -259,4 +259,14 @@ pub fn lines(report: &Report, id: &str) -> Vec<String> {
     let o = report.outcomes.iter().find(|o| o.id == id).unwrap();
     assert!(o.finding.is_some(), "{id}: {:?} {:?}", o.status, o.details);
     describe(o.finding.as_ref().unwrap(), o.profile.unwrap())
+}
+
+/// The ids of the cases `report` failed.
+pub fn failed_ids(report: &Report) -> Vec<&str> {
+    report
+        .outcomes
+        .iter()
+        .filter(|o| o.status == runner::Status::Failed)
+        .map(|o| o.id.as_str())
+        .collect()
 }
