@@ -390,8 +390,7 @@ def check_arguments(held, case, dtype):
     every case on values (the glue loads the case's c and L_init over its own), yet
     ``FIRE(init_L=2048)`` would keep its default threshold for the whole of training, L_init
     being frozen. c is compared in magnitude (only |c| enters FIRE, and a module may keep
-    |init_c|); a bf16 module to bf16's precision, others as float32 holds the value
-    (``same_in_f32``)."""
+    |init_c|); a bf16 module to bf16's precision, others as float32 holds the value."""
     enc = case.encoding
     given = {"c": enc["c"], "init_L": enc["l_init"]}
     if case.family == "invalid" or not all(isinstance(v, (int, float)) and math.isfinite(v) and v != 0
@@ -403,10 +402,11 @@ def check_arguments(held, case, dtype):
         want = given[name]
         theirs = np.abs(as_float64(value)) if name == "c" else as_float64(value)
         ours = abs(want) if name == "c" else want
+        # Every entry (a c kept per head holds it in each).
         if dtype == "bf16":
-            same = theirs.size == 1 and abs(float(theirs.reshape(-1)[0]) - ours) <= 2.0**-7 * abs(ours)
+            same = theirs.size > 0 and bool(np.all(np.abs(theirs - ours) <= 2.0**-7 * abs(ours)))
         else:
-            same = same_in_f32(theirs, ours)
+            same = theirs.size > 0 and bool(np.all(theirs.astype(np.float32) == np.float32(ours)))
         if not same:
             arg = FROM_ARGUMENT[name]
             shown = float(theirs.reshape(-1)[0]) if theirs.size == 1 else theirs.tolist()
