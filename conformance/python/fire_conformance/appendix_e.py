@@ -386,8 +386,8 @@ def check_arguments(held, case, dtype):
     holds, before any case value is loaded, a c or L_init other than the one it was given
     (``held``: our name -> the value it holds). Not on an invalid case ([vec.invalid]): the
     error would be taken for the module's rejection of it, and a module that clamps an invalid
-    L_init has rejected nothing. Such a module passes
-    every case on values (the glue loads the case's c and L_init over its own), yet
+    L_init has rejected nothing. Such a module passes every case on values (the glue loads the
+    case's c and L_init over its own), yet
     ``FIRE(init_L=2048)`` would keep its default threshold for the whole of training, L_init
     being frozen. c is compared in magnitude (only |c| enters FIRE, and a module may keep
     |init_c|); a bf16 module to bf16's precision, others as float32 holds the value."""
