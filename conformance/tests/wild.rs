@@ -141,7 +141,15 @@ fn seq_len_device_forwards_hidden_states_and_batched_outputs_are_driven() {
     // with Appendix E's x ([1, H, T, 1]) alone, the first returned an H × H bias and every case
     // with T ≠ H failed — a correct module graded wrong.
     for class in ["SeqLenDevice", "HiddenStates", "ScoresPlusBias", "Batched"] {
-        let (_, r) = run(&appendix(class, "f64"), &["--fail-on", "values"]);
+        let (_, r) = run(
+            &appendix(class, "f64"),
+            &[
+                "--fail-on",
+                "values",
+                NOT_THE_4096_SQUARE[0],
+                NOT_THE_4096_SQUARE[1],
+            ],
+        );
         assert_eq!(count(&r, "values", "failed"), 0, "{class}: {r:#}");
         assert!(count(&r, "values", "passed") >= 20, "{class}: {r:#}");
     }
@@ -197,14 +205,21 @@ fn values_and_validation_are_separate_verdicts() {
         return;
     }
     // Appendix E validates nothing: right numbers, wrong verdict on invalid parameters.
-    let (code, r) = run(&appendix("Correct", "f32"), &[]);
+    let (code, r) = run(&appendix("Correct", "f32"), &NOT_THE_4096_SQUARE);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
     assert!(count(&r, "values", "passed") >= 15, "{r:#}");
     assert!(count(&r, "validation", "failed") > 0, "{r:#}");
-    let (code, _) = run(&appendix("Correct", "f32"), &["--fail-on", "values"]);
+    let skip = NOT_THE_4096_SQUARE;
+    let (code, _) = run(
+        &appendix("Correct", "f32"),
+        &["--fail-on", "values", skip[0], skip[1]],
+    );
     assert_eq!(code, 0);
-    let (code, _) = run(&appendix("Correct", "f32"), &["--fail-on", "validation"]);
+    let (code, _) = run(
+        &appendix("Correct", "f32"),
+        &["--fail-on", "validation", skip[0], skip[1]],
+    );
     assert_eq!(code, 1);
 }
 
@@ -215,7 +230,7 @@ fn a_module_that_cannot_compute_in_the_asked_dtype_is_skipped_with_the_reason() 
     }
     // The skip reason of the first FIRE case of a run that graded nothing (exit 5).
     let reason = |class: &str, dtype: &str| {
-        let (code, r) = run(&appendix(class, dtype), &[]);
+        let (code, r) = run(&appendix(class, dtype), &NOT_THE_4096_SQUARE);
         assert_eq!(code, 5, "{r:#}");
         let fire = r["cases"]
             .as_array()
@@ -245,7 +260,12 @@ fn a_module_whose_dtype_changes_with_the_input_fails_where_it_changes() {
     }
     let (code, r) = run(
         &appendix("ThresholdIgnoredOnLongInputs", "f64"),
-        &["--fail-on", "values"],
+        &[
+            "--fail-on",
+            "values",
+            NOT_THE_4096_SQUARE[0],
+            NOT_THE_4096_SQUARE[1],
+        ],
     );
     assert_eq!(code, 1, "{r:#}");
     let cases = r["cases"].as_array().unwrap();
@@ -351,7 +371,7 @@ fn a_forward_that_returns_a_tuple_is_called_broken_saying_so() {
     if !numpy() {
         return;
     }
-    let (code, r) = run(&appendix("ReturnsTuple", "f32"), &[]);
+    let (code, r) = run(&appendix("ReturnsTuple", "f32"), &NOT_THE_4096_SQUARE);
     assert_eq!(code, 3, "{r:#}");
     let error = r["adapter_broken"]["error"].as_str().unwrap();
     assert!(
@@ -366,7 +386,11 @@ fn what_a_module_or_glue_prints_to_stdout_does_not_reach_the_protocol() {
         return;
     }
     // A banner at import, logging to sys.stdout, a print and a raw write to fd 1 in forward.
-    passes(&fake("noisy_fakes.py", "Noisy", "f32"), 15);
+    passes_in(
+        &fake("noisy_fakes.py", "Noisy", "f32"),
+        15,
+        &NOT_THE_4096_SQUARE,
+    );
     // A build(case) file served by fire_conformance.glue, printing at import and in build.
     let glue_file = root().join("conformance/tests/wild/noisy_glue.py");
     let cmd = format!(
