@@ -202,6 +202,11 @@ pub const JAX_GRAD: [&str; 6] = [
 /// tests and the diagnosis tests (`named`) keep it.
 pub const NOT_THE_4096_SQUARE: [&str; 2] = ["--skip", "edge/positions/randomised-positions"];
 
+/// `args`, leaving out the 4 096-square case ([`NOT_THE_4096_SQUARE`]).
+pub fn not_the_4096_square<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    [args, &NOT_THE_4096_SQUARE[..]].concat()
+}
+
 /// The ids of the cases of `r` that passed and start with `prefix`.
 pub fn passed_with(r: &Value, prefix: &str) -> Vec<String> {
     r["cases"]
