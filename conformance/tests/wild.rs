@@ -138,15 +138,58 @@ fn seq_len_device_forwards_hidden_states_and_batched_outputs_are_driven() {
         return;
     }
     // HiddenStates reads the length from x.shape[1], ScoresPlusBias from x.shape[-1]: called
-    // with Appendix E's x ([1, H, T, 1]) alone, the first returned an H × H bias and every case
+    // with Appendix E's x ([B, H, T, 1]) alone, the first returned an H × H bias and every case
     // with T ≠ H failed — a correct module graded wrong.
-    for class in ["SeqLenDevice", "HiddenStates", "ScoresPlusBias", "Batched"] {
+    // AssertsHiddenStates fails an `assert` on Appendix E's x, not a shape check; AttentionMask
+    // returns nn.MultiheadAttention's [B·H, T, T], batch-major.
+    for class in [
+        "SeqLenDevice",
+        "HiddenStates",
+        "ScoresPlusBias",
+        "Batched",
+        "AssertsHiddenStates",
+        "AttentionMask",
+    ] {
         let (_, r) = run(
             &appendix(class, "f64"),
             &not_the_4096_square(&["--fail-on", "values"]),
         );
         assert_eq!(count(&r, "values", "failed"), 0, "{class}: {r:#}");
         assert!(count(&r, "values", "passed") >= 20, "{class}: {r:#}");
+    }
+}
+
+#[test]
+fn a_bias_that_mixes_the_batch_with_the_heads_fails_on_the_batched_calls_saying_so() {
+    if !numpy() {
+        return;
+    }
+    // Both are right at batch 1, where a glue calling with one sequence had passed them: x holds
+    // two sequences up to T = 512, and the sequences' biases must be equal.
+    for class in ["BatchHeadsInterleaved", "AttentionMaskInterleaved"] {
+        let (code, r) = run(
+            &appendix(class, "f32"),
+            &not_the_4096_square(&["--fail-on", "values"]),
+        );
+        assert_eq!(code, 1, "{class}: {r:#}");
+        let cases = r["cases"].as_array().unwrap();
+        let mixed = cases
+            .iter()
+            .filter(|c| c["status"] == "failed")
+            .filter(|c| {
+                c["report"]
+                    .as_str()
+                    .unwrap()
+                    .contains("differs between batch entries 0 and 1")
+            })
+            .count();
+        assert!(mixed >= 15, "{class}: {mixed} failed on the batch: {r:#}");
+        // Past T = 512 it is called with one sequence, and is right there.
+        let long = cases
+            .iter()
+            .find(|c| c["id"] == "fire/default-init/causal-rows-600")
+            .unwrap();
+        assert_eq!(long["status"], "passed", "{class}: {long:#}");
     }
 }
 
@@ -158,7 +201,7 @@ fn a_forward_x_that_no_layout_of_x_fits_is_called_broken_naming_them_all() {
     let (code, r) = run(&appendix("LengthFromBatch", "f64"), &[]);
     assert_eq!(code, 3, "{r:#}");
     let error = r["adapter_broken"]["error"].as_str().unwrap();
-    for part in ["[1, H, T, 1]", "[1, T, 1]", "[1, H, T, T]", "--call"] {
+    for part in ["[B, H, T, 1]", "[B, T, 1]", "[B, H, T, T]", "--call"] {
         assert!(error.contains(part), "{part}: {error}");
     }
 }

@@ -42,6 +42,50 @@ fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and
 }
 
 #[test]
+fn a_jax_bias_over_a_batch_is_graded_and_one_that_mixes_batch_and_heads_fails() {
+    if !jax() {
+        return;
+    }
+    // x holds two sequences: a [B, H, T, T] output is compared entry by entry (outside jax.vjp's
+    // tracing on the gradient cases), then graded.
+    let small = [
+        "--run",
+        "fire/random-params/seed-1-square-16",
+        "--run",
+        "fire-grad/vjp/random-square-12",
+    ];
+    let r = passes_in(&jax_fake("BatchedOutput"), 2, &small);
+    assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{r:#}");
+    // With a case past T = 512 (called with one sequence, and right there): the others fail
+    // saying why, where a run of only small cases would call the adapter broken.
+    let args = [&small[..], &["--run", "fire/default-init/causal-rows-600"]].concat();
+    let (code, r) = run(&jax_fake("BatchHeadsInterleaved"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    let long = cases
+        .iter()
+        .find(|c| c["id"] == "fire/default-init/causal-rows-600")
+        .unwrap();
+    assert_eq!(long["status"], "passed", "{long:#}");
+    let mixed: Vec<&str> = cases
+        .iter()
+        .filter(|c| c["status"] == "failed")
+        .filter(|c| {
+            c["report"]
+                .as_str()
+                .unwrap()
+                .contains("differs between batch entries 0 and 1")
+        })
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(mixed.len(), 2, "{mixed:?}: {r:#}");
+    assert!(
+        mixed.iter().any(|id| id.starts_with("fire-grad/")),
+        "{mixed:?}"
+    );
+}
+
+#[test]
 fn a_deeper_jax_approximator_is_graded_on_the_cases_of_its_depth() {
     if !jax() {
         return;

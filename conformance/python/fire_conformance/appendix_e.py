@@ -16,18 +16,22 @@ when that fails or returns a bias of another length, with ``hidden``, then ``sco
 dimension of ``x`` a module reads the length from is its calling convention, not a FIRE mistake,
 and the values are checked in full either way.
 
-    x          forward(x), x of shape [1, H, T, 1]; the length is read from x (Appendix E)
-    hidden     forward(x), x of shape [1, T, 1]: hidden states [batch, seq, dim], the length
+    x          forward(x), x of shape [B, H, T, 1]; the length is read from x (Appendix E)
+    hidden     forward(x), x of shape [B, T, 1]: hidden states [batch, seq, dim], the length
                read from x.size(1) (GPT-style copies of Appendix E)
-    scores     forward(x), x the zero attention scores [1, H, T, T] (a module that returns
+    scores     forward(x), x the zero attention scores [B, H, T, T] (a module that returns
                scores + bias, or reads the length from x.size(-1))
+
+B is 2 for squares up to 512 and 1 beyond: a module returning [B, H, T, T] must give both
+sequences the same bias (a batch mixed up with the heads fails); [H, T, T] and [1, H, T, T] do
+not look at B.
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
     positions  forward(positions), positions = arange(T)
     qk         forward(query_positions, key_positions): the requested rows and columns directly
 
-Outputs ``[H, T, T]``, ``[1, H, T, T]`` and ``[B, H, T, T]`` (every batch entry equal) are
-accepted; anything else is a clear error naming the shape.
+Outputs ``[H, T, T]``, ``[1, H, T, T]`` and ``[B, H, T, T]`` (every batch entry equal, else an
+error naming the mix-up) are accepted; anything else is a clear error naming the shape.
 
 A torch module with more hidden layers (Appendix B's approximator has two: ``mlp.0``, ``mlp.2``,
 ``mlp.4``, ReLU between) is graded on the cases of its own depth; a case whose MLP the module
@@ -83,6 +87,18 @@ except ImportError:  # the glue still serves NumPy modules
 CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "positions", "qk"]
 # The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
 X_LAYOUTS = ["x", "hidden", "scores"]
+# What a layout of x the module does not take raises (an ``assert x.dim() == 3`` included).
+LAYOUT_ERRORS = (ValueError, RuntimeError, TypeError, IndexError, AssertionError)
+# An x of two sequences, not one, up to this length: a bias that differs between the sequences of
+# a batch (batch and heads mixed up by a ``repeat_interleave`` or a ``view`` of [B·H, T, T]) fails
+# there (`squeeze`), where at batch 1 it is right. Longer squares keep one sequence: a module's
+# [B, H, T, T] is the run's memory there.
+BATCHED_UP_TO = 512
+
+
+def batch_of(T):
+    """How many sequences the x layouts hold for a square of length T."""
+    return 2 if T <= BATCHED_UP_TO else 1
 LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
 POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 
@@ -247,14 +263,16 @@ class Glue:
             arange, tensor, zeros = np.arange, np.asarray, np.zeros
         rows, cols = (len(case.queries), len(case.keys)) if style == "qk" else (T, T)
 
+        B = batch_of(T)
+
         def call(style):
             try:
                 if style == "x":
-                    out = m(zeros((1, heads, T, 1)))
+                    out = m(zeros((B, heads, T, 1)))
                 elif style == "hidden":
-                    out = m(zeros((1, T, 1)))
+                    out = m(zeros((B, T, 1)))
                 elif style == "scores":
-                    out = m(zeros((1, heads, T, T)))
+                    out = m(zeros((B, heads, T, T)))
                 elif style == "seq_len":
                     out = m(T)
                 elif style == "seq_len_device":
@@ -271,7 +289,7 @@ class Glue:
                     raise fire_kit.UnsupportedDtype(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
                                         f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
                 raise
-            return squeeze(out, heads, rows, cols)
+            return squeeze(out, heads, rows, cols, batch=B if style in X_LAYOUTS else 1)
 
         if style != "x" or self.call:
             return call(style), style == "qk"
@@ -281,9 +299,9 @@ class Glue:
         for layout in order:
             try:
                 full = call(layout)
-            except NotABias:
+            except (NotABias, BatchMixed):
                 raise
-            except (ValueError, RuntimeError, TypeError, IndexError) as e:
+            except LAYOUT_ERRORS as e:
                 errors.append((layout, e))
                 continue
             if T != heads:
@@ -346,7 +364,7 @@ class Glue:
 
 
 # What each layout of x is, for the error that names them all.
-X_SHAPES = {"x": "[1, H, T, 1]", "hidden": "[1, T, 1]", "scores": "[1, H, T, T]"}
+X_SHAPES = {"x": "[B, H, T, 1]", "hidden": "[B, T, 1]", "scores": "[B, H, T, T]"}
 
 
 # [fire.defaults]: c, L_init, the multiplier m and ε at initialisation.
@@ -516,8 +534,17 @@ class NotABias(TypeError):
     changes that, so it is said at once, not after trying each."""
 
 
-def squeeze(out, heads, rows, cols):
-    """[H, R, C] from [H, R, C], [1, H, R, C] or [B, H, R, C] with equal batch entries."""
+class BatchMixed(ValueError):
+    """The module's [B, H, T, T] differs between the sequences of the batch: the layout was taken
+    (the shape is right), so no other layout is tried."""
+
+
+def squeeze(out, heads, rows, cols, batch=1, check=True):
+    """[H, R, C] from [H, R, C], [1, H, R, C] or [B, H, R, C] with equal batch entries (NaN where
+    NaN: a declared ``negated`` convention may put it above the diagonal), or, for an input of
+    ``batch`` > 1 sequences, ``[batch·H, R, C]`` batch-major (``nn.MultiheadAttention``'s
+    ``attn_mask``). ``check=False`` skips the comparison of the entries (under JAX's tracing,
+    where the caller checks the concrete output)."""
     if not hasattr(out, "shape"):
         what = type(out).__name__
         if isinstance(out, (tuple, list)):
@@ -531,15 +558,25 @@ def squeeze(out, heads, rows, cols):
     shape = tuple(out.shape)
     if len(shape) == 3 and shape == (heads, rows, cols):
         return out
+    returned = list(shape)
+    if batch > 1 and len(shape) == 3 and shape == (batch * heads, rows, cols):
+        out = out.reshape(batch, heads, rows, cols)
+        shape = tuple(out.shape)
     if len(shape) == 4 and shape[1:] == (heads, rows, cols):
         first = out[0]
-        for b in range(1, shape[0]):
-            same = (out[b] == first).all()
-            if not bool(same):
-                raise ValueError(f"the module's output {list(shape)} differs between batch entries")
+        for b in range(1, shape[0] if check else 1):
+            other = out[b]
+            same = (other == first) | ((other != other) & (first != first))
+            if not bool(same.all()):
+                read = "" if returned == list(shape) else f" (read batch-major as {list(shape)})"
+                raise BatchMixed(
+                    f"the module's output {returned}{read} differs between batch entries 0 and {b}, whose "
+                    "inputs are the same: the bias of one sequence depends on where it sits in the batch "
+                    "(batch and heads mixed up, e.g. by a repeat_interleave or a view of [B*H, T, T])")
         return first
     raise ValueError(f"the module returned shape {list(shape)}; expected [H, T, T], [1, H, T, T] or "
-                     f"[B, H, T, T] with H = {heads}, T = {rows}" + ("" if rows == cols else f" x {cols}"))
+                     f"[B, H, T, T] with H = {heads}, T = {rows}" + ("" if rows == cols else f" x {cols}")
+                     + (f" (x held B = {batch} sequences)" if batch > 1 else ""))
 
 
 def parser(description=__doc__):

@@ -11,7 +11,7 @@ exactly that; so is a plain-JAX class with those two methods (``examples/jax_fir
 
 How it is called (``x``, ``hidden``, ``scores``, ``seq_len``, ``positions``, ``qk``) is read from
 ``__call__``'s parameters as in ``appendix_e``, or forced with ``--call``; an introspected
-``__call__(x)`` is tried with x as ``[1, H, T, 1]``, ``[1, T, 1]`` and ``[1, H, T, T]`` in turn, as
+``__call__(x)`` is tried with x as ``[B, H, T, 1]``, ``[B, T, 1]`` and ``[B, H, T, T]`` in turn, as
 there.
 
 The parameters are found in the module's own ``params`` tree (from ``init``), layer by layer as
@@ -191,23 +191,25 @@ class JaxGlue:
         return sorted(appendix_e.X_LAYOUTS, key=lambda s: s != self.layout)
 
     def args(self, style, heads, case):
-        """The call's arguments and whether they ask for the requested rows and columns directly."""
+        """The call's arguments, whether they ask for the requested rows and columns directly, and
+        how many sequences they hold (``appendix_e.batch_of``)."""
         jnp = self.jnp
         T = case.length
         if style != "qk" and T > self.max_len:
             raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {self.max_len})")
+        B = appendix_e.batch_of(T)
         if style == "x":
-            return (jnp.zeros((1, heads, T, 1), dtype=self.dt),), False
+            return (jnp.zeros((B, heads, T, 1), dtype=self.dt),), False, B
         if style == "hidden":
-            return (jnp.zeros((1, T, 1), dtype=self.dt),), False
+            return (jnp.zeros((B, T, 1), dtype=self.dt),), False, B
         if style == "scores":
-            return (jnp.zeros((1, heads, T, T), dtype=self.dt),), False
+            return (jnp.zeros((B, heads, T, T), dtype=self.dt),), False, B
         if style in ("seq_len", "seq_len_device"):
-            return ((T, None) if style == "seq_len_device" else (T,)), False
+            return ((T, None) if style == "seq_len_device" else (T,)), False, 1
         if style == "positions":
-            return (jnp.arange(T),), False
+            return (jnp.arange(T),), False, 1
         if style == "qk":
-            return (jnp.asarray(case.queries), jnp.asarray(case.keys)), True
+            return (jnp.asarray(case.queries), jnp.asarray(case.keys)), True, 1
         raise SystemExit(f"unknown --call {style!r}; one of {appendix_e.CALLS}")
 
     def build(self, case):
@@ -225,13 +227,13 @@ class JaxGlue:
         styles = self.layouts(m)
         errors = []
         for style in styles:
-            args, direct = self.args(style, heads, case)
+            args, direct, batch = self.args(style, heads, case)
             try:
                 out = self.evaluate(m, heads, case, ours, args, direct,
-                                    loading.Built(self.cls, heads, width), own=bool(own))
-            except (appendix_e.NotABias, loading.ParamsMismatch):
+                                    loading.Built(self.cls, heads, width), own=bool(own), batch=batch)
+            except (appendix_e.NotABias, appendix_e.BatchMixed, loading.ParamsMismatch):
                 raise
-            except (ValueError, RuntimeError, TypeError, IndexError) as e:
+            except appendix_e.LAYOUT_ERRORS as e:
                 if len(styles) == 1:
                     raise
                 errors.append((style, e))
@@ -241,9 +243,10 @@ class JaxGlue:
             return out
         raise appendix_e.every_layout_failed(errors)
 
-    def evaluate(self, m, heads, case, ours, args, direct, built, own=False):
+    def evaluate(self, m, heads, case, ours, args, direct, built, own=False, batch=1):
         """The case's output from ``m`` called with ``args`` (``built``: how ``m`` was built;
-        ``own``: on its own defaults, whose initial scalars it keeps)."""
+        ``own``: on its own defaults, whose initial scalars it keeps; ``batch``: the sequences
+        ``args`` hold)."""
         jax, jnp = self.jax, self.jnp
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
         flat = _flatten(variables.get("params", {}))
@@ -264,18 +267,21 @@ class JaxGlue:
         params = _unflatten(flat)
         rows, cols = (len(case.queries), len(case.keys)) if direct else (case.length, case.length)
 
-        def bias(p):
+        def bias(p, check=True):
             out = m.apply({**variables, "params": p}, *args)
-            return appendix_e.squeeze(out, heads, rows, cols)
+            return appendix_e.squeeze(out, heads, rows, cols, batch=batch, check=check)
 
         if case.kind == "bias":
             full = bias(params)
         else:
+            if batch > 1:
+                # The batch entries compared on concrete values: under jax.vjp they are tracers.
+                bias(params)
             cot = case.inputs["cotangent"].array()
             want = (heads, len(case.queries), len(case.keys))
             if cot.shape != want:
                 raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
-            full, pullback = jax.vjp(bias, params)
+            full, pullback = jax.vjp(lambda p: bias(p, check=False), params)
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
                                             f"was given; {appendix_e.rerun_advice(full.dtype)}")

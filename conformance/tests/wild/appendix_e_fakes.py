@@ -125,6 +125,41 @@ class Batched(Correct):
         return np.repeat(self.bias(x.shape[2]), 3, axis=0)
 
 
+class AttentionMask(Correct):
+    """Correct: ``nn.MultiheadAttention``'s ``attn_mask`` for a batch of hidden states [B, T, D],
+    [B·H, T, T] batch-major (the heads' bias tiled once per sequence)."""
+
+    def __call__(self, x):
+        return np.tile(self.bias(x.shape[1])[0], (x.shape[0], 1, 1))
+
+
+class AttentionMaskInterleaved(Correct):
+    """``attn_mask`` [B·H, T, T] head-major (each head's bias repeated once per sequence, a
+    ``repeat_interleave``), where ``nn.MultiheadAttention`` reads it batch-major: right at B = 1,
+    the wrong heads for every sequence at B > 1."""
+
+    def __call__(self, x):
+        return np.repeat(self.bias(x.shape[1])[0], x.shape[0], axis=0)
+
+
+class BatchHeadsInterleaved(Correct):
+    """[B, H, T, T] built as [H·B, T, T] head-major and viewed as [B, H, T, T]: right at B = 1,
+    the heads of the sequences mixed up at B > 1."""
+
+    def __call__(self, x):
+        b = self.bias(x.shape[2])[0]
+        return np.repeat(b, x.shape[0], axis=0).reshape(x.shape[0], *b.shape)
+
+
+class AssertsHiddenStates(HiddenStates):
+    """Correct, from hidden states [B, T, D], asserting their rank: Appendix E's x fails the
+    ``assert`` rather than a shape check."""
+
+    def __call__(self, x):
+        assert x.ndim == 3, f"expected hidden states [batch, seq, dim], got {x.shape}"
+        return super().__call__(x)
+
+
 class Float32Only(Correct):
     """Correct, but hard-codes float32 whatever it is loaded with."""
 

@@ -233,3 +233,20 @@ class RequiresLOtherDefaults(FIRE):
 
     def __init__(self, num_heads, mlp_width, init_L, init_c=1.0, eps=1e-3):
         super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+
+
+class BatchedOutput(FIRE):
+    """Correct, the bias broadcast over x's batch: [B, H, T, T], values and gradients."""
+
+    def apply(self, variables, x):
+        bias = super().apply(variables, x)
+        return jnp.broadcast_to(bias, (x.shape[0],) + bias.shape[1:])
+
+
+class BatchHeadsInterleaved(FIRE):
+    """[B, H, T, T] built as [H·B, T, T] head-major (``jnp.repeat``) and reshaped: right at B = 1,
+    the heads of the sequences mixed up at B > 1."""
+
+    def apply(self, variables, x):
+        bias = super().apply(variables, x)[0]
+        return jnp.repeat(bias, x.shape[0], axis=0).reshape((x.shape[0],) + bias.shape)
