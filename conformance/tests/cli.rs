@@ -241,3 +241,20 @@ fn the_only_counted_verdict_with_nothing_graded_is_not_a_pass() {
     let o = run(&["run", "--run", "fire/default-init/*"]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+#[test]
+fn a_timeout_that_is_not_a_positive_finite_number_of_seconds_is_a_usage_error() {
+    // NaN, infinities and 1e300 had panicked converting to a Duration; 0 and negatives had
+    // started a run in which no case could reply in time.
+    for flag in ["--timeout", "--startup-timeout"] {
+        for value in ["nan", "inf", "-1", "0", "1e300", "ten"] {
+            let o = run(&["run", "--run", "alibi/*", &format!("{flag}={value}")]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{flag}={value}: {err}");
+            assert!(err.contains("number of seconds"), "{flag}={value}: {err}");
+            assert!(!err.contains("panicked"), "{flag}={value}: {err}");
+        }
+    }
+    let o = run(&["run", "--run", "alibi/*", "--timeout", "0.5"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}

@@ -166,3 +166,54 @@ fn drift_is_reported_by_path() {
     let e = generate::check(tmp.path()).unwrap_err().to_string();
     assert!(e.contains("invalid/inputs.yaml: differs"), "{e}");
 }
+
+#[test]
+fn non_finite_expected_values_huge_position_lists_and_anchors_are_refused_at_load() {
+    // Vector files are input the harness does not trust ([vec.case], [vec.floats], [vec.yaml]):
+    // a NaN or an overflowing literal where an expected value stands had been graded, blaming
+    // the implementation; 10⁵ × 10⁵ positions had the in-process reference abort allocating
+    // 80 GB; an anchor had been read.
+    let huge: String = (0..3000)
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let cases: [(&str, &dyn Fn(&str) -> String, &str); 5] = [
+        (
+            "NaN expected",
+            &|t| t.replacen("data: [-0.0, -0.25,", "data: [.nan, -0.25,", 1),
+            "an expected output holds NaN at element 0",
+        ),
+        (
+            "1e400 expected",
+            &|t| t.replacen("data: [-0.0, -0.25,", "data: [-1.0e+400, -0.25,", 1),
+            "an expected output holds -inf at element 0",
+        ),
+        (
+            "NaN parameter of a valid case",
+            &|t| t.replacen("data: [0.25, 0.0625,", "data: [.nan, 0.0625,", 1),
+            "a parameter of a valid case holds NaN",
+        ),
+        (
+            "huge position lists",
+            &|t| {
+                t.replacen(
+                    "queries: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]\n      keys: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]",
+                    &format!("queries: [{huge}]\n      keys: [{huge}]"),
+                    1,
+                )
+            },
+            "3000 queries × 3000 keys: more than 4194304 query–key pairs",
+        ),
+        (
+            "anchor",
+            &|t| t.replacen("settings: {}", "settings: &s {}", 1),
+            "nchor",
+        ),
+    ];
+    for (what, edit, needle) in cases {
+        let tmp = copy_suite();
+        let e = tamper(tmp.path(), "alibi/slopes.yaml", edit);
+        assert!(e.contains("alibi/slopes.yaml"), "{what}: {e}");
+        assert!(e.contains(needle), "{what}: {e}");
+    }
+}

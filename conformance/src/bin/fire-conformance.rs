@@ -161,11 +161,11 @@ struct RunArgs {
     #[arg(long, value_name = "CMD")]
     setup: Option<String>,
     /// Seconds allowed per case.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = seconds)]
     timeout: f64,
     /// Seconds allowed for start-up and the handshake, and for a process's first case, where
     /// JIT compilation lands (until a first case has once hung or crashed).
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = 120.0, value_parser = seconds)]
     startup_timeout: f64,
     /// The implementation's address-space limit in MiB, inherited by every process it starts
     /// (default: half the machine's memory; 0: no limit).
@@ -495,5 +495,21 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(exit::ERROR)
         }
+    }
+}
+
+/// A timeout: a positive, finite number of seconds that a [`Duration`] holds (NaN, infinities,
+/// zero, negatives and 1e300 are usage errors, not a panic or a run in which nothing can reply).
+fn seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{text}` is not a number of seconds ({e})"))?;
+    if value > 0.0 && Duration::try_from_secs_f64(value).is_ok() {
+        Ok(value)
+    } else {
+        Err(format!(
+            "`{text}`: must be a positive, finite number of seconds"
+        ))
     }
 }

@@ -92,10 +92,14 @@ impl Suite {
 
 /// Parses YAML the way every vector file is read: non-finite floats (`.nan`, `.inf`) pass
 /// through serde's buffering of the tagged `encoding` (serde-saphyr rejects them there by
-/// default). spec: [vec.yaml]
+/// default); anchors and aliases, which the subset has none of, are refused. spec: [vec.yaml]
 pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
     let mut options = serde_saphyr::Options::default();
     options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_anchors = 0;
+    budget.max_aliases = 0;
+    options.budget = Some(budget);
     serde_saphyr::from_str_with_options(text, options)
 }
 
@@ -163,10 +167,55 @@ fn encoding_tensors(e: &Encoding) -> Vec<&Tensor> {
     }
 }
 
+/// The most query–key pairs a case may ask for: the suite's largest asks 400; a file the
+/// harness does not trust could otherwise name 10⁵ queries and 10⁵ keys in a megabyte and have
+/// the reference allocate ~80 GB before any check of its own. spec: [vec.case]
+pub const MAX_PAIRS: usize = 1 << 22;
+
+/// Where non-finite values may stand in an expected or acceptable output. spec: [vec.floats]
+#[derive(Clone, Copy)]
+enum Outputs {
+    /// `expected`, `acceptable`: finite only.
+    Normative,
+    /// `expected_under`, `acceptable_under`: −∞ allowed (the `masked` convention), not NaN or +∞.
+    UnderConvention,
+}
+
+fn check_values(at: &str, what: &str, t: &Tensor, allowed: Outputs) -> Result<(), LoadError> {
+    let fine = |v: f64| match allowed {
+        Outputs::Normative => v.is_finite(),
+        Outputs::UnderConvention => v.is_finite() || v == f64::NEG_INFINITY,
+    };
+    match t.data.iter().position(|&v| !fine(v)) {
+        None => Ok(()),
+        Some(i) => Err(bad(
+            at,
+            format!(
+                "{what} holds {} at element {i}; non-finite values appear only in invalid cases' \
+                 parameters (and −∞ under the `masked` convention)",
+                t.data[i]
+            ),
+        )),
+    }
+}
+
 fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     let at = format!("{path}: case `{}`", case.id);
     if !case.id.starts_with(stem) || case.id.len() <= stem.len() {
         return Err(bad(&at, format!("id must start with `{stem}`")));
+    }
+    let (queries, keys) = (case.inputs.queries.len(), case.inputs.keys.len());
+    if queries
+        .checked_mul(keys)
+        .is_none_or(|pairs| pairs > MAX_PAIRS)
+    {
+        return Err(bad(
+            &at,
+            format!(
+                "{queries} queries × {keys} keys: more than {MAX_PAIRS} query–key pairs, which no \
+                 case of the suite asks for (refused before anything is allocated)"
+            ),
+        ));
     }
     if case.clauses.is_empty() || !case.clauses.iter().all(|c| clause_ok(c)) {
         return Err(bad(
@@ -190,9 +239,15 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     .flatten()
     {
         check_tensor(&at, t)?;
+        if case.result == Verdict::Valid {
+            check_values(&at, "an input of a valid case", t, Outputs::Normative)?;
+        }
     }
     for t in encoding_tensors(&case.encoding) {
         check_tensor(&at, t)?;
+        if case.result == Verdict::Valid {
+            check_values(&at, "a parameter of a valid case", t, Outputs::Normative)?;
+        }
     }
     // Each alternative is shaped and scaled like the outputs it stands beside.
     let under = |name: &str| case.expected_under.as_ref().and_then(|u| u.get(name));
@@ -200,13 +255,16 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
         .acceptable
         .iter()
         .flatten()
-        .map(|a| (a, case.expected.as_ref()));
+        .map(|a| (a, case.expected.as_ref(), Outputs::Normative));
     let alternatives_under = case
         .acceptable_under
         .iter()
         .flatten()
-        .flat_map(|(name, alts)| alts.iter().map(move |a| (a, under(name))));
-    for (alternative, expected) in alternatives.chain(alternatives_under) {
+        .flat_map(|(name, alts)| {
+            alts.iter()
+                .map(move |a| (a, under(name), Outputs::UnderConvention))
+        });
+    for (alternative, expected, allowed) in alternatives.chain(alternatives_under) {
         let Some(expected) = expected else {
             return Err(bad(
                 &at,
@@ -216,6 +274,7 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
         };
         for (name, t) in alternative {
             check_tensor(&at, t)?;
+            check_values(&at, &format!("acceptable output `{name}`"), t, allowed)?;
             match expected.get(name) {
                 Some(e) if e.shape == t.shape && t.scale == e.scale => {}
                 _ => {
@@ -231,12 +290,14 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     }
     match (case.result, &case.expected) {
         (Verdict::Valid, Some(e)) if !e.is_empty() => {
-            for t in e.values().chain(
-                case.expected_under
-                    .iter()
-                    .flat_map(|u| u.values().flat_map(|m| m.values())),
-            ) {
+            let normative = e.values().map(|t| (t, Outputs::Normative));
+            let under = case.expected_under.iter().flat_map(|u| {
+                u.values()
+                    .flat_map(|m| m.values().map(|t| (t, Outputs::UnderConvention)))
+            });
+            for (t, allowed) in normative.chain(under) {
                 check_tensor(&at, t)?;
+                check_values(&at, "an expected output", t, allowed)?;
                 if t.scale.is_none() {
                     return Err(bad(&at, "an expected tensor has no scale"));
                 }
