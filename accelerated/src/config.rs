@@ -338,6 +338,29 @@ impl ModelConfig {
         if self.vocab_size == 0 || self.d_model == 0 || self.n_layers == 0 || self.d_ff == 0 {
             return bad("vocab_size, d_model, n_layers and d_ff must be positive".into());
         }
+        if self.vocab_size < 2 {
+            // One token is always predicted with certainty: training reaches loss 0 and means
+            // nothing. Usually a tokenizer.json whose vocabulary is (nearly) empty.
+            return bad(format!(
+                "the vocabulary must have at least 2 tokens, got {}: set by --tokenizer's \
+                 vocabulary, or `vocab_size` in the model config",
+                self.vocab_size
+            ));
+        }
+        if !(self.layer_norm_eps.is_finite() && self.layer_norm_eps > 0.0) {
+            // NaN or inf turn every LayerNorm into NaN or 0 (a uniform model), 0 divides by 0
+            // on a constant row.
+            return bad(format!(
+                "`layer_norm_eps` in the model config must be a positive finite number, got {}",
+                self.layer_norm_eps
+            ));
+        }
+        if !(self.init_std.is_finite() && self.init_std >= 0.0) {
+            return bad(format!(
+                "`init_std` in the model config must be 0 or a positive finite number, got {}",
+                self.init_std
+            ));
+        }
         if self.n_heads == 0 {
             return bad(
                 "the number of heads must be at least 1: set by --heads, or `n_heads` \

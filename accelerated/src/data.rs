@@ -338,7 +338,8 @@ pub fn eval_spans(eval: &[Document], longest: usize, max_spans: usize) -> Result
         return Err(Error::Data(format!(
             "no held-out document has {} tokens (longest: {best}); use shorter lengths or a \
              larger corpus",
-            longest + 1
+            // u128: `longest` may be usize::MAX (a user's --lengths).
+            longest as u128 + 1
         )));
     }
     let mut out = Vec::new();

@@ -71,11 +71,32 @@ pub fn generate_with(
     ensure(prompt.iter().all(|&t| t < vocab), || {
         "prompt token outside the vocabulary".into()
     })?;
+    ensure(
+        cfg.temperature.is_finite() && cfg.temperature >= 0.0,
+        || {
+            format!(
+                "the temperature must be 0 (greedy) or a positive finite number, got {}",
+                cfg.temperature
+            )
+        },
+    )?;
+    // The last position must be exactly representable (and the sum must not overflow).
+    let capacity = prompt
+        .len()
+        .checked_add(cfg.max_new)
+        .filter(|&c| c as u128 <= u128::from(fire_vocabulary::MAX_POSITION))
+        .ok_or_else(|| {
+            crate::Error::Config(format!(
+                "{} prompt tokens plus {} new ones exceed 2^53 positions",
+                prompt.len(),
+                cfg.max_new
+            ))
+        })?;
     let mut rng = SplitMix64::new(cfg.seed);
     let mut cache = model.new_cache();
     let x = Tensor::from_slice(prompt, (1, prompt.len()), model.device())?;
     let purpose = Purpose::Infer {
-        capacity: prompt.len() + cfg.max_new,
+        capacity,
         chunk: cfg.chunk,
     };
     let backend = model.backend(attention, purpose)?;

@@ -311,3 +311,154 @@ fn a_save_past_a_file_size_limit_fails_cleanly_and_keeps_the_previous_checkpoint
          run: its one checkpoint verifies\n"
     );
 }
+
+/// Standard error of a run refused with a clean error: non-zero, and not a panic (101).
+fn clean_refusal(out: &Output) -> String {
+    assert_ne!(out.status.code(), Some(101), "panicked: {out:?}");
+    refused(out)
+}
+
+#[test]
+fn absurd_sizes_and_nonsense_values_are_refused_not_panicked_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ok(&train(d, &["--steps", "2"]));
+    let max = "18446744073709551615";
+    let err = clean_refusal(&fire_lm(d, &["eval", "run", "--lengths", max]));
+    assert!(
+        err.contains("no held-out document has 18446744073709551616 tokens (longest: "),
+        "{err}"
+    );
+    let err = clean_refusal(&fire_lm(d, &["generate", "run", "--max-new", max]));
+    assert!(
+        err.starts_with(&format!("Error: --max-new {max} would need at least ")),
+        "{err}"
+    );
+    let err = clean_refusal(&fire_lm(d, &["bias", "run", "--query", max, "--out", "x"]));
+    assert_eq!(
+        err,
+        format!(
+            "Error: --query {max} is beyond 2^53 = 9007199254740992, the last exactly \
+             representable position (the bias of run would need every key 0..=query)\n"
+        )
+    );
+    let err = clean_refusal(&fire_lm(
+        d,
+        &["bias", "run", "--query", "1000000000000", "--out", "x"],
+    ));
+    assert!(
+        err.starts_with("Error: --query 1000000000000 would need at least "),
+        "{err}"
+    );
+    for t in ["nan", "-1", "inf"] {
+        let err = clean_refusal(&fire_lm(
+            d,
+            &["generate", "run", &format!("--temperature={t}")],
+        ));
+        assert!(
+            err.starts_with("Error: --temperature must be 0 (greedy) or a positive finite number"),
+            "{err}"
+        );
+    }
+    for (flag, what) in [
+        (
+            "--max-windows",
+            "at least 1 (the spans of the longest length)",
+        ),
+        ("--batch", "at least 1"),
+        (
+            "--split-at",
+            "at least 1 (P splits each window into positions < P and >= P)",
+        ),
+    ] {
+        let err = clean_refusal(&fire_lm(d, &["eval", "run", "--lengths", "32", flag, "0"]));
+        assert_eq!(err, format!("Error: {flag} must be {what}, got 0\n"));
+    }
+    let err = clean_refusal(&fire_lm(
+        d,
+        &["train", "--run", "other", "--lr", "1e-320", "--quiet"],
+    ));
+    assert_eq!(
+        err,
+        "Error: --lr (`lr` in --train-config) must be at least 1.1754944e-38 (the smallest \
+         normal f32: the optimizer computes in f32), got 1e-320\n"
+    );
+    std::fs::write(d.join("t.yaml"), format!("position_offset: {max}\n")).unwrap();
+    let err = clean_refusal(&fire_lm(
+        d,
+        &["train", "--run", "other", "--train-config", "t.yaml"],
+    ));
+    assert_eq!(
+        err,
+        format!(
+            "Error: `position_offset` in --train-config plus seq_len (128) must be at most 2^53 \
+             = 9007199254740992 (positions beyond are not exactly representable), got {max}\n"
+        )
+    );
+    // A model config with nonsense numbers, from the run's own.
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("run/config.json")).unwrap()).unwrap();
+    for (key, value, what) in [
+        (
+            "layer_norm_eps",
+            serde_json::json!(0.0),
+            "`layer_norm_eps` in the model config must be a positive finite number, got 0",
+        ),
+        (
+            "init_std",
+            serde_json::json!(-1.0),
+            "`init_std` in the model config must be 0 or a positive finite number, got -1",
+        ),
+        (
+            "vocab_size",
+            serde_json::json!(1),
+            "the vocabulary must have at least 2 tokens, got 1: set by --tokenizer's \
+             vocabulary, or `vocab_size` in the model config",
+        ),
+    ] {
+        let mut m = saved["model"].clone();
+        m[key] = value;
+        std::fs::write(d.join("m.json"), m.to_string()).unwrap();
+        let err = clean_refusal(&fire_lm(
+            d,
+            &["train", "--run", "other", "--config", "m.json"],
+        ));
+        assert_eq!(err, format!("Error: invalid configuration: {what}\n"));
+    }
+}
+
+#[test]
+fn resume_refuses_flags_it_would_ignore_and_says_when_the_run_is_complete() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ok(&train(d, &["--steps", "2"]));
+    let err = clean_refusal(&fire_lm(
+        d,
+        &[
+            "train",
+            "--run",
+            "run",
+            "--resume",
+            "--steps",
+            "10",
+            "--lr",
+            "5",
+            "--d-model",
+            "64",
+            "--encoding",
+            "nope",
+        ],
+    ));
+    assert_eq!(
+        err,
+        "Error: run is resumed with the settings it was started with, so --steps (the run has \
+         2), --lr (the run has 0.003), --d-model (the run has 32), --encoding (the run has \
+         fire) would be ignored; drop them, or train a new run in another directory\n"
+    );
+    // The same flags as the run's own are fine: the run is complete, and says so.
+    let err = clean_refusal(&train(d, &["--steps", "2", "--resume"]));
+    assert_eq!(
+        err,
+        "Error: run is already complete at step 2 of 2; nothing to train\n"
+    );
+}

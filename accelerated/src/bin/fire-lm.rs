@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use fire_accelerated::attention::AttentionPath;
 use fire_accelerated::config::{Encoding, EncodingConfig, FireConfig, InitScheme, ModelConfig};
@@ -247,10 +248,84 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     Ok(t)
 }
 
-fn run_train(a: &TrainArgs) -> Result<()> {
+/// The settings flags of `train` with the field each sets: on `--resume` the run's saved
+/// config wins, so a flag that says otherwise would be silently ignored.
+fn resume_conflicts(
+    a: &TrainArgs,
+    given: &[String],
+    m: &ModelConfig,
+    t: &TrainConfig,
+) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Both {
+        model: ModelConfig,
+        train: TrainConfig,
+    }
+    let p = a.run.join("config.json");
+    // Missing or unreadable: the library's resume names that itself.
+    let Ok(text) = std::fs::read_to_string(&p) else {
+        return Ok(());
+    };
+    let Ok(saved) = serde_json::from_str::<Both>(&text) else {
+        return Ok(());
+    };
+    let (sm, st) = (&saved.model, &saved.train);
+    let differs = |id: &str| -> Option<String> {
+        let pair = |mine: String, theirs: String| (mine != theirs).then_some(theirs);
+        match id {
+            "config" => (m != sm).then(|| "a different model".to_owned()),
+            "train_config" => (t != st).then(|| "different training settings".to_owned()),
+            "encoding" => pair(m.encoding.name().into(), sm.encoding.name().into()),
+            "rope_pi_scale" | "fire_l_init" | "fire_depth" => {
+                pair(format!("{:?}", m.encoding), format!("{:?}", sm.encoding))
+            }
+            "init" => pair(arg_name(m.init), arg_name(sm.init)),
+            "d_model" => pair(m.d_model.to_string(), sm.d_model.to_string()),
+            "layers" => pair(m.n_layers.to_string(), sm.n_layers.to_string()),
+            "heads" => pair(m.n_heads.to_string(), sm.n_heads.to_string()),
+            "d_ff" => pair(m.d_ff.to_string(), sm.d_ff.to_string()),
+            "seq_len" => pair(t.seq_len.to_string(), st.seq_len.to_string()),
+            "batch" => pair(t.batch.to_string(), st.batch.to_string()),
+            "steps" => pair(t.steps.to_string(), st.steps.to_string()),
+            "warmup" => pair(t.warmup.to_string(), st.warmup.to_string()),
+            "lr" => pair(t.lr.to_string(), st.lr.to_string()),
+            "seed" => pair(t.seed.to_string(), st.seed.to_string()),
+            "checkpoint_every" => pair(
+                t.checkpoint_every.to_string(),
+                st.checkpoint_every.to_string(),
+            ),
+            "corpus" => pair(format!("{:?}", t.corpus), format!("{:?}", st.corpus)),
+            "tokenizer" => pair(format!("{:?}", t.tokenizer), format!("{:?}", st.tokenizer)),
+            "attention" => pair(arg_name(t.attention), arg_name(st.attention)),
+            _ => None,
+        }
+    };
+    let clashes: Vec<String> = given
+        .iter()
+        .filter_map(|id| {
+            differs(id).map(|theirs| format!("--{} (the run has {theirs})", id.replace('_', "-")))
+        })
+        .collect();
+    if !clashes.is_empty() {
+        bail!(
+            "{} is resumed with the settings it was started with, so {} would be ignored; drop \
+             them, or train a new run in another directory",
+            a.run.display(),
+            clashes.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// `given`: the ids of the flags set on the command line (not by default), for
+/// [`resume_conflicts`].
+fn run_train(a: &TrainArgs, given: &[String]) -> Result<()> {
     let dev = device(&a.device)?;
     let (m, t) = (model_config(a)?, train_config(a)?);
     faults::check_train_config(&t)?;
+    if a.resume || a.resume_from.is_some() {
+        resume_conflicts(a, given, &m, &t)?;
+    }
     if t.attention == AttentionPath::Fused && dev.is_cpu() {
         // Still before any candle op or thread of ours.
         threads::single_threaded_candle_ops();
@@ -282,6 +357,27 @@ fn run_train(a: &TrainArgs) -> Result<()> {
         (None, Some(w)) => eprintln!("note: --timings {w}: no step ran after the first {w}"),
         (None, None) => {}
     }
+    if out.losses.is_empty() {
+        // Only a resumed run (or --stop-after at or before its checkpoint) trains no step;
+        // "trained 0 steps to loss NaN" would read as a failure of training.
+        let done = out
+            .checkpoint
+            .file_name()
+            .and_then(|n| n.to_str()?.strip_prefix("step-")?.parse::<u64>().ok());
+        let total = train_config_of(&a.run).map(|t| t.steps);
+        match (done, total) {
+            (Some(n), Some(total)) if n >= total => bail!(
+                "{} is already complete at step {n} of {total}; nothing to train",
+                a.run.display()
+            ),
+            _ => bail!(
+                "trained no step: the run is at {} (--stop-after {})",
+                out.checkpoint.display(),
+                a.stop_after
+                    .map_or_else(|| "unset".into(), |s| s.to_string())
+            ),
+        }
+    }
     let last = out.losses.last().map_or(f32::NAN, |l| l.1);
     println!(
         "trained {} steps to loss {last:.4} at {:.0} tokens/s; checkpoint {}",
@@ -290,6 +386,13 @@ fn run_train(a: &TrainArgs) -> Result<()> {
         out.checkpoint.display()
     );
     Ok(())
+}
+
+/// The training settings saved in a run's config.json, where readable.
+fn train_config_of(run: &Path) -> Option<TrainConfig> {
+    let text = std::fs::read_to_string(run.join("config.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    serde_json::from_value(v.get("train")?.clone()).ok()
 }
 
 #[derive(Args, Debug)]
@@ -331,6 +434,23 @@ fn label(path: &Path) -> String {
 }
 
 fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
+    // Refused, not adjusted: a 0 here is a typo, and quietly evaluating something else would
+    // report numbers for settings nobody asked for.
+    if a.max_windows == 0 {
+        bail!("--max-windows must be at least 1 (the spans of the longest length), got 0");
+    }
+    if a.batch == 0 {
+        bail!("--batch must be at least 1, got 0");
+    }
+    if a.chunk == Some(0) {
+        bail!("--chunk must be at least 1, got 0");
+    }
+    if a.split_at == Some(0) {
+        bail!(
+            "--split-at must be at least 1 (P splits each window into positions < P and >= P), \
+             got 0"
+        );
+    }
     let dev = device(&a.device)?;
     let mut reports = Vec::new();
     let mut lengths = a.lengths.clone();
@@ -405,6 +525,7 @@ struct BiasArgs {
 }
 
 fn run_bias(a: &BiasArgs) -> Result<()> {
+    check_bias_query(a.query, &a.run)?;
     let dev = Device::Cpu;
     let (model, _) = load_model(&a.run, &dev)?;
     let fire = matches!(model.cfg.encoding.kind(), Encoding::Fire | Encoding::FireS);
@@ -416,6 +537,9 @@ fn run_bias(a: &BiasArgs) -> Result<()> {
             model.encoding.name()
         );
     }
+    let heads = model.cfg.n_heads as u128;
+    let need = (u128::from(a.query) + 1) * (BIAS_BYTES_PER_KEY + heads * BIAS_BYTES_PER_HEAD_KEY);
+    check_memory(need, &format!("--query {}", a.query))?;
     let out = a.out.clone().unwrap_or_else(|| a.run.clone());
     std::fs::create_dir_all(&out)?;
     let keys: Vec<u64> = (0..=a.query).collect();
@@ -461,6 +585,54 @@ fn run_bias(a: &BiasArgs) -> Result<()> {
     Ok(())
 }
 
+/// Bytes per key position of `bias` apart from the heads: the key list (u64) and the grid's
+/// distance (f32).
+const BIAS_BYTES_PER_KEY: u128 = 8 + 4;
+/// Bytes per key position and head: the bias tensor and its copy (f32 each) and the plot's
+/// point (two f64). A lower bound: the plot's text comes on top.
+const BIAS_BYTES_PER_HEAD_KEY: u128 = 4 + 4 + 16;
+
+/// `--query` before the model is even loaded: positions must be exactly representable (the
+/// grid's own check would come only after a `0..=query` key list had been allocated).
+fn check_bias_query(query: u64, run: &Path) -> Result<()> {
+    let max = fire_vocabulary::MAX_POSITION;
+    if query > max {
+        bail!(
+            "--query {query} is beyond 2^53 = {max}, the last exactly representable position \
+             (the bias of {} would need every key 0..=query)",
+            run.display()
+        );
+    }
+    Ok(())
+}
+
+/// The machine's memory in bytes (`MemTotal` of /proc/meminfo); `None` where unreadable, and
+/// then no size is refused up front.
+fn mem_total() -> Option<u128> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// A size in bytes for a message: GB with the exact count.
+fn bytes(n: u128) -> String {
+    format!("{:.1} GB ({n} bytes)", n as f64 / 1e9)
+}
+
+/// Refuses `what` when it needs more than the machine's memory: an allocation that fails
+/// aborts the process (`memory allocation of N bytes failed`) with no word on which setting.
+fn check_memory(need: u128, what: &str) -> Result<()> {
+    match mem_total() {
+        Some(total) if need > total => bail!(
+            "{what} would need at least {} of memory, more than this machine's {}",
+            bytes(need),
+            bytes(total)
+        ),
+        _ => Ok(()),
+    }
+}
+
 #[derive(Args, Debug)]
 struct GenerateArgs {
     /// Run (or checkpoint) directory.
@@ -484,9 +656,25 @@ struct GenerateArgs {
 }
 
 fn run_generate(a: &GenerateArgs) -> Result<()> {
+    // NaN compares false everywhere and would sample garbage; a negative temperature would
+    // silently mean greedy.
+    if !(a.temperature.is_finite() && a.temperature >= 0.0) {
+        bail!(
+            "--temperature must be 0 (greedy) or a positive finite number, got {}",
+            a.temperature
+        );
+    }
     let dev = device(&a.device)?;
     let (model, loaded) = load_model(&a.run, &dev)?;
     let tok = Tokenizer::load(loaded.state.train.tokenizer.as_deref())?;
+    // The key/value cache of every layer holds every position (f32 keys and values), and the
+    // output one u32 per new token: refused up front rather than aborting in the allocator.
+    let m = &model.cfg;
+    let per_token = 4 + 2 * 4 * (m.n_layers as u128) * (m.d_model as u128);
+    check_memory(
+        (a.prompt.len() as u128 + a.max_new as u128) * per_token,
+        &format!("--max-new {}", a.max_new),
+    )?;
     let cfg = SampleConfig {
         max_new: a.max_new,
         temperature: a.temperature,
@@ -549,7 +737,7 @@ fn run_demo(a: &DemoArgs) -> Result<()> {
                 "training {enc} for {} steps at length {}",
                 a.steps, a.seq_len
             );
-            run_train(&args)?;
+            run_train(&args, &[])?;
         }
         runs.push(run);
     }
@@ -572,8 +760,20 @@ fn main() -> Result<()> {
     // allocator is not glibc's this does nothing, and only speed is at stake.
     malloc::keep_freed_memory();
     threads::quiet_candle_pool();
-    match Cli::parse().command {
-        Command::Train(a) => run_train(&a),
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The train flags set on the command line, told apart from their defaults.
+    let given: Vec<String> = matches
+        .subcommand_matches("train")
+        .map(|m| {
+            m.ids()
+                .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+                .map(|id| id.as_str().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    match cli.command {
+        Command::Train(a) => run_train(&a, &given),
         Command::Eval(a) => run_eval(&a).map(|_| ()),
         Command::Bias(a) => run_bias(&a),
         Command::Generate(a) => run_generate(&a),

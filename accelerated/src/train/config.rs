@@ -66,7 +66,9 @@ impl TrainConfig {
         // Its own stream, apart from the data order's, so offsets never change the batches.
         let mut rng =
             SplitMix64::new(self.seed ^ 0x0FF5_E7F0_5EED ^ step.wrapping_mul(0x9E37_79B9));
-        rng.below(self.position_offset + 1)
+        // Saturating: `problems` refuses offsets near u64::MAX, but a config built in code
+        // that skipped it must not panic here.
+        rng.below(self.position_offset.saturating_add(1))
     }
 }
 
@@ -111,6 +113,34 @@ impl TrainConfig {
         positive("log_every", self.log_every);
         if !(self.lr.is_finite() && self.lr > 0.0) {
             out.push(("lr", format!("must be a positive number, got {}", self.lr)));
+        } else if self.lr < f64::from(f32::MIN_POSITIVE) {
+            // The optimizer computes in f32: a rate below f32's smallest normal number is 0
+            // or a denormal there, and the run would silently not train. (One above f32::MAX
+            // is infinite there and stops as diverged at step 1, with its own message.)
+            out.push((
+                "lr",
+                format!(
+                    "must be at least {:e} (the smallest normal f32: the optimizer computes in \
+                     f32), got {:e}",
+                    f32::MIN_POSITIVE,
+                    self.lr
+                ),
+            ));
+        }
+        // Every position a step uses, `offset + seq_len - 1`, must be exactly representable;
+        // computed in u128 so that an absurd offset is named rather than overflowing.
+        let last = u128::from(self.position_offset) + self.seq_len as u128;
+        if last > u128::from(fire_vocabulary::MAX_POSITION) {
+            out.push((
+                "position_offset",
+                format!(
+                    "plus seq_len ({}) must be at most 2^53 = {} (positions beyond are not \
+                     exactly representable), got {}",
+                    self.seq_len,
+                    fire_vocabulary::MAX_POSITION,
+                    self.position_offset
+                ),
+            ));
         }
         if !(0.0..=1.0).contains(&self.min_lr_ratio) {
             out.push((
