@@ -167,6 +167,9 @@ fn drift_is_reported_by_path() {
     assert!(e.contains("invalid/inputs.yaml: differs"), "{e}");
 }
 
+/// An edit that may borrow what the test built.
+type BorrowingEdit<'a> = dyn Fn(&str) -> String + 'a;
+
 #[test]
 fn non_finite_expected_values_huge_position_lists_and_anchors_are_refused_at_load() {
     // Vector files are input the harness does not trust ([vec.case], [vec.floats], [vec.yaml]):
@@ -177,7 +180,7 @@ fn non_finite_expected_values_huge_position_lists_and_anchors_are_refused_at_loa
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    let cases: [(&str, &dyn Fn(&str) -> String, &str); 5] = [
+    let cases: [(&str, &BorrowingEdit, &str); 5] = [
         (
             "NaN expected",
             &|t| t.replacen("data: [-0.0, -0.25,", "data: [.nan, -0.25,", 1),

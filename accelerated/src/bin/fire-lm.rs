@@ -24,9 +24,15 @@ mod bench;
 /// `fire-lm verify` and the wording of checkpoint and divergence errors.
 #[path = "fire-lm/faults.rs"]
 mod faults;
+/// Sizes refused before anything is allocated: the machine's memory, exact positions.
+#[path = "fire-lm/limits.rs"]
+mod limits;
 /// The allocator set to keep the memory each training step frees for the next.
 #[path = "fire-lm/malloc.rs"]
 mod malloc;
+/// `--resume`: the flags that would be ignored, said rather than dropped.
+#[path = "fire-lm/resume.rs"]
+mod resume;
 /// candle's thread pool set not to spin long beside rayon's.
 #[path = "fire-lm/threads.rs"]
 mod threads;
@@ -248,83 +254,14 @@ fn train_config(a: &TrainArgs) -> Result<TrainConfig> {
     Ok(t)
 }
 
-/// The settings flags of `train` with the field each sets: on `--resume` the run's saved
-/// config wins, so a flag that says otherwise would be silently ignored.
-fn resume_conflicts(
-    a: &TrainArgs,
-    given: &[String],
-    m: &ModelConfig,
-    t: &TrainConfig,
-) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct Both {
-        model: ModelConfig,
-        train: TrainConfig,
-    }
-    let p = a.run.join("config.json");
-    // Missing or unreadable: the library's resume names that itself.
-    let Ok(text) = std::fs::read_to_string(&p) else {
-        return Ok(());
-    };
-    let Ok(saved) = serde_json::from_str::<Both>(&text) else {
-        return Ok(());
-    };
-    let (sm, st) = (&saved.model, &saved.train);
-    let differs = |id: &str| -> Option<String> {
-        let pair = |mine: String, theirs: String| (mine != theirs).then_some(theirs);
-        match id {
-            "config" => (m != sm).then(|| "a different model".to_owned()),
-            "train_config" => (t != st).then(|| "different training settings".to_owned()),
-            "encoding" => pair(m.encoding.name().into(), sm.encoding.name().into()),
-            "rope_pi_scale" | "fire_l_init" | "fire_depth" => {
-                pair(format!("{:?}", m.encoding), format!("{:?}", sm.encoding))
-            }
-            "init" => pair(arg_name(m.init), arg_name(sm.init)),
-            "d_model" => pair(m.d_model.to_string(), sm.d_model.to_string()),
-            "layers" => pair(m.n_layers.to_string(), sm.n_layers.to_string()),
-            "heads" => pair(m.n_heads.to_string(), sm.n_heads.to_string()),
-            "d_ff" => pair(m.d_ff.to_string(), sm.d_ff.to_string()),
-            "seq_len" => pair(t.seq_len.to_string(), st.seq_len.to_string()),
-            "batch" => pair(t.batch.to_string(), st.batch.to_string()),
-            "steps" => pair(t.steps.to_string(), st.steps.to_string()),
-            "warmup" => pair(t.warmup.to_string(), st.warmup.to_string()),
-            "lr" => pair(t.lr.to_string(), st.lr.to_string()),
-            "seed" => pair(t.seed.to_string(), st.seed.to_string()),
-            "checkpoint_every" => pair(
-                t.checkpoint_every.to_string(),
-                st.checkpoint_every.to_string(),
-            ),
-            "corpus" => pair(format!("{:?}", t.corpus), format!("{:?}", st.corpus)),
-            "tokenizer" => pair(format!("{:?}", t.tokenizer), format!("{:?}", st.tokenizer)),
-            "attention" => pair(arg_name(t.attention), arg_name(st.attention)),
-            _ => None,
-        }
-    };
-    let clashes: Vec<String> = given
-        .iter()
-        .filter_map(|id| {
-            differs(id).map(|theirs| format!("--{} (the run has {theirs})", id.replace('_', "-")))
-        })
-        .collect();
-    if !clashes.is_empty() {
-        bail!(
-            "{} is resumed with the settings it was started with, so {} would be ignored; drop \
-             them, or train a new run in another directory",
-            a.run.display(),
-            clashes.join(", ")
-        );
-    }
-    Ok(())
-}
-
 /// `given`: the ids of the flags set on the command line (not by default), for
-/// [`resume_conflicts`].
+/// [`resume::conflicts`].
 fn run_train(a: &TrainArgs, given: &[String]) -> Result<()> {
     let dev = device(&a.device)?;
     let (m, t) = (model_config(a)?, train_config(a)?);
     faults::check_train_config(&t)?;
     if a.resume || a.resume_from.is_some() {
-        resume_conflicts(a, given, &m, &t)?;
+        resume::conflicts(a, given, &m, &t)?;
     }
     if t.attention == AttentionPath::Fused && dev.is_cpu() {
         // Still before any candle op or thread of ours.
@@ -359,24 +296,26 @@ fn run_train(a: &TrainArgs, given: &[String]) -> Result<()> {
     }
     if out.losses.is_empty() {
         // Only a resumed run (or --stop-after at or before its checkpoint) trains no step;
-        // "trained 0 steps to loss NaN" would read as a failure of training.
+        // "trained 0 steps to loss NaN" would read as a failure of training. Nothing failed:
+        // said, with success (a script resuming until done ends on it).
         let done = out
             .checkpoint
             .file_name()
             .and_then(|n| n.to_str()?.strip_prefix("step-")?.parse::<u64>().ok());
-        let total = train_config_of(&a.run).map(|t| t.steps);
+        let total = resume::train_config_of(&a.run).map(|t| t.steps);
         match (done, total) {
-            (Some(n), Some(total)) if n >= total => bail!(
+            (Some(n), Some(total)) if n >= total => println!(
                 "{} is already complete at step {n} of {total}; nothing to train",
                 a.run.display()
             ),
-            _ => bail!(
+            _ => println!(
                 "trained no step: the run is at {} (--stop-after {})",
                 out.checkpoint.display(),
                 a.stop_after
                     .map_or_else(|| "unset".into(), |s| s.to_string())
             ),
         }
+        return Ok(());
     }
     let last = out.losses.last().map_or(f32::NAN, |l| l.1);
     println!(
@@ -386,13 +325,6 @@ fn run_train(a: &TrainArgs, given: &[String]) -> Result<()> {
         out.checkpoint.display()
     );
     Ok(())
-}
-
-/// The training settings saved in a run's config.json, where readable.
-fn train_config_of(run: &Path) -> Option<TrainConfig> {
-    let text = std::fs::read_to_string(run.join("config.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    serde_json::from_value(v.get("train")?.clone()).ok()
 }
 
 #[derive(Args, Debug)]
@@ -525,7 +457,7 @@ struct BiasArgs {
 }
 
 fn run_bias(a: &BiasArgs) -> Result<()> {
-    check_bias_query(a.query, &a.run)?;
+    limits::check_bias_query(a.query, &a.run)?;
     let dev = Device::Cpu;
     let (model, _) = load_model(&a.run, &dev)?;
     let fire = matches!(model.cfg.encoding.kind(), Encoding::Fire | Encoding::FireS);
@@ -538,8 +470,9 @@ fn run_bias(a: &BiasArgs) -> Result<()> {
         );
     }
     let heads = model.cfg.n_heads as u128;
-    let need = (u128::from(a.query) + 1) * (BIAS_BYTES_PER_KEY + heads * BIAS_BYTES_PER_HEAD_KEY);
-    check_memory(need, &format!("--query {}", a.query))?;
+    let need = (u128::from(a.query) + 1)
+        * (limits::BIAS_BYTES_PER_KEY + heads * limits::BIAS_BYTES_PER_HEAD_KEY);
+    limits::check_memory(need, &format!("--query {}", a.query))?;
     let out = a.out.clone().unwrap_or_else(|| a.run.clone());
     std::fs::create_dir_all(&out)?;
     let keys: Vec<u64> = (0..=a.query).collect();
@@ -585,54 +518,6 @@ fn run_bias(a: &BiasArgs) -> Result<()> {
     Ok(())
 }
 
-/// Bytes per key position of `bias` apart from the heads: the key list (u64) and the grid's
-/// distance (f32).
-const BIAS_BYTES_PER_KEY: u128 = 8 + 4;
-/// Bytes per key position and head: the bias tensor and its copy (f32 each) and the plot's
-/// point (two f64). A lower bound: the plot's text comes on top.
-const BIAS_BYTES_PER_HEAD_KEY: u128 = 4 + 4 + 16;
-
-/// `--query` before the model is even loaded: positions must be exactly representable (the
-/// grid's own check would come only after a `0..=query` key list had been allocated).
-fn check_bias_query(query: u64, run: &Path) -> Result<()> {
-    let max = fire_vocabulary::MAX_POSITION;
-    if query > max {
-        bail!(
-            "--query {query} is beyond 2^53 = {max}, the last exactly representable position \
-             (the bias of {} would need every key 0..=query)",
-            run.display()
-        );
-    }
-    Ok(())
-}
-
-/// The machine's memory in bytes (`MemTotal` of /proc/meminfo); `None` where unreadable, and
-/// then no size is refused up front.
-fn mem_total() -> Option<u128> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// A size in bytes for a message: GB with the exact count.
-fn bytes(n: u128) -> String {
-    format!("{:.1} GB ({n} bytes)", n as f64 / 1e9)
-}
-
-/// Refuses `what` when it needs more than the machine's memory: an allocation that fails
-/// aborts the process (`memory allocation of N bytes failed`) with no word on which setting.
-fn check_memory(need: u128, what: &str) -> Result<()> {
-    match mem_total() {
-        Some(total) if need > total => bail!(
-            "{what} would need at least {} of memory, more than this machine's {}",
-            bytes(need),
-            bytes(total)
-        ),
-        _ => Ok(()),
-    }
-}
-
 #[derive(Args, Debug)]
 struct GenerateArgs {
     /// Run (or checkpoint) directory.
@@ -671,7 +556,7 @@ fn run_generate(a: &GenerateArgs) -> Result<()> {
     // output one u32 per new token: refused up front rather than aborting in the allocator.
     let m = &model.cfg;
     let per_token = 4 + 2 * 4 * (m.n_layers as u128) * (m.d_model as u128);
-    check_memory(
+    limits::check_memory(
         (a.prompt.len() as u128 + a.max_new as u128) * per_token,
         &format!("--max-new {}", a.max_new),
     )?;
