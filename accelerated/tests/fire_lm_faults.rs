@@ -323,6 +323,41 @@ fn absurd_sizes_and_nonsense_values_are_refused_not_panicked_on() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     ok(&train(d, &["--steps", "2"]));
+    // A batch no machine holds (~35 TB by the lower bound), said before anything is allocated
+    // rather than in the allocator's abort.
+    let huge = [
+        "train",
+        "--run",
+        "huge",
+        "--encoding",
+        "fire",
+        "--steps",
+        "2",
+        "--d-model",
+        "32",
+        "--layers",
+        "2",
+        "--heads",
+        "2",
+        "--d-ff",
+        "64",
+        "--seq-len",
+        "32",
+        "--batch",
+        "1000000000",
+    ];
+    let err = clean_refusal(&fire_lm(d, &huge));
+    assert!(
+        err.starts_with(
+            "Error: training 2 layers of d_model 32 and d_ff 64 over a vocabulary of 256 at \
+             batch 1000000000 × seq_len 32 would need at least "
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("of memory, more than this machine's "),
+        "{err}"
+    );
     let max = "18446744073709551615";
     let err = clean_refusal(&fire_lm(d, &["eval", "run", "--lengths", max]));
     assert!(

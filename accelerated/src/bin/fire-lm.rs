@@ -262,6 +262,15 @@ fn run_train(a: &TrainArgs, given: &[String]) -> Result<()> {
     faults::check_train_config(&t)?;
     if a.resume || a.resume_from.is_some() {
         resume::conflicts(a, given, &m, &t)?;
+    } else {
+        limits::check_memory(
+            limits::train_bytes(&m, &t),
+            &format!(
+                "training {} layers of d_model {} and d_ff {} over a vocabulary of {} at batch \
+                 {} × seq_len {}",
+                m.n_layers, m.d_model, m.d_ff, m.vocab_size, t.batch, t.seq_len
+            ),
+        )?;
     }
     if t.attention == AttentionPath::Fused && dev.is_cpu() {
         // Still before any candle op or thread of ours.

@@ -4,6 +4,8 @@
 use std::path::Path;
 
 use anyhow::{bail, Result};
+use fire_accelerated::config::{EncodingConfig, ModelConfig};
+use fire_accelerated::train::TrainConfig;
 
 /// Bytes per key position of `bias` apart from the heads: the key list (u64) and the grid's
 /// distance (f32).
@@ -51,4 +53,31 @@ pub(crate) fn check_memory(need: u128, what: &str) -> Result<()> {
         ),
         _ => Ok(()),
     }
+}
+
+/// A lower bound on the bytes a training run holds, from its sizes alone (u128: no size a
+/// config can name overflows it): every parameter four times over in f32 (the weight, its
+/// gradient and AdamW's two moments), the logits of a batch and their gradient, and per layer
+/// the feed-forward's hidden activations and the residual stream kept for the backward pass.
+/// Attention's scores and FIRE's grid come on top, so a refusal is never wrong, only late.
+pub(crate) fn train_bytes(m: &ModelConfig, t: &TrainConfig) -> u128 {
+    let n = |x: usize| x as u128;
+    let (vocab, d, layers, ff) = (n(m.vocab_size), n(m.d_model), n(m.n_layers), n(m.d_ff));
+    let fire = match &m.encoding {
+        // f_θ: 1 → width, depth − 1 layers width → width, width → heads; one per layer, or
+        // one shared (FIRE-S).
+        EncodingConfig::Fire(f) | EncodingConfig::FireS(f) => {
+            let (w, hidden) = (n(f.width), n(f.depth.saturating_sub(1)));
+            let one = 2 * w + hidden * (w * w + w) + w * n(m.n_heads) + n(m.n_heads);
+            if matches!(m.encoding, EncodingConfig::Fire(_)) {
+                one * layers
+            } else {
+                one
+            }
+        }
+        _ => 0,
+    };
+    let params = vocab * d + layers * (4 * d * d + 2 * d * ff) + fire;
+    let tokens = n(t.batch) * n(t.seq_len);
+    4 * 4 * params + 2 * 4 * tokens * vocab + 4 * tokens * layers * (d + ff)
 }
