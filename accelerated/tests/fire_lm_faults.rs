@@ -325,7 +325,7 @@ fn absurd_sizes_and_nonsense_values_are_refused_not_panicked_on() {
     ok(&train(d, &["--steps", "2"]));
     // A batch no machine holds (~35 TB by the lower bound), said before anything is allocated
     // rather than in the allocator's abort.
-    let huge = [
+    let mut huge = vec![
         "train",
         "--run",
         "huge",
@@ -333,19 +333,10 @@ fn absurd_sizes_and_nonsense_values_are_refused_not_panicked_on() {
         "fire",
         "--steps",
         "2",
-        "--d-model",
-        "32",
-        "--layers",
-        "2",
-        "--heads",
-        "2",
-        "--d-ff",
-        "64",
-        "--seq-len",
-        "32",
-        "--batch",
-        "1000000000",
     ];
+    huge.extend(TINY);
+    let batch = huge.iter().position(|a| *a == "--batch").unwrap();
+    huge[batch + 1] = "1000000000";
     let err = clean_refusal(&fire_lm(d, &huge));
     assert!(
         err.starts_with(

@@ -172,20 +172,12 @@ fn a_bias_that_mixes_the_batch_with_the_heads_fails_on_the_batched_calls_saying_
             &not_the_4096_square(&["--fail-on", "values"]),
         );
         assert_eq!(code, 1, "{class}: {r:#}");
-        let cases = r["cases"].as_array().unwrap();
-        let mixed = cases
-            .iter()
-            .filter(|c| c["status"] == "failed")
-            .filter(|c| {
-                c["report"]
-                    .as_str()
-                    .unwrap()
-                    .contains("differs between batch entries 0 and 1")
-            })
-            .count();
+        let mixed = failed_saying(&r, "differs between batch entries 0 and 1").len();
         assert!(mixed >= 15, "{class}: {mixed} failed on the batch: {r:#}");
         // Past T = 512 it is called with one sequence, and is right there.
-        let long = cases
+        let long = r["cases"]
+            .as_array()
+            .unwrap()
             .iter()
             .find(|c| c["id"] == "fire/default-init/causal-rows-600")
             .unwrap();

@@ -67,17 +67,7 @@ fn a_jax_bias_over_a_batch_is_graded_and_one_that_mixes_batch_and_heads_fails() 
         .find(|c| c["id"] == "fire/default-init/causal-rows-600")
         .unwrap();
     assert_eq!(long["status"], "passed", "{long:#}");
-    let mixed: Vec<&str> = cases
-        .iter()
-        .filter(|c| c["status"] == "failed")
-        .filter(|c| {
-            c["report"]
-                .as_str()
-                .unwrap()
-                .contains("differs between batch entries 0 and 1")
-        })
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
+    let mixed = failed_saying(&r, "differs between batch entries 0 and 1");
     assert_eq!(mixed.len(), 2, "{mixed:?}: {r:#}");
     assert!(
         mixed.iter().any(|id| id.starts_with("fire-grad/")),

@@ -274,6 +274,18 @@ pub fn lines(report: &Report, id: &str) -> Vec<String> {
 }
 
 /// The ids of the cases `report` failed.
+/// The ids of the failed cases of a JSON report whose report block contains `text`.
+pub fn failed_saying<'a>(r: &'a Value, text: &str) -> Vec<&'a str> {
+    r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "failed")
+        .filter(|c| c["report"].as_str().unwrap().contains(text))
+        .map(|c| c["id"].as_str().unwrap())
+        .collect()
+}
+
 pub fn failed_ids(report: &Report) -> Vec<&str> {
     report
         .outcomes
