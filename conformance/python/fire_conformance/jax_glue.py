@@ -12,7 +12,8 @@ exactly that; so is a plain-JAX class with those two methods (``examples/jax_fir
 How it is called (``x``, ``hidden``, ``scores``, ``seq_len``, ``positions``, ``qk``) is read from
 ``__call__``'s parameters as in ``appendix_e``, or forced with ``--call``; an introspected
 ``__call__(x)`` is tried with x as ``[B, H, T, 1]``, ``[B, T, 1]`` and ``[B, H, T, T]`` in turn, as
-there.
+there (B = 2 up to T = 512, 1 beyond; a ``[B, H, T, T]`` output must give both sequences the same
+bias).
 
 The parameters are found in the module's own ``params`` tree (from ``init``), layer by layer as
 the torch glue loads a state dict (``load_jax``): the leaves named ``c``, ``L_multiplier`` and,
