@@ -489,3 +489,58 @@ fn resume_refuses_flags_it_would_ignore_and_says_when_the_run_is_complete() {
         "run is already complete at step 2 of 2; nothing to train\n"
     );
 }
+
+#[test]
+fn a_misplaced_state_and_another_models_weights_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // The default encoding is FIRE; a NoPE run of the same sizes beside it.
+    ok(&train(d, &["--steps", "2"]));
+    let mut nope = vec![
+        "train",
+        "--run",
+        "nope",
+        "--encoding",
+        "nope",
+        "--steps",
+        "2",
+    ];
+    nope.extend_from_slice(TINY);
+    ok(&fire_lm(d, &nope));
+    let ckpt = |run: &str, step: &str| d.join(run).join("checkpoints").join(step);
+    // A checkpoint copied under another step's name (its manifest intact): its state.json would
+    // resume the schedule at the wrong step.
+    let (from, to) = (ckpt("run", "step-0000002"), ckpt("run", "step-0000004"));
+    std::fs::create_dir(&to).unwrap();
+    for f in std::fs::read_dir(&from).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), to.join(f.file_name())).unwrap();
+    }
+    let err = refused(&fire_lm(d, &["verify", "run"]));
+    let out = String::from_utf8(fire_lm(d, &["verify", "run"]).stdout).unwrap();
+    assert!(
+        out.contains(
+            "step-0000004: FAILED: state.json says step 2 but sits in `step-0000004` (step 4)"
+        ),
+        "{out}{err}"
+    );
+    // A FIRE model's weights in the NoPE run (a checkpoint without a manifest, as older ones
+    // are): the FIRE tensors have no place in its model, and are named rather than ignored.
+    let target = ckpt("nope", "step-0000002");
+    std::fs::copy(
+        from.join("model.safetensors"),
+        target.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::remove_file(target.join("manifest.json")).unwrap();
+    let err = clean_refusal(&fire_lm(d, &["eval", "nope", "--lengths", "32"]));
+    assert!(
+        err.contains(
+            "model.safetensors holds 14 tensor(s) the model in state.json has no place for: \
+             `layers.0.attn.fire.L_multiplier`, "
+        ),
+        "{err}"
+    );
+    let err = clean_refusal(&fire_lm(d, &["train", "--run", "nope", "--resume"]));
+    assert!(err.contains("has no place for"), "{err}");
+}

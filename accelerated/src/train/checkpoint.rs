@@ -350,11 +350,59 @@ fn parse_state(bytes: &[u8]) -> std::result::Result<State, Problem> {
     serde_json::from_slice(bytes).map_err(|e| Problem::new(STATE, format!("does not parse: {e}")))
 }
 
+/// `state.json` of a `step-NNNNNNN` directory must name that step: a hand-edited or misplaced
+/// one would resume from the wrong step of the schedule (or overwrite another checkpoint).
+fn check_step(dir: &Path, state: &State) -> std::result::Result<(), Problem> {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    match name.strip_prefix("step-").map(str::parse::<u64>) {
+        Some(Ok(step)) if step != state.step => Err(Problem::new(
+            STATE,
+            format!(
+                "says step {} but sits in `{name}` (step {step}): a state.json from another \
+                 checkpoint, or edited",
+                state.step
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The tensors of a checkpoint's model file that the model its `state.json` describes has no
+/// place for (a FIRE model's weights in a NoPE run): refused by name rather than ignored.
+pub fn check_no_extra_tensors(
+    dir: &Path,
+    store: &ParamStore,
+    model: &HashMap<String, Tensor>,
+) -> Result<()> {
+    let wanted = store.state_dict();
+    let mut extra: Vec<&str> = model
+        .keys()
+        .filter(|k| !wanted.contains_key(*k))
+        .map(String::as_str)
+        .collect();
+    if extra.is_empty() {
+        return Ok(());
+    }
+    extra.sort_unstable();
+    let shown = extra.len().min(5);
+    Err(Problem::new(
+        MODEL,
+        format!(
+            "holds {} tensor(s) the model in {STATE} has no place for: `{}`{} (weights of \
+             another model?)",
+            extra.len(),
+            extra[..shown].join("`, `"),
+            if extra.len() > shown { ", …" } else { "" }
+        ),
+    )
+    .into_error(dir))
+}
+
 /// Checks one checkpoint directory without building tensors: every file against its manifest,
 /// then that each parses and every weight is finite.
 pub fn verify(dir: &Path) -> std::result::Result<Integrity, Problem> {
     let files = read_files(dir)?;
-    parse_state(&files.state)?;
+    check_step(dir, &parse_state(&files.state)?)?;
     parse_tensors(MODEL, &files.model)?;
     if let Some(o) = &files.optimizer {
         parse_tensors(OPTIMIZER, o)?;
@@ -371,6 +419,7 @@ pub fn load(path: &Path, device: &Device) -> Result<Loaded> {
 fn load_dir(dir: &Path, device: &Device) -> std::result::Result<Loaded, Problem> {
     let files = read_files(dir)?;
     let state = parse_state(&files.state)?;
+    check_step(dir, &state)?;
     let tensors = |file: &str, bytes: &[u8]| {
         let st = parse_tensors(file, bytes)?;
         st.tensors()
@@ -413,5 +462,6 @@ pub fn load_model(path: &Path, device: &Device) -> Result<(Model, Loaded)> {
         .into_error(&loaded.dir),
         other => other,
     })?;
+    check_no_extra_tensors(&loaded.dir, &store, &loaded.model)?;
     Ok((model, loaded))
 }

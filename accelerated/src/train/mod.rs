@@ -234,6 +234,9 @@ pub fn train(
         ),
     };
     let model = Model::new(&model_cfg, &mut store)?;
+    if let Some(c) = &resumed {
+        checkpoint::check_no_extra_tensors(&c.dir, &store, &c.model)?;
+    }
     let params = store.trainable().clone();
     let mut recorder = match &opts.record {
         // A resumed run keeps the initial weights recorded when it started.
