@@ -71,6 +71,8 @@ pub fn generate_with(
     ensure(prompt.iter().all(|&t| t < vocab), || {
         "prompt token outside the vocabulary".into()
     })?;
+    // NaN compares false everywhere and would sample garbage; a negative temperature would
+    // silently mean greedy.
     ensure(
         cfg.temperature.is_finite() && cfg.temperature >= 0.0,
         || {

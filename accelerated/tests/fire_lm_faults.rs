@@ -382,7 +382,10 @@ fn absurd_sizes_and_nonsense_values_are_refused_not_panicked_on() {
             &["generate", "run", &format!("--temperature={t}")],
         ));
         assert!(
-            err.starts_with("Error: --temperature must be 0 (greedy) or a positive finite number"),
+            err.starts_with(
+                "Error: invalid input: the temperature must be 0 (greedy) or a positive finite \
+                 number, got "
+            ),
             "{err}"
         );
     }

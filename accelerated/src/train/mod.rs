@@ -159,7 +159,9 @@ pub struct Outcome {
     pub timings: Option<(u64, Vec<crate::timing::Part>)>,
 }
 
-fn read_config(run: &Path) -> Result<(ModelConfig, TrainConfig)> {
+/// The model and training settings a run was started with (its `config.json`), which a resume
+/// keeps.
+pub fn read_config(run: &Path) -> Result<(ModelConfig, TrainConfig)> {
     #[derive(Deserialize)]
     struct Both {
         model: ModelConfig,

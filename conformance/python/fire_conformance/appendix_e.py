@@ -21,14 +21,14 @@ and the values are checked in full either way.
                read from x.size(1) (GPT-style copies of Appendix E)
     scores     forward(x), x the zero attention scores [B, H, T, T] (a module that returns
                scores + bias, or reads the length from x.size(-1))
-
-B is 2 for squares up to 512 and 1 beyond: a module returning [B, H, T, T] must give both
-sequences the same bias (a batch mixed up with the heads fails); [H, T, T] and [1, H, T, T] do
-not look at B.
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
     positions  forward(positions), positions = arange(T)
     qk         forward(query_positions, key_positions): the requested rows and columns directly
+
+In the x layouts B is 2 for squares up to 512 and 1 beyond: a module returning [B, H, T, T] must
+give both sequences the same bias (a batch mixed up with the heads fails); [H, T, T] and
+[1, H, T, T] do not look at B.
 
 Outputs ``[H, T, T]``, ``[1, H, T, T]`` and ``[B, H, T, T]`` (every batch entry equal, else an
 error naming the mix-up) are accepted; anything else is a clear error naming the shape.
@@ -94,13 +94,13 @@ LAYOUT_ERRORS = (ValueError, RuntimeError, TypeError, IndexError, AssertionError
 # there (`squeeze`), where at batch 1 it is right. Longer squares keep one sequence: a module's
 # [B, H, T, T] is the run's memory there.
 BATCHED_UP_TO = 512
+LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
+POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 
 
 def batch_of(T):
     """How many sequences the x layouts hold for a square of length T."""
     return 2 if T <= BATCHED_UP_TO else 1
-LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
-POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 
 
 def load_class(spec):

@@ -229,7 +229,7 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     if compare::profile(&case.profile).is_none() {
         return Err(bad(&at, format!("unknown profile `{}`", case.profile)));
     }
-    for t in [
+    let inputs = [
         &case.inputs.cotangent,
         &case.inputs.q,
         &case.inputs.k,
@@ -237,16 +237,14 @@ fn check_case(path: &str, stem: &str, case: &Case) -> Result<(), LoadError> {
     ]
     .into_iter()
     .flatten()
-    {
+    .map(|t| ("an input of a valid case", t));
+    let params = encoding_tensors(&case.encoding)
+        .into_iter()
+        .map(|t| ("a parameter of a valid case", t));
+    for (what, t) in inputs.chain(params) {
         check_tensor(&at, t)?;
         if case.result == Verdict::Valid {
-            check_values(&at, "an input of a valid case", t, Outputs::Normative)?;
-        }
-    }
-    for t in encoding_tensors(&case.encoding) {
-        check_tensor(&at, t)?;
-        if case.result == Verdict::Valid {
-            check_values(&at, "a parameter of a valid case", t, Outputs::Normative)?;
+            check_values(&at, what, t, Outputs::Normative)?;
         }
     }
     // Each alternative is shaped and scaled like the outputs it stands beside.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use fire_accelerated::config::ModelConfig;
-use fire_accelerated::train::TrainConfig;
+use fire_accelerated::train::{self, TrainConfig};
 
 use crate::{arg_name, TrainArgs};
 
@@ -17,20 +17,11 @@ pub(crate) fn conflicts(
     m: &ModelConfig,
     t: &TrainConfig,
 ) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct Both {
-        model: ModelConfig,
-        train: TrainConfig,
-    }
-    let p = a.run.join("config.json");
     // Missing or unreadable: the library's resume names that itself.
-    let Ok(text) = std::fs::read_to_string(&p) else {
+    let Ok((sm, st)) = train::read_config(&a.run) else {
         return Ok(());
     };
-    let Ok(saved) = serde_json::from_str::<Both>(&text) else {
-        return Ok(());
-    };
-    let (sm, st) = (&saved.model, &saved.train);
+    let (sm, st) = (&sm, &st);
     let differs = |id: &str| -> Option<String> {
         let pair = |mine: String, theirs: String| (mine != theirs).then_some(theirs);
         match id {
@@ -80,7 +71,5 @@ pub(crate) fn conflicts(
 
 /// The training settings saved in a run's config.json, where readable.
 pub(crate) fn train_config_of(run: &Path) -> Option<TrainConfig> {
-    let text = std::fs::read_to_string(run.join("config.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    serde_json::from_value(v.get("train")?.clone()).ok()
+    train::read_config(run).ok().map(|(_, t)| t)
 }
