@@ -349,6 +349,17 @@ fn absurd_sizes_and_nonsense_values_are_refused_not_panicked_on() {
         err.contains("of memory, more than this machine's "),
         "{err}"
     );
+    // A run directory that is a file: said so, not only "File exists".
+    std::fs::write(d.join("a-file"), "").unwrap();
+    let mut onto_file = vec!["train", "--run", "a-file"];
+    onto_file.extend(TINY);
+    let err = clean_refusal(&fire_lm(d, &onto_file));
+    assert!(
+        err.starts_with(
+            "Error: invalid configuration: a-file is not a directory: the run's directory holds"
+        ),
+        "{err}"
+    );
     let max = "18446744073709551615";
     let err = clean_refusal(&fire_lm(d, &["eval", "run", "--lengths", max]));
     assert!(
@@ -546,4 +557,31 @@ fn a_misplaced_state_and_another_models_weights_are_named() {
     );
     let err = clean_refusal(&fire_lm(d, &["train", "--run", "nope", "--resume"]));
     assert!(err.contains("has no place for"), "{err}");
+}
+
+/// Runs scored on different held-out text (here another corpus) do not share a table of losses
+/// per token: it would read as a comparison that it is not.
+#[test]
+fn runs_trained_on_different_text_are_not_evaluated_side_by_side() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    ok(&train(d, &["--steps", "2"]));
+    std::fs::create_dir(d.join("corpus")).unwrap();
+    for name in ["a", "b", "c", "d"] {
+        let text = format!("{name}: the quick brown fox jumps over the lazy dog. ").repeat(60);
+        std::fs::write(d.join("corpus").join(format!("{name}.txt")), text).unwrap();
+    }
+    let mut other = vec![
+        "train", "--run", "other", "--steps", "2", "--corpus", "corpus",
+    ];
+    other.extend(TINY);
+    ok(&fire_lm(d, &other));
+    let err = clean_refusal(&fire_lm(d, &["eval", "run", "other", "--lengths", "32"]));
+    assert_eq!(
+        err,
+        "Error: run and other were trained on different text (corpus embedded vs corpus): their \
+         losses per token are over different held-out tokens and cannot share a table; evaluate \
+         them one at a time\n"
+    );
+    ok(&fire_lm(d, &["eval", "other", "--lengths", "32"]));
 }

@@ -137,7 +137,20 @@ fn compare_outputs(
                 "accepted: {n} element(s) of `{name}` match one of the case's acceptable alternatives, where the spec leaves the value to the implementation (its floating-point library, or its sub-gradient at a kink)"
             )),
             Err(Mismatch::Missing) => {
-                details.push(format!("output `{name}` is missing from the reply"))
+                // A misnamed output (`biases`, `grad_C`) is named beside the missing one.
+                let unasked: Vec<String> = got
+                    .keys()
+                    .filter(|k| !expected.contains_key(*k))
+                    .map(|k| format!("`{k}`"))
+                    .collect();
+                details.push(if unasked.is_empty() {
+                    format!("output `{name}` is missing from the reply")
+                } else {
+                    format!(
+                        "output `{name}` is missing from the reply, which has {} instead (outputs the case did not ask for)",
+                        unasked.join(", ")
+                    )
+                })
             }
             Err(Mismatch::Shape { want, got }) => details.push(format!(
                 "output `{name}` has shape {got:?}, expected {want:?}"

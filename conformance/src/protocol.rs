@@ -120,12 +120,48 @@ fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// The keys a hello line may have, and those of its `conventions`. spec: [proto.hello]
+const HELLO_KEYS: [&str; 7] = [
+    "type",
+    "protocol",
+    "name",
+    "families",
+    "dtypes",
+    "conventions",
+    "positions",
+];
+const CONVENTION_KEYS: [&str; 2] = ["future_keys", "placement"];
+
+/// Refuses a key the protocol does not define, naming the one it was probably meant to be: read
+/// as absent, a misspelt `dtype` or `future_key` would have had the run graded under a default
+/// the implementation did not declare. spec: [proto.hello]
+fn known_keys(m: &Map<String, Value>, known: &[&str], within: &str) -> Result<(), String> {
+    let Some(unknown) = m.keys().find(|k| !known.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    let nearest = known
+        .iter()
+        .map(|k| (strsim::damerau_levenshtein(unknown, k), k))
+        .min()
+        .filter(|(d, _)| *d <= 2)
+        .map_or(String::new(), |(_, k)| format!(" (did you mean `{k}`?)"));
+    Err(format!(
+        "{within}: unknown key `{unknown}`{nearest}; the protocol defines {}",
+        known
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 /// Reads the implementation's handshake. spec: [proto.hello]
 pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
     let m = parse_object(line)?;
     if m.get("type").and_then(Value::as_str) != Some("hello") {
         return Err(format!("expected a hello line, got: {}", excerpt(line)));
     }
+    known_keys(&m, &HELLO_KEYS, "hello")?;
     match m.get("protocol").and_then(Value::as_i64) {
         Some(VERSION) => {}
         other => {
@@ -156,7 +192,10 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
     let dtypes = listed("dtypes", "f64")?;
     let conv = match m.get("conventions") {
         None => None,
-        Some(Value::Object(c)) => Some(c),
+        Some(Value::Object(c)) => {
+            known_keys(c, &CONVENTION_KEYS, "hello: `conventions`")?;
+            Some(c)
+        }
         Some(_) => return Err("hello: `conventions` must be an object".into()),
     };
     // A declaration of another type is refused, not read as the default it did not say.
@@ -314,7 +353,8 @@ mod tests {
     /// Absent lists and declarations take their defaults; a present but empty list, or a
     /// declaration of another type, is refused rather than read as the default it did not say
     /// (`families: []` had been read as every family, failing the cases of those the
-    /// implementation never meant to answer). spec: [proto.hello]
+    /// implementation never meant to answer); so is a key the protocol does not define (a
+    /// misspelt `dtype` had been ignored, the run graded at f64). spec: [proto.hello]
     #[test]
     fn a_malformed_hello_is_refused_and_an_absent_field_defaulted() {
         let c = hello("").unwrap();
@@ -338,6 +378,16 @@ mod tests {
                 "`placement` must be a string",
             ),
             (r#", "positions": true"#, "`positions` must be a string"),
+            (
+                r#", "dtype": ["f32"]"#,
+                "hello: unknown key `dtype` (did you mean `dtypes`?)",
+            ),
+            (
+                r#", "conventions": {"future_key": "zero"}"#,
+                "hello: `conventions`: unknown key `future_key` (did you mean `future_keys`?); \
+                 the protocol defines `future_keys`, `placement`",
+            ),
+            (r#", "vendor": "acme""#, "hello: unknown key `vendor`; the"),
         ] {
             let e = hello(extra).unwrap_err();
             assert!(e.contains(said), "{extra}: {e}");

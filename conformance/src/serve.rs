@@ -28,6 +28,8 @@ pub enum Misbehaviour {
     WrongShape,
     /// Reply for another case id.
     WrongId,
+    /// Reply under other output names (`bias` as `biases`: a glue's typo).
+    Misnamed,
     /// Write an endless line.
     Flood,
     /// Write bare `NaN` tokens (Python's `json.dumps` default).
@@ -49,6 +51,7 @@ impl Misbehaviour {
             "nan" => Self::Nan,
             "wrong-shape" => Self::WrongShape,
             "wrong-id" => Self::WrongId,
+            "misnamed" => Self::Misnamed,
             "flood" => Self::Flood,
             "bare-nan" => Self::BareNan,
             "slow-start" => Self::SlowStart,
@@ -152,6 +155,13 @@ fn act(
         ),
         Misbehaviour::WrongShape => protocol::result_line(id, &mangle(&|t| t.shape.insert(0, 1))),
         Misbehaviour::WrongId => protocol::result_line("some/other/case", &reply),
+        Misbehaviour::Misnamed => match reply {
+            Reply::Output(outs) => protocol::result_line(
+                id,
+                &Reply::Output(outs.into_iter().map(|(k, t)| (k + "s", t)).collect()),
+            ),
+            other => protocol::result_line(id, &other),
+        },
         Misbehaviour::SlowStart => {
             if first {
                 std::thread::sleep(SLOW_START);

@@ -129,6 +129,15 @@ fn a_wrong_shape_is_named() {
     misbehaving("wrong-shape", "has shape");
 }
 
+/// An output under another name is named beside the missing one.
+#[test]
+fn a_misnamed_output_is_named_beside_the_missing_one() {
+    misbehaving(
+        "misnamed",
+        "output `bias` is missing from the reply, which has `biass` instead",
+    );
+}
+
 #[test]
 fn a_reply_for_another_case_is_refused() {
     misbehaving("wrong-id", "reply for case `some/other/case`");

@@ -345,7 +345,8 @@ pub struct Row {
     /// Median CPU seconds of the whole process (all threads) per call, where /proc has them:
     /// unlike wall time, not inflated by other processes holding the cores.
     pub cpu_seconds: Option<f64>,
-    /// `cpu_seconds / baseline cpu_seconds`.
+    /// `cpu_seconds / baseline cpu_seconds`; `None` where the baseline's is under
+    /// [`CPU_RATIO_MIN_SECONDS`] (a ratio of a few clock ticks, or 0/0, says nothing).
     pub cpu_ratio: Option<f64>,
     /// Pairs per second, for bias rows.
     pub pairs_per_second: Option<f64>,
@@ -406,6 +407,10 @@ fn memory() -> Option<(u64, u64)> {
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
+
+/// The least baseline CPU time a CPU ratio is formed from: ten of /proc's 1/100 s ticks, so a
+/// tick either way moves the ratio by a tenth at most. Shorter calls (short lengths) show `-`.
+pub const CPU_RATIO_MIN_SECONDS: f64 = 0.1;
 
 /// The process's user + system CPU time (every thread), seconds, from /proc/self/stat
 /// (Linux; clock ticks of 1/100 s, the kernel's `USER_HZ` on every mainstream architecture).
@@ -522,7 +527,9 @@ pub fn compare(config: &Config, mut progress: impl FnMut(&str)) -> Result<Table>
         let (base, base_min) = nope.map_or((f64::NAN, f64::NAN), |k| {
             (median(&samples[k]), min(&samples[k]))
         });
-        let base_cpu = nope.and_then(|k| cpus[k].as_deref().map(median));
+        let base_cpu = nope
+            .and_then(|k| cpus[k].as_deref().map(median))
+            .filter(|&b| b >= CPU_RATIO_MIN_SECONDS);
         for (k, v) in variants.iter().enumerate() {
             let m = median(&samples[k]);
             let cpu = cpus[k].as_deref().map(median);
@@ -545,4 +552,33 @@ pub fn compare(config: &Config, mut progress: impl FnMut(&str)) -> Result<Table>
         ));
     }
     Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+
+    use super::*;
+
+    /// Calls far shorter than /proc's clock tick have no CPU ratio (it had been 0/0 = NaN);
+    /// their wall-clock ratios are still there.
+    #[test]
+    fn a_cpu_ratio_of_a_few_ticks_is_left_out_not_nan() {
+        let config = Config {
+            heads: 1,
+            head_dim: 8,
+            lengths: vec![4],
+            repeats: 2,
+            variants: vec![Variant::NopeNoBias, Variant::Fire],
+            bias: false,
+            ..Config::default()
+        };
+        let table = compare(&config, |_| {}).unwrap();
+        assert_eq!(table.rows.len(), 2);
+        for row in &table.rows {
+            assert_eq!(row.cpu_ratio, None, "{}", row.name);
+            assert!(row.ratio.is_finite(), "{}", row.name);
+        }
+        assert!(!table.to_string().contains("NaN"), "{table}");
+    }
 }

@@ -395,10 +395,45 @@ fn run_eval(a: &EvalArgs) -> Result<Vec<Report>> {
     let dev = device(&a.device)?;
     let mut reports = Vec::new();
     let mut lengths = a.lengths.clone();
+    // The held-out text each run is scored on: its corpus, split and tokenizer.
+    let mut first_text = None;
     for run in &a.runs {
         let (model, loaded) = load_model(run, &dev)
             .with_context(|| format!("cannot evaluate the run {}", run.display()))?;
         let t = &loaded.state.train;
+        let text = (t.corpus.clone(), t.held_out, t.tokenizer.clone());
+        match &first_text {
+            None => first_text = Some((run, text)),
+            // Side by side, nats per token over different tokens (another tokenizer, corpus or
+            // held-out share) would read as a comparison that it is not.
+            Some((first, want)) if *want != text => {
+                let name = |p: &Option<PathBuf>, none: &str| {
+                    p.as_ref()
+                        .map_or(none.to_owned(), |p| p.display().to_string())
+                };
+                let mut differ = Vec::new();
+                if want.0 != text.0 {
+                    let (a, b) = (name(&want.0, "embedded"), name(&text.0, "embedded"));
+                    differ.push(format!("corpus {a} vs {b}"));
+                }
+                if want.1 != text.1 {
+                    differ.push(format!("held-out share {} vs {}", want.1, text.1));
+                }
+                if want.2 != text.2 {
+                    let (a, b) = (name(&want.2, "bytes"), name(&text.2, "bytes"));
+                    differ.push(format!("tokenizer {a} vs {b}"));
+                }
+                bail!(
+                    "{} and {} were trained on different text ({}): their losses per token are \
+                     over different held-out tokens and cannot share a table; evaluate them one \
+                     at a time",
+                    first.display(),
+                    run.display(),
+                    differ.join(", ")
+                );
+            }
+            Some(_) => {}
+        }
         if lengths.is_empty() {
             lengths = [1, 2, 4, 8].iter().map(|k| k * t.seq_len).collect();
         }

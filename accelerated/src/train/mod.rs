@@ -202,6 +202,13 @@ pub fn train(
     };
     model_cfg.validate()?;
     cfg.validate()?;
+    // create_dir_all would say only "File exists".
+    if run.exists() && !run.is_dir() {
+        return Err(Error::Config(format!(
+            "{} is not a directory: the run's directory holds its settings, metrics and checkpoints",
+            run.display()
+        )));
+    }
     std::fs::create_dir_all(run).map_err(io(run))?;
     if resumed.is_none() {
         let json = serde_json::json!({ "model": model_cfg, "train": cfg });

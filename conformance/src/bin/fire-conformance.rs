@@ -62,8 +62,8 @@ enum Command {
         /// Serve the reference through this catalogued variant (a deliberate mistake).
         #[arg(long)]
         variant: Option<String>,
-        /// Misbehave on every case: crash, hang, garbage, nan, wrong-shape, wrong-id, flood, bare-nan;
-        /// or slow-start (3 s over the first case, then correct).
+        /// Misbehave on every case: crash, hang, garbage, nan, wrong-shape, wrong-id, misnamed,
+        /// flood, bare-nan; or slow-start (3 s over the first case, then correct).
         #[arg(long)]
         misbehave: Option<String>,
     },
