@@ -1,6 +1,7 @@
-//! Criterion benches of the fast FIRE kernels at small default sizes (so `cargo bench --no-run`
-//! and a quick `cargo bench -p fire-kernels --bench kernels` stay cheap). The side-by-side
-//! table at 2k–32k tokens, with ratios, is `fire-lm bench`.
+//! Criterion benches of the fast FIRE kernels at small default sizes (so that a quick
+//! `cargo bench -p fire-kernels --features bench --bench kernels` stays cheap; the feature keeps
+//! criterion out of the test build). The side-by-side table at 2k–32k tokens, with ratios, is
+//! `fire-lm bench`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fire_kernels::bench::{Setup, Variant};
