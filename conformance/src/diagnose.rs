@@ -366,7 +366,8 @@ pub fn diagnose(
                 rtol: profile.rtol.max(1e-12),
                 ..profile
             };
-            row_shifted(case, expected, got).map(|s| agrees(case, &s, got, loose, future, causal))
+            row_shifted(case, expected, got)
+                .map(|(s, explained)| explained && agrees(case, &s, got, loose, future, causal))
         };
     }
     if finding.row_shift == Some(true) {
@@ -483,15 +484,22 @@ pub fn placement_words(p: Placement) -> &'static str {
     }
 }
 
+/// The share of a difference a constant per row must account for before it is said to be one:
+/// what is left over the causal keys is at most this fraction of the largest difference.
+const ROW_SHIFT_SHARE: f64 = 0.1;
+
 /// `expected` plus, on each (layer's) head's query row, the mean of what `got` adds to it over the row's
-/// causal keys: what an implementation differing by a constant per query row computes. `None`
-/// unless the case is a bias case in which some row has two causal keys or more (with one, any
+/// causal keys: what an implementation differing by a constant per query row computes; and
+/// whether that constant accounts for the difference ([`ROW_SHIFT_SHARE`]): a difference that
+/// varies along the row, only a little over the tolerance (a threshold of 511 for 512), can fit
+/// the tolerance once each row's mean is taken off without being a shift at all. `None` unless
+/// the case is a bias case in which some row has two causal keys or more (with one, any
 /// difference is "constant").
 fn row_shifted(
     case: &Case,
     expected: &BTreeMap<String, Tensor>,
     got: &BTreeMap<String, Tensor>,
-) -> Option<BTreeMap<String, Tensor>> {
+) -> Option<(BTreeMap<String, Tensor>, bool)> {
     if case.kind != Kind::Bias {
         return None;
     }
@@ -511,6 +519,7 @@ fn row_shifted(
         return None;
     }
     let mut shifted = want.clone();
+    let (mut largest, mut left) = (0.0_f64, 0.0_f64);
     for row in 0..rows {
         let at = row * nk;
         let diffs: Vec<f64> = causal(row % nq)
@@ -521,11 +530,16 @@ fn row_shifted(
             continue;
         }
         let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
+        for d in &diffs {
+            largest = largest.max(d.abs());
+            left = left.max((d - mean).abs());
+        }
         shifted.data[at..at + nk]
             .iter_mut()
             .for_each(|x| *x += mean);
     }
-    Some(BTreeMap::from([("bias".to_owned(), shifted)]))
+    let explained = left <= ROW_SHIFT_SHARE * largest;
+    Some((BTreeMap::from([("bias".to_owned(), shifted)]), explained))
 }
 
 /// The sentences a report prints for a finding.

@@ -183,11 +183,11 @@ fn compare_outputs(
     graded
 }
 
-/// A scalar output sent as `[1]` (a parameter kept as a one-element tensor, a common style,
-/// whose gradient has its shape) read as the scalar `[]` the case holds: the same one value.
-/// spec: [proto.reply]
+/// A scalar output sent as a one-element tensor, `[1]` or `[1, 1, 1]` (a parameter kept so, a
+/// common style, whose gradient has its shape), read as the scalar `[]` the case holds: the
+/// same one value. spec: [proto.reply], [grad.layout]
 fn scalar_as_scalar<'a>(got: Cow<'a, Tensor>, want: &Tensor) -> Cow<'a, Tensor> {
-    if want.shape.is_empty() && got.shape == [1] {
+    if want.shape.is_empty() && !got.shape.is_empty() && got.shape.iter().all(|&d| d == 1) {
         let mut t = got.into_owned();
         t.shape.clear();
         Cow::Owned(t)

@@ -81,7 +81,7 @@ fn torch_modules_with_scalars_of_shape_1_or_a_positions_buffer_pass() {
     if !torch() {
         return;
     }
-    for class in ["ScalarsShape1", "PositionsBuffer"] {
+    for class in ["ScalarsShape1", "ScalarsBroadcastReady", "PositionsBuffer"] {
         let r = passes(&torch_fake(class, "f32"), 20);
         let grads = r["cases"]
             .as_array()

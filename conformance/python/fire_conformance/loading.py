@@ -214,7 +214,10 @@ def load_torch(m, ours, mapping, dt, built):
         v = torch.as_tensor(ours[k], dtype=dt)
         shape = tuple(state[theirs].shape)
         if tuple(v.shape) != shape:
-            if v.dim() <= 1 and len(shape) <= 1 and v.numel() == int(np.prod(shape)):
+            # A scalar goes to any one-element shape (`[1]`, or `[1, 1, 1]` kept ready to
+            # broadcast); a vector only to a one-dimensional shape of its length.
+            one = v.numel() == 1 and int(np.prod(shape)) == 1
+            if v.dim() <= 1 and (one or (len(shape) <= 1 and v.numel() == int(np.prod(shape)))):
                 v = v.reshape(shape)
             else:
                 raise ValueError(f"the case's `{k}` has shape {list(v.shape)}, the module's "

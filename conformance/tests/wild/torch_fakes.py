@@ -139,6 +139,25 @@ class ScalarsShape1(FIRE):
         self.L_multiplier = nn.Parameter(torch.ones(1))
 
 
+class ScalarsBroadcastReady(FIRE):
+    """Correct; ``c`` kept as ``[1, 1, 1]`` and ``L_multiplier`` as ``[1, 1]``, ready to
+    broadcast against ``[H, T, T]`` and ``[T, 1]`` (had been refused as an adapter failure)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.c = nn.Parameter(torch.full((1, 1, 1), init_c))
+        self.L_multiplier = nn.Parameter(torch.ones(1, 1))
+
+    def forward(self, x: torch.Tensor):
+        positions = torch.arange(x.size(2), dtype=x.dtype, device=x.device)
+        rel_distance = (positions[:, None] - positions[None, :])[None]  # [1, T, T]
+        threshold = torch.abs(self.L_multiplier * self.init_L)  # [1, 1]
+        normalizer = torch.maximum(positions[:, None], threshold)[None]  # [1, T, 1]
+        psi = lambda v: torch.log(torch.abs(self.c * v) + 1)  # noqa: E731
+        normalized = psi(rel_distance) / (psi(normalizer) + self.eps)  # [1, T, T]
+        return self.mlp(normalized.unsqueeze(-1)).permute(0, 3, 1, 2)  # [1, H, T, T]
+
+
 class PositionsBuffer(FIRE):
     """Correct; the positions precomputed in a persistent buffer, so in the state dict."""
 
