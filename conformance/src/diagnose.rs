@@ -113,9 +113,13 @@ pub struct Finding {
     /// query row (softmax-invariant), the reference itself not matching there; `None` where the
     /// case cannot tell (no row with two causal keys, or a variant matched).
     pub row_shift: Option<bool>,
-    /// On a case at [fire.defaults]: an initial value other than the spec's with which the
-    /// reference reproduces the output ([`crate::initial`]).
-    pub other_initial: Option<OtherInitial>,
+    /// On a case at [fire.defaults]: the initial values other than the spec's with which the
+    /// reference reproduces the output, of one scalar, in the order tried (several where the
+    /// case's positions do not tell them apart) ([`crate::initial`]).
+    pub other_initial: Vec<OtherInitial>,
+    /// Failing value cases off [fire.defaults], where the case sets every scalar itself, in the
+    /// same run: where there are any, another initial value explains only part of the failure.
+    pub failing_off_defaults: usize,
     /// When nothing else explains an f64 case: `f32` where the output is the reference's
     /// within f32 tolerance — a step computed in float32 though float64 is returned, or a
     /// mistake no larger than float32 rounding. The statements on subsets are not made then:
@@ -318,13 +322,13 @@ pub fn diagnose(
         }
     }
     finding.other_initial = initial::other_initial(case, got, profile, caps, future);
-    if finding.other_initial.is_some() {
+    if !finding.other_initial.is_empty() {
         // An exact explanation: a variant merely nearest is no longer worth a line.
         finding.closest = None;
     } else if finding.variants.is_empty() && finding.closest.is_none() {
         finding.precision = lower_precision(case, got, profile, caps);
     }
-    let explained = finding.other_initial.is_some() || finding.precision.is_some();
+    let explained = !finding.other_initial.is_empty() || finding.precision.is_some();
     if finding.variants.is_empty() && finding.closest.is_none() && !explained {
         for s in subsets(case) {
             let reference = agrees(case, expected, got, profile, future, Some(s));
@@ -558,14 +562,30 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
         ));
     } else if f.catalogued
         && f.variants.is_empty()
-        && f.other_initial.is_none()
+        && f.other_initial.is_empty()
         && f.precision.is_none()
     {
         lines.push("diagnosis: no catalogued variant matches the whole output".into());
     }
-    if let Some(o) = f.other_initial {
+    if let Some((o, alike)) = f.other_initial.split_first() {
+        let alike = if alike.is_empty() {
+            String::new()
+        } else {
+            let values: Vec<String> = alike.iter().map(|a| a.value.to_string()).collect();
+            format!(
+                " (so does {} = {}: this case's positions do not tell them apart)",
+                o.name,
+                values.join(", ")
+            )
+        };
+        let off = match f.failing_off_defaults {
+            0 => String::new(),
+            n => format!(
+                "; but {n} failing case(s) off [fire.defaults], which set every scalar themselves, fail as well: where the module starts is not the whole difference"
+            ),
+        };
         lines.push(format!(
-            "diagnosis: matches the reference with {o}: the module starts {} elsewhere than the spec's initial value — its constructor's default, or what it makes of the value it is given (the ready-made glues build a module on its own defaults on the cases at [fire.defaults] and load the case's values into its parameters on every other case, so a constructor's default shows on these cases only; `--kwargs` names a value for the constructor){}",
+            "diagnosis: matches the reference with {o}{alike}: the module starts {} elsewhere than the spec's initial value — its constructor's default, or what it makes of the value it is given (the ready-made glues build a module on its own defaults on the cases at [fire.defaults] and load the case's values into its parameters on every other case, so a constructor's default shows on these cases only; `--kwargs` names a value for the constructor){}{off}",
             o.name,
             if f.variants.is_empty() { "" } else { "; the variant(s) above compute the same on this case's positions" }
         ));

@@ -179,6 +179,21 @@ pub(crate) fn diagnose_run(
             outcomes[r.outcome].finding = Some(f);
         }
     }
+    // Failing FIRE cases off the defaults: another initial value does not explain them.
+    let off_defaults = ran
+        .iter()
+        .zip(&failed)
+        .filter(|(r, &failing)| {
+            failing && r.case.encoding.is_fire() && !crate::initial::at_defaults(r.case)
+        })
+        .count();
+    for r in ran {
+        if let Some(f) = outcomes[r.outcome].finding.as_mut() {
+            if !f.other_initial.is_empty() {
+                f.failing_off_defaults = off_defaults;
+            }
+        }
+    }
     // How far the output is from a variant's prediction for a case, in tolerance units.
     let distance_to = |r: &Ran, prediction: &BTreeMap<String, Tensor>| {
         diagnose::distance(
@@ -337,15 +352,26 @@ fn failing_findings<'a>(
 }
 
 /// The other initial values that explain every failing case, the distinct ones in the order
-/// first met, when each failing case has one ([`crate::initial`]).
+/// first met, when each failing case has one ([`crate::initial`]). Of the values a case cannot
+/// tell apart, the one every case of the same scalar shares is named (a threshold of 511 on a
+/// case whose queries are all past it and 256 as well).
 fn other_initial(
     outcomes: &[Outcome],
     ran: &[Ran],
     failed: &[bool],
 ) -> Option<Vec<crate::initial::OtherInitial>> {
+    let sets: Vec<&[crate::initial::OtherInitial]> = failing_findings(outcomes, ran, failed)?
+        .iter()
+        .map(|f| (!f.other_initial.is_empty()).then_some(&f.other_initial[..]))
+        .collect::<Option<_>>()?;
+    let shared = |o: &crate::initial::OtherInitial| {
+        sets.iter()
+            .filter(|s| s.first().is_some_and(|f| f.name == o.name))
+            .all(|s| s.contains(o))
+    };
     let mut values: Vec<crate::initial::OtherInitial> = Vec::new();
-    for f in failing_findings(outcomes, ran, failed)? {
-        let o = f.other_initial?;
+    for set in &sets {
+        let o = *set.iter().find(|o| shared(o)).unwrap_or(&set[0]);
         if !values.contains(&o) {
             values.push(o);
         }

@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{failed_ids, lines, run_in_process as run};
+use common::{failed_ids, lines, run_in_process as run, Literal};
 use fire_conformance::diagnose::describe;
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
@@ -17,15 +17,6 @@ use fire_conformance::implementations::reference::Reference;
 use fire_conformance::runner;
 use fire_conformance::vectors::format::{Encoding, Kind, Tensor};
 use fire_conformance::vectors::params;
-
-/// FIRE's bias computed literally, with ψ and the threshold L = |m·L_init| given.
-struct Literal {
-    name: &'static str,
-    /// ψ(c, x).
-    psi: fn(f64, f64) -> f64,
-    /// The threshold the module uses, from the spec's.
-    threshold: fn(f64) -> f64,
-}
 
 /// The guard of the "safe log", as in the public copies.
 const GUARD: f64 = 1e-6;
@@ -37,44 +28,6 @@ const GUARDED_LOG: Literal = Literal {
     psi: |c, x| (c.abs() * x + GUARD).ln(),
     threshold: |l| l,
 };
-
-impl Implementation for Literal {
-    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
-        let mut c = Reference.capabilities()?;
-        c.name = self.name.into();
-        c.dtypes = vec!["f32".into()];
-        Ok(c)
-    }
-
-    fn run(&mut self, r: &Request) -> Reply {
-        let (Encoding::Fire(p), Kind::Bias) = (&r.encoding, r.kind) else {
-            return Reply::Skipped("bias cases of one FIRE module only".into());
-        };
-        let fire = params::to_fire(p).unwrap();
-        let psi = |x: f64| (self.psi)(fire.c, x);
-        let (q, k) = (&r.inputs.queries, &r.inputs.keys);
-        let heads = fire.mlp.heads();
-        let mut data = vec![0.0; heads * q.len() * k.len()];
-        for (a, &i) in q.iter().enumerate() {
-            for (b, &j) in k.iter().enumerate() {
-                let (i, j) = (i as f64, j as f64);
-                let n = fire
-                    .threshold_value()
-                    .map_or(i, |l| i.max((self.threshold)(l)));
-                let out = fire.mlp.eval(psi((i - j).abs()) / (psi(n) + fire.eps));
-                for (h, v) in out.iter().enumerate() {
-                    data[(h * q.len() + a) * k.len() + b] = *v;
-                }
-            }
-        }
-        let mut m = BTreeMap::new();
-        m.insert(
-            "bias".into(),
-            Tensor::new(vec![heads, q.len(), k.len()], data),
-        );
-        Reply::Output(m)
-    }
-}
 
 #[test]
 fn log_without_plus_one_guarded_at_distance_zero_is_named_off_the_diagonal() {

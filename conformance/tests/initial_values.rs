@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{failed_ids, lines, run_in_process as run};
+use common::{failed_ids, lines, run_in_process as run, Literal};
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::reference::Reference;
 use fire_conformance::runner;
@@ -72,6 +72,67 @@ fn another_initial_value_is_named_on_the_cases_at_the_defaults() {
     assert!(
         text.contains("overall: every failing case is at the spec's initial values and is the reference's with L_init = 256"),
         "{text}"
+    );
+}
+
+/// An own default of L_init = 511 (a block size less one): named so on the cases that show it
+/// and for the run; on a case whose queries are all past both 256 and 511 the values it cannot
+/// tell apart are said, and the run names the one every case shares. It had been named 256
+/// there, `threshold-ignored` too, and nothing on the other cases (audit 17). spec:
+/// [fire.defaults]
+#[test]
+fn a_threshold_one_case_cannot_tell_from_others_is_named_by_what_the_cases_share() {
+    let report = run(&mut OwnInitial(|p| p.l_init = 511.0), &[]);
+    let failed = failed_ids(&report);
+    let square = lines(&report, "fire/default-init/square-8").join("\n");
+    assert!(
+        square.contains(
+            "matches the reference with the threshold L = |m·L_init| = 511 ([fire.defaults]: 512"
+        ),
+        "{square}"
+    );
+    assert!(!square.contains("so does"), "{square}");
+    let boundary = "edge/positions/threshold-boundary-default";
+    assert!(failed.contains(&boundary), "{failed:?}");
+    let said = lines(&report, boundary).join("\n");
+    assert!(
+        said.contains(
+            "(so does L = 128, 64, 32, 16, 511: this case's positions do not tell them apart)"
+        ),
+        "{said}"
+    );
+    let Some(runner::Overall::OtherInitial(values)) = &report.overall else {
+        panic!("{:?}", report.overall);
+    };
+    assert_eq!(values.len(), 1, "{values:?}");
+    assert_eq!((values[0].name, values[0].value), ("L_init", 511.0));
+}
+
+/// ψ(x) = |c|·ln(x + 1), c outside the log: c cancels, so on the cases at the defaults the
+/// module computes the reference with c = 1, and those cases say so; but it fails the cases
+/// that set c themselves too, which no starting value explains, and the line says that (it had
+/// sent the user to a constructor default that is the spec's: audit 17).
+#[test]
+fn another_initial_value_is_qualified_where_cases_off_the_defaults_fail_too() {
+    let mut c_outside = Literal {
+        name: "c outside the log",
+        psi: |c, x| c.abs() * (x + 1.0).ln(),
+        threshold: |l| l,
+    };
+    let report = run(&mut c_outside, &["fire/*"]);
+    let said = lines(&report, "fire/default-init/square-8").join("\n");
+    assert!(
+        said.contains("matches the reference with c = 1 ([fire.defaults]: 0.1)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("failing case(s) off [fire.defaults], which set every scalar themselves, fail as well: where the module starts is not the whole difference"),
+        "{said}"
+    );
+    assert!(
+        !matches!(report.overall, Some(runner::Overall::OtherInitial(_))),
+        "{:?}",
+        report.overall
     );
 }
 

@@ -46,7 +46,13 @@ pub fn render(r: &Report) -> Value {
                 "partial": finding.map(|f| f.partial.iter().map(|(v, s)| json!({"variant": v.name, "on": s.to_string()})).collect::<Vec<_>>()),
                 "agrees_with_reference_on": finding.map(|f| f.agrees_on.iter().map(ToString::to_string).collect::<Vec<_>>()),
                 "notes": finding.map(|f| f.notes.clone()),
-                "other_initial": finding.and_then(|f| f.other_initial).map(|o| json!({"name": o.name, "value": o.value, "spec": o.spec})),
+                "other_initial": finding.and_then(|f| f.other_initial.first()).map(|o| json!({
+                    "name": o.name,
+                    "value": o.value,
+                    "spec": o.spec,
+                    "alike": finding.map_or(vec![], |f| f.other_initial[1..].iter().map(|a| a.value).collect::<Vec<_>>()),
+                    "failing_off_defaults": finding.map_or(0, |f| f.failing_off_defaults),
+                })),
                 "precision": finding.and_then(|f| f.precision),
                 "seconds": o.duration.as_secs_f64(),
             })

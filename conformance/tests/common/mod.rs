@@ -1,16 +1,21 @@
 //! Helpers shared by the wild test crates (`wild.rs`, `wild_torch.rs`, `wild_jax.rs`): the glue
 //! commands for the fakes under `tests/wild/`, running the real CLI over them, and the verdict
-//! checks they share. Each crate uses a subset.
+//! checks they share, and a literal FIRE with ψ and the threshold of one's choosing for the
+//! in-process ones. Each crate uses a subset.
 
 #![allow(dead_code, clippy::unwrap_used)] // each test crate uses some of these; tests may unwrap
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use fire_conformance::diagnose::describe;
-use fire_conformance::implementation::Implementation;
+use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
+use fire_conformance::implementations::reference::Reference;
 use fire_conformance::runner::{self, Options, Report};
+use fire_conformance::vectors::format::{Encoding, Kind, Tensor};
 use fire_conformance::vectors::load;
+use fire_conformance::vectors::params;
 use serde_json::Value;
 
 pub fn root() -> PathBuf {
@@ -293,4 +298,51 @@ pub fn failed_ids(report: &Report) -> Vec<&str> {
         .filter(|o| o.status == runner::Status::Failed)
         .map(|o| o.id.as_str())
         .collect()
+}
+
+/// FIRE's bias computed literally, with ψ and the threshold L = |m·L_init| given.
+pub struct Literal {
+    pub name: &'static str,
+    /// ψ(c, x).
+    pub psi: fn(f64, f64) -> f64,
+    /// The threshold the module uses, from the spec's.
+    pub threshold: fn(f64) -> f64,
+}
+
+impl Implementation for Literal {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        let mut c = Reference.capabilities()?;
+        c.name = self.name.into();
+        c.dtypes = vec!["f32".into()];
+        Ok(c)
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let (Encoding::Fire(p), Kind::Bias) = (&r.encoding, r.kind) else {
+            return Reply::Skipped("bias cases of one FIRE module only".into());
+        };
+        let fire = params::to_fire(p).unwrap();
+        let psi = |x: f64| (self.psi)(fire.c, x);
+        let (q, k) = (&r.inputs.queries, &r.inputs.keys);
+        let heads = fire.mlp.heads();
+        let mut data = vec![0.0; heads * q.len() * k.len()];
+        for (a, &i) in q.iter().enumerate() {
+            for (b, &j) in k.iter().enumerate() {
+                let (i, j) = (i as f64, j as f64);
+                let n = fire
+                    .threshold_value()
+                    .map_or(i, |l| i.max((self.threshold)(l)));
+                let out = fire.mlp.eval(psi((i - j).abs()) / (psi(n) + fire.eps));
+                for (h, v) in out.iter().enumerate() {
+                    data[(h * q.len() + a) * k.len() + b] = *v;
+                }
+            }
+        }
+        let mut m = BTreeMap::new();
+        m.insert(
+            "bias".into(),
+            Tensor::new(vec![heads, q.len(), k.len()], data),
+        );
+        Reply::Output(m)
+    }
 }
