@@ -7,31 +7,30 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use common::{failed_ids, lines, run_in_process as run, Literal};
 use fire_conformance::diagnose::describe;
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::mutant::{Arithmetic, Mutant};
 use fire_conformance::implementations::reference::Reference;
 use fire_conformance::runner;
-use fire_conformance::vectors::format::{Encoding, Kind, Tensor};
-use fire_conformance::vectors::params;
+use fire_conformance::vectors::format::{Encoding, Kind};
 
 /// The guard of the "safe log", as in the public copies.
 const GUARD: f64 = 1e-6;
 
 /// FIRE with ψ(x) = ln(|c|·x + ε_g) in both terms (the "safe log" replacing `+ 1` by a small
 /// guard): `log-without-plus-one` everywhere but at distance 0, where it is finite.
-const GUARDED_LOG: Literal = Literal {
-    name: "guarded ln(|c|·x + ε)",
-    psi: |c, x| (c.abs() * x + GUARD).ln(),
-    threshold: |l| l,
-};
+fn guarded_log() -> Literal {
+    Literal {
+        name: "guarded ln(|c|·x + ε)",
+        psi: |c, x| (c.abs() * x + GUARD).ln(),
+        threshold: |l| l,
+    }
+}
 
 #[test]
 fn log_without_plus_one_guarded_at_distance_zero_is_named_off_the_diagonal() {
-    let report = run(&mut GUARDED_LOG, &["fire/random-params/*"]);
+    let report = run(&mut guarded_log(), &["fire/random-params/*"]);
     for id in [
         "fire/random-params/seed-1-square-16",
         "fire/random-params/seed-2-square-16",
