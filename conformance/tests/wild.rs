@@ -141,9 +141,12 @@ fn seq_len_device_forwards_hidden_states_and_batched_outputs_are_driven() {
     // with Appendix E's x ([B, H, T, 1]) alone, the first returned an H × H bias and every case
     // with T ≠ H failed — a correct module graded wrong.
     // AssertsHiddenStates fails an `assert` on Appendix E's x, not a shape check; AttentionMask
-    // returns nn.MultiheadAttention's [B·H, T, T], batch-major.
+    // returns nn.MultiheadAttention's [B·H, T, T], batch-major. QueryKeyLengths (forward(i, j))
+    // and ComputeBias (forward(query_length, key_length, device)) had been "adapter broken".
     for class in [
         "SeqLenDevice",
+        "QueryKeyLengths",
+        "ComputeBias",
         "HiddenStates",
         "ScoresPlusBias",
         "Batched",

@@ -306,6 +306,15 @@ fn a_torch_constructor_that_ignores_its_initial_values_fails_naming_them() {
     }
     fails_naming_the_ignored_argument(&torch_fake("IgnoresInitL", "f32"), "init_L");
     fails_naming_the_ignored_argument(&torch_fake("IgnoresInitC", "f64"), "init_c");
+    // A transform of the argument (softplus⁻¹ c) is said to be one, not an argument ignored.
+    let (code, r) = run(&torch_fake("SoftplusC", "f32"), &DEFAULT_AND_RANDOM);
+    assert_eq!(code, 1, "{r:#}");
+    let said = r.to_string();
+    assert!(
+        said.contains("it stores a transform of `init_c` (a log, a softplus⁻¹)"),
+        "{r:#}"
+    );
+    assert!(!said.contains("ignores `init_c`"), "{r:#}");
     let r = passes_in(
         &torch_fake("KeepsAbsC", "f32"),
         6,

@@ -23,6 +23,10 @@ and the values are checked in full either way.
                scores + bias, or reads the length from x.size(-1))
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
+    lengths    forward(query_length, key_length) called as forward(T, T): the bias of T queries
+               over T keys (x-transformers' ``forward(i, j)``, Hugging Face's ``compute_bias
+               (query_length, key_length)``; also ``q_len, k_len``, ...)
+    lengths_device  the same with a third parameter ``device``
     positions  forward(positions), positions = arange(T)
     qk         forward(query_positions, key_positions): the requested rows and columns directly
 
@@ -84,7 +88,8 @@ try:
 except ImportError:  # the glue still serves NumPy modules
     torch = None
 
-CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "positions", "qk"]
+CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "lengths", "lengths_device", "positions",
+         "qk"]
 # The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
 X_LAYOUTS = ["x", "hidden", "scores"]
 # What a layout of x the module does not take raises (an ``assert x.dim() == 3`` included).
@@ -95,6 +100,11 @@ LAYOUT_ERRORS = (ValueError, RuntimeError, TypeError, IndexError, AssertionError
 # [B, H, T, T] is the run's memory there.
 BATCHED_UP_TO = 512
 LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
+# A forward of two lengths, the queries' and the keys' (queries the last of the keys where fewer).
+QUERY_LENGTH_NAMES = {"i", "query_length", "query_len", "q_len", "qlen", "q_length", "num_queries",
+                      "n_queries", "tgt_len"}
+KEY_LENGTH_NAMES = {"j", "key_length", "key_len", "k_len", "klen", "k_length", "num_keys", "n_keys",
+                    "src_len"}
 POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 
 
@@ -161,6 +171,8 @@ def style_of(names):
         return "seq_len_device"
     if names and names[0] in LENGTH_NAMES:
         return "seq_len"
+    if len(names) >= 2 and names[0] in QUERY_LENGTH_NAMES and names[1] in KEY_LENGTH_NAMES:
+        return "lengths_device" if len(names) >= 3 and names[2] == "device" else "lengths"
     if len(names) >= 2 and all(n in POSITION_NAMES or "pos" in n for n in names[:2]) \
             and ("q" in names[0] or "query" in names[0]):
         return "qk"
@@ -230,7 +242,15 @@ class Glue:
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
             if not own:
                 # Built from the case's c and L_init: it must hold them ([fire.params]).
-                check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype)
+                theirs = {k: n for n, k in names.items()}
+
+                def rebuild(name, arg, value):
+                    key = {"init_c": "c", "init_L": "l_init"}[arg]
+                    again = construct(self.cls, heads, width, {**enc, key: value}, self.kwargs)
+                    return again.to(dt).state_dict()[theirs[name]]
+
+                check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype,
+                                rebuild)
             else:
                 # The MLP as the case has it (its initialisation is random), the scalars as
                 # the module made them where they are not the default: one made in float32 and
@@ -277,6 +297,10 @@ class Glue:
                     out = m(T)
                 elif style == "seq_len_device":
                     out = m(T, dev)
+                elif style == "lengths":
+                    out = m(T, T)
+                elif style == "lengths_device":
+                    out = m(T, T, dev)
                 elif style == "positions":
                     out = m(arange(T))
                 elif style == "qk":
@@ -395,11 +419,17 @@ class IgnoredArgument(Exception):
     so the bias alone could not show it."""
 
 
+class TransformedArgument(IgnoredArgument):
+    """A module that stores a transform of a case's initial c or L_init (softplus⁻¹ c, log L):
+    held values follow the argument, so it is not ignored, but the glue cannot load a case's
+    value into it."""
+
+
 # The constructor argument each scalar a module initialises itself is made from (our names).
 FROM_ARGUMENT = {"c": "init_c", "init_L": "init_L"}
 
 
-def check_arguments(held, case, dtype):
+def check_arguments(held, case, dtype, rebuild=None):
     """Raises ``IgnoredArgument`` where a module built from the case's arguments (``construct``)
     holds, before any case value is loaded, a c or L_init other than the one it was given
     (``held``: our name -> the value it holds). Not on an invalid case ([vec.invalid]): the
@@ -408,7 +438,10 @@ def check_arguments(held, case, dtype):
     case's c and L_init over its own), yet
     ``FIRE(init_L=2048)`` would keep its default threshold for the whole of training, L_init
     being frozen. c is compared in magnitude (only |c| enters FIRE, and a module may keep
-    |init_c|); a bf16 module to bf16's precision, others as float32 holds the value."""
+    |init_c|); a bf16 module to bf16's precision, others as float32 holds the value.
+    ``rebuild(name, arg, value)``, where given, builds the module again with another value of
+    the argument and returns what it then holds: a held value that follows the argument is a
+    transform of it (softplus⁻¹ c, log L), said so, rather than an argument ignored."""
     enc = case.encoding
     given = {"c": enc["c"], "init_L": enc["l_init"]}
     if case.family == "invalid" or not all(isinstance(v, (int, float)) and math.isfinite(v) and v != 0
@@ -428,6 +461,20 @@ def check_arguments(held, case, dtype):
         if not same:
             arg = FROM_ARGUMENT[name]
             shown = float(theirs.reshape(-1)[0]) if theirs.size == 1 else theirs.tolist()
+            other = 2 * want
+            try:
+                again = None if rebuild is None else as_float64(rebuild(name, arg, other))
+            except Exception:
+                again = None
+            if again is not None and again.shape == theirs.shape and not np.array_equal(
+                    np.abs(again) if name == "c" else again, theirs):
+                shown_again = float(again.reshape(-1)[0]) if again.size == 1 else again.tolist()
+                raise TransformedArgument(
+                    f"built with {arg}={want!r}, the module holds {name} = {shown!r}, and built "
+                    f"with {arg}={other!r} it holds {shown_again!r}: it stores a transform of "
+                    f"`{arg}` (a log, a softplus⁻¹), which the glue cannot load a case's {name} "
+                    "into; write a build(case) glue that converts (conformance/README.md) "
+                    "[fire.params]")
             raise IgnoredArgument(
                 f"built with {arg}={want!r}, the module holds {name} = {shown!r} before any case "
                 f"value is loaded: its constructor ignores `{arg}` (it starts {name} at its own "

@@ -210,6 +210,8 @@ class JaxGlue:
             return (jnp.zeros((B, heads, T, T), dtype=self.dt),), False, B
         if style in ("seq_len", "seq_len_device"):
             return ((T, None) if style == "seq_len_device" else (T,)), False, 1
+        if style in ("lengths", "lengths_device"):
+            return ((T, T, None) if style == "lengths_device" else (T, T)), False, 1
         if style == "positions":
             return (jnp.arange(T),), False, 1
         if style == "qk":

@@ -94,6 +94,22 @@ class SeqLenDevice(Correct):
         return self.bias(seq_length)[0]
 
 
+class QueryKeyLengths(Correct):
+    """Correct, called as x-transformers' relative position modules are: forward(i, j), the bias
+    of the last i of j positions over all j, [H, i, j]."""
+
+    def __call__(self, i, j):
+        return self.bias(j)[0][:, j - i:, :]
+
+
+class ComputeBias(Correct):
+    """Correct, called as Hugging Face's ``compute_bias(query_length, key_length, device=None)``,
+    returning [1, H, query_length, key_length]."""
+
+    def __call__(self, query_length, key_length, device=None):
+        return self.bias(key_length)[:, :, key_length - query_length:, :]
+
+
 class HiddenStates(Correct):
     """Correct, but reads the length from x.shape[1]: x is a block's hidden states [B, T, D], as
     GPT-style copies of Appendix E call it."""

@@ -4,6 +4,8 @@ written in torch (spec/variants.md, "in code"); correct modules whose state is s
 than Appendix E's; driven through ``adapters/appendix_e.py`` by ``tests/wild_torch.rs`` when torch is
 installed."""
 
+import math
+
 import torch
 import torch.nn as nn
 
@@ -62,6 +64,24 @@ class IgnoresInitC(FIRE):
 
     def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
         super().__init__(num_heads, mlp_width, 0.1, init_L, eps)
+
+
+class SoftplusC(FIRE):
+    """Correct FIRE keeping c positive as softplus of a raw parameter, started at
+    softplus⁻¹(init_c): a reparametrisation the glue cannot load a case's c into (refused, and
+    said to be a transform of ``init_c``, not an ignored argument)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.c = nn.Parameter(torch.tensor(math.log(math.expm1(abs(init_c)))))
+
+    def forward(self, x: torch.Tensor):
+        positions = torch.arange(x.size(2), dtype=x.dtype, device=x.device)
+        c = torch.nn.functional.softplus(self.c)
+        psi = lambda v: torch.log(torch.abs(c * v) + 1)  # noqa: E731
+        normalizer = torch.max(positions, torch.abs(self.L_multiplier * self.init_L))[:, None]
+        normalized = psi(positions[:, None] - positions[None, :]) / (psi(normalizer) + self.eps)
+        return self.mlp(normalized.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
 
 
 class KeepsAbsC(FIRE):
