@@ -120,9 +120,10 @@ pub struct Finding {
     /// Failing value cases off [fire.defaults], where the case sets every scalar itself, in the
     /// same run: where there are any, another initial value explains only part of the failure.
     pub failing_off_defaults: usize,
-    /// When nothing else explains an f64 case: `f32` where the output is the reference's
-    /// within f32 tolerance — a step computed in float32 though float64 is returned, or a
-    /// mistake no larger than float32 rounding. The statements on subsets are not made then:
+    /// When nothing else explains an f64 or f32 case: the narrowest lower precision (`f32`,
+    /// `bf16`) within whose tolerance the output is the reference's — a step computed in it
+    /// though a wider dtype is returned (an f32 module under bfloat16 autocast), or a mistake
+    /// no larger than its rounding. The statements on subsets are not made then:
     /// at that size they describe the rounding, not a mistake ("agrees below L" on one query).
     pub precision: Option<&'static str>,
     /// Whether the catalogue was consulted: some variant applies to the case, or it is a bias
@@ -437,22 +438,37 @@ pub fn diagnose(
     finding
 }
 
-/// `f32` when an f64 case's output would pass graded at f32 (its conventions and acceptable
-/// alternatives as the grading has them): what [`Finding::precision`] records.
-/// spec: [num.profiles]
+/// The narrowest profile below the case's (f32 then bf16 for an f64 case, bf16 for an f32 one)
+/// at which the output would pass (its conventions and acceptable alternatives as the grading
+/// has them): what [`Finding::precision`] records. bf16 only where every value the reply holds
+/// is a bfloat16 (an f32 module under bfloat16 autocast returns those): its tolerance is wide
+/// enough to hold small mistakes of the catalogue too, whose statements on subsets it would
+/// silence. spec: [num.profiles]
 fn lower_precision(
     case: &Case,
     got: &BTreeMap<String, Tensor>,
     profile: Profile,
     caps: &Capabilities,
 ) -> Option<&'static str> {
-    if profile.name != "f64" {
-        return None;
-    }
-    let f32 = crate::compare::profile("f32")?;
-    crate::grade::differing_outputs(case, got, f32, caps)
-        .is_empty()
-        .then_some(f32.name)
+    let lower: &[&str] = match profile.name {
+        "f64" => &["f32", "bf16"],
+        "f32" => &["bf16"],
+        _ => &[],
+    };
+    let bf16_values = got.values().flat_map(|t| &t.data).all(|&v| is_bf16(v));
+    lower
+        .iter()
+        .filter(|&&name| name != "bf16" || bf16_values)
+        .filter_map(|name| crate::compare::profile(name))
+        .find(|p| crate::grade::differing_outputs(case, got, *p, caps).is_empty())
+        .map(|p| p.name)
+}
+
+/// Whether `v` is a bfloat16 value (a float32 with the low 16 bits of its significand zero), or
+/// not finite.
+fn is_bf16(v: f64) -> bool {
+    let f = v as f32;
+    !v.is_finite() || (f64::from(f) == v && f.to_bits() & 0xffff == 0)
 }
 
 /// The placement other than the declared one under which an attention case grades clean

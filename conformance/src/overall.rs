@@ -166,12 +166,12 @@ pub(crate) fn diagnose_run(
         // A bias case no variant applies to still gets what the diagnosis can say without
         // one (where it agrees with the reference, a constant per query row).
         // A gradient case at the defaults still gets whether another initial value explains
-        // it ([`crate::initial`]), and one at f64 whether it holds at f32's tolerance.
+        // it ([`crate::initial`]), and one at f64 or f32 whether it holds at a lower precision's tolerance.
         if failing
             && (r.diagnosable
                 || r.case.kind == Kind::Bias
                 || crate::initial::at_defaults(r.case)
-                || r.profile.name == "f64")
+                || matches!(r.profile.name, "f64" | "f32"))
         {
             let f = diagnose::diagnose(r.case, &r.got, r.profile, caps, p);
             explained.extend(f.variants.iter().map(|v| v.name));
@@ -269,7 +269,13 @@ pub(crate) fn diagnose_run(
                     Overall::OtherInitial(values)
                 } else if let Some(p) = failing_findings(outcomes, ran, &failed)
                     .and_then(|f| f.iter().map(|f| f.precision).collect::<Option<Vec<_>>>())
-                    .and_then(|p| p.first().copied())
+                    // The widest a case needs: every failing case agrees within it.
+                    .and_then(|p| {
+                        p.iter()
+                            .copied()
+                            .find(|&p| p == "bf16")
+                            .or(p.first().copied())
+                    })
                 {
                     Overall::Precision(p)
                 } else if let Some((causal, future)) = two_regions(outcomes, ran, &failed) {

@@ -463,6 +463,32 @@ fn a_wrong_future_keys_declaration_is_not_blamed_on_psi_at_tiny_c() {
     }
 }
 
+/// An f32 module whose f_θ runs under bfloat16 autocast: the reference rounded to bfloat16,
+/// declared f32. Every failing case is said to agree within bf16's tolerance, as is the run
+/// (it had been "no catalogued variant" on every case: audit 17).
+#[test]
+fn bfloat16_arithmetic_returned_as_float32_is_said_to_agree_at_bf16() {
+    let mut bf16 = Rounded {
+        dtype: "f32",
+        round: |x| {
+            let b = (x as f32).to_bits();
+            f64::from(f32::from_bits(b.wrapping_add(0x8000) & !0xFFFF))
+        },
+    };
+    let report = run(&mut bf16, &["fire/*"]);
+    let failed = failed_ids(&report);
+    assert!(failed.len() > 5, "{failed:?}");
+    for id in failed {
+        let said = lines(&report, id).join("\n");
+        assert!(
+            said.contains("agrees with the reference within bf16 tolerance, not within f32's"),
+            "{id}: {said}"
+        );
+        assert!(!said.contains("no catalogued variant"), "{id}: {said}");
+    }
+    assert_eq!(report.overall, Some(runner::Overall::Precision("bf16")));
+}
+
 /// The reference rounded to float16's 11 significant bits, declared f32.
 fn rounded_to_f16() -> Rounded {
     Rounded {

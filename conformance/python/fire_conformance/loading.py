@@ -244,9 +244,10 @@ def no_multiplier(init_l_trained, scalars, how="map it with --map L_multiplier=N
                              "a build(case) glue that loads L = |m·L_init| and sums the gradient")
     if scalars:
         raise ParamsMismatch(f"the module has no `L_multiplier`, and its scalar(s) {scalars} take "
-                             f"none of the case's values: if one is the threshold's multiplier, {how}; "
-                             "a module without one computes L = L_init (the catalogue's "
-                             "multiplier-ignored)")
+                             f"none of the case's values: if one is the threshold's multiplier m "
+                             f"(L = |m·L_init|), {how}; one that holds L itself or log L is another "
+                             "parameterisation, which a build(case) glue converts; a module without "
+                             "any computes L = L_init (the catalogue's multiplier-ignored)")
 
 
 def describe(shapes):
