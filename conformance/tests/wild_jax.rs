@@ -41,6 +41,26 @@ fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and
     }
 }
 
+/// `apply(variables, i, j)`, x-transformers' call: called with the square's lengths, graded
+/// on values and gradients (it had been "adapter broken").
+#[test]
+fn a_jax_module_called_with_query_and_key_lengths_passes() {
+    if !jax() {
+        return;
+    }
+    let r = passes_in(
+        &jax_fake("LengthsCall"),
+        2,
+        &[
+            "--run",
+            "fire/random-params/seed-1-square-16",
+            "--run",
+            "fire-grad/vjp/random-square-12",
+        ],
+    );
+    assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{r:#}");
+}
+
 #[test]
 fn a_jax_bias_over_a_batch_is_graded_and_one_that_mixes_batch_and_heads_fails() {
     if !jax() {

@@ -250,3 +250,14 @@ class BatchHeadsInterleaved(FIRE):
     def apply(self, variables, x):
         bias = super().apply(variables, x)[0]
         return jnp.repeat(bias, x.shape[0], axis=0).reshape((x.shape[0],) + bias.shape)
+
+
+class LengthsCall(FIRE):
+    """Correct, called as x-transformers' ``forward(i, j)``: the bias of the last i of j
+    positions over all j."""
+
+    def init(self, rng, i, j):
+        return super().init(rng, jnp.zeros((1, 1, j, 1)))
+
+    def apply(self, variables, i, j):
+        return super().apply(variables, jnp.zeros((1, 1, j, 1)))[:, :, j - i:, :]
