@@ -226,6 +226,37 @@ fn glue_that_errors_on_every_valid_case_is_called_broken() {
     assert!(count(&r, "validation", "skipped") > 0, "{r:#}");
 }
 
+/// What a `build(case)` returns is read as one array of numbers per output: a list of per-head
+/// arrays stacks (it had been "adapter broken" on a message from inside the kit); a forgotten
+/// return and a bare `assert` say what went wrong and where (audit 18).
+#[test]
+fn a_glues_return_value_and_bare_assert_are_read_or_said_clearly() {
+    if !numpy() {
+        return;
+    }
+    passes_in(
+        &glue("list-of-heads"),
+        4,
+        &["--run", "fire/random-params/*"],
+    );
+    for (name, says) in [
+        (
+            "returns-none",
+            "TypeError: build(case) returned output `bias` as None (did build forget to return \
+             it?)",
+        ),
+        (
+            "bare-assert",
+            "AssertionError (no message; raised at glues.py:",
+        ),
+    ] {
+        let (code, r) = run(&glue(name), &["--run", "fire/random-params/*"]);
+        assert_eq!(code, 3, "{name}: {r:#}");
+        let error = r["adapter_broken"]["error"].as_str().unwrap();
+        assert!(error.contains(says), "{name}: {error}");
+    }
+}
+
 #[test]
 fn runs_that_grade_nothing_exit_5() {
     if !numpy() {

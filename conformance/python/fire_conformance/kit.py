@@ -52,26 +52,60 @@ def _encode(x):
 
 
 def _flatten(value):
-    """(shape, flat list) of a numpy/torch array, nested lists, or a Python scalar."""
+    """(shape, flat list) of a numpy/torch array, nested lists (of numbers, or of arrays: a list
+    of per-head arrays stacks), or a Python scalar. Anything else, or a ragged list, raises a
+    ``TypeError``/``ValueError`` saying what was found where a number belongs."""
     if hasattr(value, "detach"):
         value = value.detach().cpu().double().numpy()
     if hasattr(value, "shape") and hasattr(value, "reshape"):
         return list(value.shape), [_encode(x) for x in value.reshape(-1).tolist()]
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return [], [_encode(value)]
-    shape, flat = [], []
+    shape, flat, leaves = [], [], set()
 
     def walk(v, depth):
+        if hasattr(v, "detach"):
+            v = v.detach().cpu().double().tolist()
+        elif hasattr(v, "shape") and hasattr(v, "tolist"):
+            v = v.tolist()
         if isinstance(v, (list, tuple)):
             if len(shape) <= depth:
                 shape.append(len(v))
+            elif shape[depth] != len(v):
+                raise ValueError(f"ragged: {shape[depth]} and {len(v)} entries at depth {depth}")
             for x in v:
                 walk(x, depth + 1)
-        else:
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            leaves.add(depth)
             flat.append(_encode(v))
+        else:
+            raise TypeError(f"it holds {type(v).__name__} {str(v)[:40]!r} where a number belongs")
+        if len(leaves) > 1:
+            raise ValueError("ragged: numbers at different depths")
 
     walk(value, 0)
     return shape, flat
+
+
+def _described(value):
+    """What ``build`` returned, in a few words, for a message."""
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return "None" if value is None else type(value).__name__
+
+
+def _message(e):
+    """An exception as a reply's message; one without a message (a bare ``assert``) says where
+    it was raised."""
+    said = f"{type(e).__name__}: {e}"
+    if not str(e):
+        import traceback
+        frames = traceback.extract_tb(e.__traceback__)
+        if frames:
+            f = frames[-1]
+            said = (f"{type(e).__name__} (no message; raised at {os.path.basename(f.filename)}:"
+                    f"{f.lineno}: `{f.line}`)")
+    return said
 
 
 class Tensor:
@@ -209,7 +243,13 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                     out = {case.outputs[0]: out}
                 outputs = {}
                 for key, value in out.items():
-                    shape, data = _flatten(value)
+                    try:
+                        shape, data = _flatten(value)
+                    except (TypeError, ValueError) as e:
+                        hint = " (did build forget to return it?)" if value is None else ""
+                        raise TypeError(f"build(case) returned output `{key}` as "
+                                        f"{_described(value)}{hint}: {e}; return one array of numbers "
+                                        "per output (a torch tensor, a NumPy array, a nested list)") from None
                     outputs[key] = {"shape": shape, "data": data}
                 _reply({"type": "result", "id": cid, "status": "output", "outputs": outputs})
             except UnsupportedDtype as s:
@@ -218,5 +258,4 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
             except Skip as s:
                 _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s)})
             except Exception as e:  # noqa: BLE001 - every failure is a reply, never a crash
-                _reply({"type": "result", "id": cid, "status": "errored",
-                        "message": f"{type(e).__name__}: {e}"})
+                _reply({"type": "result", "id": cid, "status": "errored", "message": _message(e)})

@@ -14,6 +14,9 @@ exact verdict on each.
     bias-path-dtype       the independent NumPy FIRE whose gradients compute, but whose bias (an
                           inference path of its own) says it cannot compute in the dtype
     gradients-skipped     the independent NumPy FIRE, every gradient case skipped (no autograd)
+    list-of-heads         the independent NumPy FIRE's bias returned as a list of per-head arrays
+    returns-none          a build that forgets to return the bias
+    bare-assert           a build failing a bare ``assert`` (no message) on every case
 """
 
 import math
@@ -111,6 +114,19 @@ def gradients_skipped(case):
     return numpy_fire.build(case)
 
 
+def list_of_heads(case):
+    out = numpy_fire.build(case)
+    return list(out) if case.kind == "bias" else out
+
+
+def returns_none(case):
+    numpy_fire.build(case)
+
+
+def bare_assert(case):
+    assert case.kind == "none"
+
+
 GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
     "future-negated": (future_negated, {"future_keys": "negated",
@@ -122,6 +138,9 @@ GLUES = {
     "fire-f32-only": (fire_f32_only, {}),
     "bias-path-dtype": (bias_path_dtype, {}),
     "gradients-skipped": (gradients_skipped, {}),
+    "list-of-heads": (list_of_heads, {"families": ["fire"]}),
+    "returns-none": (returns_none, {"families": ["fire"]}),
+    "bare-assert": (bare_assert, {"families": ["fire"]}),
 }
 
 if __name__ == "__main__":
