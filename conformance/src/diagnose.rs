@@ -297,6 +297,16 @@ pub fn diagnose(
     let Some(expected) = &case.expected else {
         return finding;
     };
+    // An output missing, or of another shape (the grading says which and how): no mistake of
+    // the catalogue is one of names or layout, and "no catalogued variant" would send the user
+    // after the maths.
+    let laid_out = expected.iter().all(|(name, want)| {
+        got.get(name)
+            .is_some_and(|g| g.shape == want.shape || (want.shape.is_empty() && g.data.len() == 1))
+    });
+    if !laid_out {
+        return finding;
+    }
     let future = future_keys(case, caps);
     finding.catalogued = !predicted.is_empty() || case.kind == Kind::Bias;
     let predicted: Vec<(&'static Variant, &BTreeMap<String, Tensor>)> = predicted
@@ -441,7 +451,7 @@ pub fn diagnose(
 /// The narrowest profile below the case's (f32 then bf16 for an f64 case, bf16 for an f32 one)
 /// at which the output would pass (its conventions and acceptable alternatives as the grading
 /// has them): what [`Finding::precision`] records. bf16 only where every value the reply holds
-/// is a bfloat16 (an f32 module under bfloat16 autocast returns those): its tolerance is wide
+/// is a 16-bit float's (an f32 module under bfloat16 or float16 autocast returns those): its tolerance is wide
 /// enough to hold small mistakes of the catalogue too, whose statements on subsets it would
 /// silence. spec: [num.profiles]
 fn lower_precision(
@@ -455,20 +465,22 @@ fn lower_precision(
         "f32" => &["bf16"],
         _ => &[],
     };
-    let bf16_values = got.values().flat_map(|t| &t.data).all(|&v| is_bf16(v));
+    let half_values = got.values().flat_map(|t| &t.data).all(|&v| is_half(v));
     lower
         .iter()
-        .filter(|&&name| name != "bf16" || bf16_values)
+        .filter(|&&name| name != "bf16" || half_values)
         .filter_map(|name| crate::compare::profile(name))
         .find(|p| crate::grade::differing_outputs(case, got, *p, caps).is_empty())
         .map(|p| p.name)
 }
 
-/// Whether `v` is a bfloat16 value (a float32 with the low 16 bits of its significand zero), or
-/// not finite.
-fn is_bf16(v: f64) -> bool {
+/// Whether `v` is a 16-bit float's value: a bfloat16 (a float32 whose low 16 bits are zero) or
+/// a float16 (11 significant bits, within its range), or not finite.
+fn is_half(v: f64) -> bool {
     let f = v as f32;
-    !v.is_finite() || (f64::from(f) == v && f.to_bits() & 0xffff == 0)
+    let f16 =
+        f.abs() <= 65504.0 && (f == 0.0 || f.abs() >= 2f32.powi(-14)) && f.to_bits() & 0x1fff == 0;
+    !v.is_finite() || (f64::from(f) == v && (f.to_bits() & 0xffff == 0 || f16))
 }
 
 /// The placement other than the declared one under which an attention case grades clean
@@ -608,8 +620,9 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
     }
     if let Some(p) = f.precision {
         lines.push(format!(
-            "diagnosis: agrees with the reference within {p} tolerance, not within {}'s: some of the computation in {p} (a distance, ψ or the normaliser cast) though the output is in a wider dtype, or a mistake that small (an extra guard, a small constant) [num.profiles]",
-            profile.name
+            "diagnosis: agrees with the reference within {p} tolerance, not within {}'s: some of the computation in {} (a distance, ψ or the normaliser cast) though the output is in a wider dtype, or a mistake that small (an extra guard, a small constant) [num.profiles]",
+            profile.name,
+            if p == "bf16" { "bfloat16 or float16" } else { p }
         ));
     }
     for s in &f.agrees_on {

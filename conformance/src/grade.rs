@@ -153,7 +153,8 @@ fn compare_outputs(
                 })
             }
             Err(Mismatch::Shape { want, got }) => details.push(format!(
-                "output `{name}` has shape {got:?}, expected {want:?}"
+                "output `{name}` has shape {got:?}, expected {want:?}{}",
+                layout_hint(&got, &want)
             )),
             Err(Mismatch::Values {
                 count,
@@ -181,6 +182,27 @@ fn compare_outputs(
         differing.push(name.into());
     }
     graded
+}
+
+/// What a shape that holds the right number of values most likely is: the last two axes
+/// swapped (a bias as `[H, K, Q]`, a weight as `[in, out]`), or axes of 1 added or dropped.
+fn layout_hint(got: &[usize], want: &[usize]) -> &'static str {
+    let squeezed = |s: &[usize]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+    let n = want.len();
+    if got.len() == n
+        && n >= 2
+        && got[..n - 2] == want[..n - 2]
+        && got[n - 2] == want[n - 1]
+        && got[n - 1] == want[n - 2]
+    {
+        " (the last two axes swapped: transpose them)"
+    } else if squeezed(got) == squeezed(want) && got.len() > n {
+        " (an extra axis of 1: drop it)"
+    } else if squeezed(got) == squeezed(want) && got.len() < n {
+        " (an axis of 1 missing)"
+    } else {
+        ""
+    }
 }
 
 /// A scalar output sent as a one-element tensor, `[1]` or `[1, 1, 1]` (a parameter kept so, a
@@ -228,4 +250,31 @@ fn trained_frozen(
         )));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::layout_hint;
+
+    /// A shape holding the right values in another layout is said to be the likely one.
+    #[test]
+    fn a_layout_mistake_is_named_by_the_shapes() {
+        assert_eq!(
+            layout_hint(&[4, 5, 3], &[4, 3, 5]),
+            " (the last two axes swapped: transpose them)"
+        );
+        assert_eq!(
+            layout_hint(&[32, 1], &[1, 32]),
+            " (the last two axes swapped: transpose them)"
+        );
+        assert_eq!(
+            layout_hint(&[1, 4, 3, 5], &[4, 3, 5]),
+            " (an extra axis of 1: drop it)"
+        );
+        assert_eq!(
+            layout_hint(&[4, 3, 5], &[1, 4, 3, 5]),
+            " (an axis of 1 missing)"
+        );
+        assert_eq!(layout_hint(&[4, 3, 6], &[4, 3, 5]), "");
+    }
 }

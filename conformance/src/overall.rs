@@ -34,6 +34,9 @@ pub enum Overall {
         /// a NaN in its forward pass (at keys after the query, say, under `negated`) reaches
         /// every gradient through 0·NaN even where the cotangent is 0.
         nan: bool,
+        /// Whether every failing gradient is missing from its reply or shaped otherwise than the
+        /// case's (a misspelt name, a weight as `[in, out]`): no value was found wrong.
+        layout: bool,
     },
     /// No single variant explains the failures, but two do, one on each side of the diagonal:
     /// `causal` on the keys at or before the query, `future` on the keys after it (a module
@@ -610,19 +613,31 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
             return Overall::OtherInitial(values);
         }
         let mut params: Vec<String> = Vec::new();
-        let mut nan = false;
+        let (mut nan, mut layout) = (false, true);
         for r in &failing {
+            let expected = crate::grade::expected_for(r.case, caps);
             for name in crate::grade::differing_outputs(r.case, &r.got, r.profile, caps) {
-                nan |= r
-                    .got
-                    .get(&name)
-                    .is_some_and(|t| t.data.iter().any(|v| v.is_nan()));
+                let got = r.got.get(&name);
+                nan |= got.is_some_and(|t| t.data.iter().any(|v| v.is_nan()));
+                // Missing, or of another shape (a one-element tensor for a scalar is the same).
+                let want = expected.and_then(|e| e.get(&name));
+                layout &= match (got, want) {
+                    (None, _) => true,
+                    (Some(g), Some(w)) => {
+                        g.shape != w.shape && !(w.shape.is_empty() && g.data.len() == 1)
+                    }
+                    (Some(_), None) => false,
+                };
                 if !params.contains(&name) {
                     params.push(name);
                 }
             }
         }
-        return Overall::Gradients { params, nan };
+        return Overall::Gradients {
+            params,
+            nan,
+            layout,
+        };
     }
     Overall::Variants(vec![])
 }

@@ -330,7 +330,7 @@ fn nan_gradients_under_negated_are_called_nan_not_a_detached_parameter() {
     let r = run(&mut NanAbove(honest), "fire*");
     assert!(r.counts().1 > 0);
     assert!(
-        matches!(&r.overall, Some(Overall::Gradients { nan: true, params }) if params.contains(&"c".to_owned())),
+        matches!(&r.overall, Some(Overall::Gradients { nan: true, params, .. }) if params.contains(&"c".to_owned())),
         "{:?}",
         r.overall
     );

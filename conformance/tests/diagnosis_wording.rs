@@ -487,6 +487,22 @@ fn bfloat16_arithmetic_returned_as_float32_is_said_to_agree_at_bf16() {
         assert!(!said.contains("no catalogued variant"), "{id}: {said}");
     }
     assert_eq!(report.overall, Some(runner::Overall::Precision("bf16")));
+    // The same for float16 autocast: every value a float16's.
+    let mut f16 = Rounded {
+        dtype: "f32",
+        round: |x| f64::from(half_rounded(x as f32)),
+    };
+    let report = run(&mut f16, &["fire/*"]);
+    assert!(!failed_ids(&report).is_empty());
+    assert_eq!(report.overall, Some(runner::Overall::Precision("bf16")));
+}
+
+/// `x` rounded to the nearest float16, as a float32 (normal range; smaller magnitudes to 0).
+fn half_rounded(x: f32) -> f32 {
+    if x.abs() < 2f32.powi(-14) {
+        return 0.0;
+    }
+    f32::from_bits(x.to_bits().wrapping_add(0x1000) & !0x1FFF)
 }
 
 /// The reference rounded to float16's 11 significant bits, declared f32.

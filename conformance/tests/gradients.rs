@@ -78,7 +78,8 @@ fn a_gradient_for_the_multiplier_of_a_fixed_threshold_fails() {
         r.overall,
         Some(Overall::Gradients {
             params: vec!["L_multiplier".into()],
-            nan: false
+            nan: false,
+            layout: false,
         })
     );
 }
@@ -94,4 +95,49 @@ fn scalar_gradients_sent_as_one_element_tensors_pass() {
     let (passed, failed, _) = r.counts();
     assert_eq!(failed, 0, "{}", r.summary());
     assert!(passed >= 10, "{}", r.summary());
+}
+
+/// Each scalar gradient sent as `[1, 1, 1]` (a scalar kept ready to broadcast). spec:
+/// [grad.layout]
+fn scalars_broadcast_ready(out: &mut BTreeMap<String, Tensor>) {
+    for t in out.values_mut().filter(|t| t.shape.is_empty()) {
+        t.shape = vec![1, 1, 1];
+    }
+}
+
+/// `c`'s gradient under a misspelt name and the first weight's as `[in, out]`: every value is
+/// right, and the run says the names and shapes are wrong, not that a gradient path is
+/// (audit 18: "look for a parameter detached or frozen").
+fn misnamed_and_transposed(out: &mut BTreeMap<String, Tensor>) {
+    if let Some(c) = out.remove("c") {
+        out.insert("grad_c".into(), c);
+    }
+    if let Some(w) = out.get_mut("mlp.0.weight") {
+        w.shape.reverse();
+    }
+}
+
+#[test]
+fn one_element_scalar_gradients_pass_and_misnamed_or_misshaped_ones_are_said_to_be() {
+    let suite = suite();
+    let opts = Options {
+        run: vec!["fire-grad/*".into()],
+        diagnose: true,
+        ..Options::default()
+    };
+    let r = runner::run(&suite, &mut EditedGradients(scalars_broadcast_ready), &opts).unwrap();
+    let (passed, failed, _) = r.counts();
+    assert_eq!(failed, 0, "{}", r.summary());
+    assert!(passed >= 10, "{}", r.summary());
+    let r = runner::run(&suite, &mut EditedGradients(misnamed_and_transposed), &opts).unwrap();
+    let Some(Overall::Gradients { params, layout, .. }) = &r.overall else {
+        panic!("{:?}", r.overall);
+    };
+    assert!(*layout, "{params:?}");
+    assert!(params.contains(&"c".to_owned()), "{params:?}");
+    let text = fire_conformance::report::text::render(&r, false);
+    assert!(
+        text.contains("are missing from the replies or shaped otherwise than the case's"),
+        "{text}"
+    );
 }

@@ -126,7 +126,7 @@ fn nan_outputs_fail_the_comparison() {
 
 #[test]
 fn a_wrong_shape_is_named() {
-    misbehaving("wrong-shape", "has shape");
+    misbehaving("wrong-shape", "(an extra axis of 1: drop it)");
 }
 
 /// An output under another name is named beside the missing one.

@@ -90,7 +90,8 @@ fn report_of_an_implementation_with_wrong_gradients() {
         report.overall,
         Some(Overall::Gradients {
             params: vec!["c".into()],
-            nan: false
+            nan: false,
+            layout: false,
         })
     );
     insta::assert_snapshot!(redacted(text::render(&report, false)));

@@ -271,8 +271,10 @@ class FireCase(pytest.Item):
             extra.append(f"overall: every failing case follows future keys `{f}`, not the declared "
                          f"`{report['future_keys']}`; if intended, pass --fire-future-keys {f}")
         if report.get("overall_gradients"):
+            what = ("missing or shaped otherwise than the case's" if report.get("overall_gradients_layout")
+                    else "wrong")
             extra.append("overall: only gradient cases fail; the gradient(s) of "
-                         + ", ".join(f"`{g}`" for g in report["overall_gradients"]) + " are wrong")
+                         + ", ".join(f"`{g}`" for g in report["overall_gradients"]) + f" are {what}")
         raise FireFailure("\n".join([text.rstrip()] + extra))
 
     def repr_failure(self, excinfo):

@@ -129,6 +129,7 @@ pub fn render(r: &Report) -> Value {
         "overall_may_declare": may_declare(r).map(FutureKeys::name),
         "overall_gradients": gradients,
         "overall_gradients_nan": matches!(r.overall, Some(Overall::Gradients { nan: true, .. })),
+        "overall_gradients_layout": matches!(r.overall, Some(Overall::Gradients { layout: true, .. })),
         "tolerated_variants": r.tolerated,
         "unchecked_flags": r.unchecked,
         "future_keys_unchecked": r.future_unchecked,

@@ -178,8 +178,10 @@ pub fn run_lines(r: &Report) -> String {
         Some(Overall::Precision(p)) => {
             let _ = writeln!(
                 out,
-                "overall: every failing case agrees with the reference within {p} tolerance but not at {}: a difference of that size — some of FIRE computed in {p} (a distance, ψ or the normaliser cast) though {} is returned, or a mistake that small (an extra guard, a small constant added), which a run at `--dtype {p}` passes too [num.profiles]",
-                r.dtype, r.dtype
+                "overall: every failing case agrees with the reference within {p} tolerance but not at {}: a difference of that size — some of FIRE computed in {} (a distance, ψ or the normaliser cast) though {} is returned, or a mistake that small (an extra guard, a small constant added), which a run at `--dtype {p}` passes too [num.profiles]",
+                r.dtype,
+                if *p == "bf16" { "bfloat16 or float16" } else { p },
+                r.dtype
             );
         }
         Some(Overall::RowShift) => {
@@ -210,13 +212,22 @@ pub fn run_lines(r: &Report) -> String {
                 c.placement.name()
             );
         }
-        Some(Overall::Gradients { params, nan }) => {
+        Some(Overall::Gradients {
+            params,
+            nan,
+            layout,
+        }) => {
             let params = params
                 .iter()
                 .map(|p| format!("`{p}`"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let _ = if *nan {
+            let _ = if *layout {
+                writeln!(
+                    out,
+                    "overall: only gradient cases fail (every bias and attention case that ran passed), and none on its values: the gradient(s) of {params} are missing from the replies or shaped otherwise than the case's (a misspelt name; a weight as [in, out] for [out, in]): send each parameter's gradient under the case's name, in its shape [grad.layout]"
+                )
+            } else if *nan {
                 writeln!(
                     out,
                     "overall: only gradient cases fail (every bias and attention case that ran passed): the gradient(s) of {params} are NaN; a NaN anywhere in the forward pass, keys after the query included (ψ of a negative distance), reaches every gradient through 0·NaN even where the cotangent is 0, as it does in training: compute the bias finite everywhere (ψ(|i − j|), or torch.where before the log) [grad.vjp]"
