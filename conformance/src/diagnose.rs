@@ -332,6 +332,9 @@ pub fn diagnose(
             }
         }
     }
+    if let Some(note) = gradient_of_l(case, expected, got, profile, future) {
+        finding.notes.push(note);
+    }
     finding.other_initial = initial::other_initial(case, got, profile, caps, future);
     if !finding.other_initial.is_empty() {
         // An exact explanation: a variant merely nearest is no longer worth a line.
@@ -514,6 +517,38 @@ pub fn placement_words(p: Placement) -> &'static str {
         Placement::AfterScaling => "after the 1/√d scaling",
         Placement::BeforeScaling => "before the 1/√d scaling",
     }
+}
+
+/// On a gradient case, where the reply's gradient for `L_multiplier` is the gradient with
+/// respect to the threshold L = |m·L_init| instead of m's (the expected one ÷ L_init·sign m): a
+/// glue that differentiates through L, or returns what its module names L. spec: [grad.layout]
+fn gradient_of_l(
+    case: &Case,
+    expected: &BTreeMap<String, Tensor>,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    future: FutureKeys,
+) -> Option<String> {
+    let p = match &case.encoding {
+        Encoding::Fire(p) => p,
+        Encoding::FireShared(s) => &s.module,
+        _ => return None,
+    };
+    let factor = p.l_init * p.l_multiplier.signum();
+    let want = expected.get("L_multiplier")?;
+    if case.kind != Kind::Vjp || factor.abs() <= 1.0 || want.data.iter().all(|v| *v == 0.0) {
+        return None;
+    }
+    // The expected outputs with m's gradient replaced by L's: the reply, if that is all it did.
+    let mut of_l = expected.clone();
+    if let Some(t) = of_l.get_mut("L_multiplier") {
+        t.data.iter_mut().for_each(|v| *v /= factor);
+    }
+    agrees(case, &of_l, got, profile, future, None).then(|| {
+        format!(
+            "the gradient sent for `L_multiplier` is the one with respect to the threshold L = |m·L_init| (the expected one ÷ L_init·sign m = {factor}): [grad.layout] asks for m's, ∂ℓ/∂m = ∂ℓ/∂L · L_init · sign(m·L_init)"
+        )
+    })
 }
 
 /// The share of a difference a constant per row must account for before it is said to be one:

@@ -9,7 +9,7 @@ use std::path::Path;
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::reference::Reference;
 use fire_conformance::runner::{self, Options, Overall, Status};
-use fire_conformance::vectors::format::{Kind, Tensor};
+use fire_conformance::vectors::format::{Encoding, Kind, Tensor};
 use fire_conformance::vectors::load;
 
 /// The reference with its gradient replies edited by the function it holds.
@@ -140,4 +140,53 @@ fn one_element_scalar_gradients_pass_and_misnamed_or_misshaped_ones_are_said_to_
         text.contains("are missing from the replies or shaped otherwise than the case's"),
         "{text}"
     );
+}
+
+/// The reference with the gradient with respect to the threshold L = |m·L_init| sent for
+/// `L_multiplier` (a glue differentiating through L).
+struct GradientOfL;
+
+impl Implementation for GradientOfL {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Reference.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let factor = match &r.encoding {
+            Encoding::Fire(p) => p.l_init * p.l_multiplier.signum(),
+            _ => 1.0,
+        };
+        match Reference.run(r) {
+            Reply::Output(mut out) if r.kind == Kind::Vjp => {
+                if let Some(t) = out.get_mut("L_multiplier") {
+                    t.data.iter_mut().for_each(|v| *v /= factor);
+                }
+                Reply::Output(out)
+            }
+            other => other,
+        }
+    }
+}
+
+#[test]
+fn the_gradient_of_the_threshold_sent_for_the_multipliers_is_named() {
+    let opts = Options {
+        run: vec!["fire-grad/*".into()],
+        diagnose: true,
+        ..Options::default()
+    };
+    let r = runner::run(&suite(), &mut GradientOfL, &opts).unwrap();
+    let named: Vec<&str> = r
+        .outcomes
+        .iter()
+        .filter(|o| o.status == Status::Failed)
+        .filter(|o| {
+            let f = o.finding.as_ref().unwrap();
+            fire_conformance::diagnose::describe(f, o.profile.unwrap())
+                .join("\n")
+                .contains("is the one with respect to the threshold L = |m·L_init|")
+        })
+        .map(|o| o.id.as_str())
+        .collect();
+    assert!(named.len() >= 5, "{named:?}: {}", r.summary());
 }
