@@ -17,6 +17,7 @@ use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
 use crate::compare::{excess_ratio, Profile};
 use crate::conventions::{adjust, as_declared, future_keys, MASK_CEILING};
+use crate::grade::same_layout;
 use crate::implementation::{Capabilities, FutureKeys, Placement};
 use crate::implementations::reference::evaluate_placed;
 use crate::initial::{self, OtherInitial};
@@ -300,10 +301,9 @@ pub fn diagnose(
     // An output missing, or of another shape (the grading says which and how): no mistake of
     // the catalogue is one of names or layout, and "no catalogued variant" would send the user
     // after the maths.
-    let laid_out = expected.iter().all(|(name, want)| {
-        got.get(name)
-            .is_some_and(|g| g.shape == want.shape || (want.shape.is_empty() && g.data.len() == 1))
-    });
+    let laid_out = expected
+        .iter()
+        .all(|(name, want)| got.get(name).is_some_and(|g| same_layout(g, want)));
     if !laid_out {
         return finding;
     }
@@ -529,11 +529,7 @@ fn gradient_of_l(
     profile: Profile,
     future: FutureKeys,
 ) -> Option<String> {
-    let p = match &case.encoding {
-        Encoding::Fire(p) => p,
-        Encoding::FireShared(s) => &s.module,
-        _ => return None,
-    };
+    let p = case.encoding.fire()?;
     let factor = p.l_init * p.l_multiplier.signum();
     let want = expected.get("L_multiplier")?;
     if case.kind != Kind::Vjp || factor.abs() <= 1.0 || want.data.iter().all(|v| *v == 0.0) {

@@ -205,11 +205,22 @@ fn layout_hint(got: &[usize], want: &[usize]) -> &'static str {
     }
 }
 
-/// A scalar output sent as a one-element tensor, `[1]` or `[1, 1, 1]` (a parameter kept so, a
-/// common style, whose gradient has its shape), read as the scalar `[]` the case holds: the
-/// same one value. spec: [proto.reply], [grad.layout]
+/// Whether `got` is a scalar sent as a one-element tensor, `[1]` or `[1, 1, 1]` (a parameter
+/// kept so, a common style, whose gradient has its shape), where `want` is the scalar `[]`.
+/// spec: [proto.reply], [grad.layout]
+fn one_element_scalar(got: &Tensor, want: &Tensor) -> bool {
+    want.shape.is_empty() && !got.shape.is_empty() && got.shape.iter().all(|&d| d == 1)
+}
+
+/// Whether `got` is laid out as `want`: the same shape, or a scalar as a one-element tensor.
+pub(crate) fn same_layout(got: &Tensor, want: &Tensor) -> bool {
+    got.shape == want.shape || one_element_scalar(got, want)
+}
+
+/// A scalar output sent as a one-element tensor ([`one_element_scalar`]) read as the scalar
+/// `[]` the case holds: the same one value. spec: [proto.reply], [grad.layout]
 fn scalar_as_scalar<'a>(got: Cow<'a, Tensor>, want: &Tensor) -> Cow<'a, Tensor> {
-    if want.shape.is_empty() && !got.shape.is_empty() && got.shape.iter().all(|&d| d == 1) {
+    if one_element_scalar(&got, want) {
         let mut t = got.into_owned();
         t.shape.clear();
         Cow::Owned(t)

@@ -619,13 +619,11 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
             for name in crate::grade::differing_outputs(r.case, &r.got, r.profile, caps) {
                 let got = r.got.get(&name);
                 nan |= got.is_some_and(|t| t.data.iter().any(|v| v.is_nan()));
-                // Missing, or of another shape (a one-element tensor for a scalar is the same).
+                // Missing, or of another shape.
                 let want = expected.and_then(|e| e.get(&name));
                 layout &= match (got, want) {
                     (None, _) => true,
-                    (Some(g), Some(w)) => {
-                        g.shape != w.shape && !(w.shape.is_empty() && g.data.len() == 1)
-                    }
+                    (Some(g), Some(w)) => !crate::grade::same_layout(g, w),
                     (Some(_), None) => false,
                 };
                 if !params.contains(&name) {

@@ -149,10 +149,7 @@ def _place(value, leaf, path):
         value = value.T
     want = tuple(np.shape(leaf))
     if value.shape != want:
-        # A scalar goes to any one-element shape (kept ready to broadcast); a vector only to a
-        # one-dimensional shape of its length.
-        one = value.size == 1 and int(np.prod(want)) == 1
-        if value.ndim <= 1 and (one or (value.size == int(np.prod(want)) and len(want) <= 1)):
+        if loading.takes_shape(value.shape, want):
             value = value.reshape(want)
         else:
             raise loading.ParamsMismatch(f"parameter {'/'.join(path)} has shape {list(want)} in the module, "

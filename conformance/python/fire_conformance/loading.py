@@ -214,10 +214,7 @@ def load_torch(m, ours, mapping, dt, built):
         v = torch.as_tensor(ours[k], dtype=dt)
         shape = tuple(state[theirs].shape)
         if tuple(v.shape) != shape:
-            # A scalar goes to any one-element shape (`[1]`, or `[1, 1, 1]` kept ready to
-            # broadcast); a vector only to a one-dimensional shape of its length.
-            one = v.numel() == 1 and int(np.prod(shape)) == 1
-            if v.dim() <= 1 and (one or (len(shape) <= 1 and v.numel() == int(np.prod(shape)))):
+            if takes_shape(tuple(v.shape), shape):
                 v = v.reshape(shape)
             else:
                 raise ValueError(f"the case's `{k}` has shape {list(v.shape)}, the module's "
@@ -225,6 +222,14 @@ def load_torch(m, ours, mapping, dt, built):
         values[theirs] = v
     m.load_state_dict(values, strict=False)
     return loaded
+
+
+def takes_shape(have, want):
+    """Whether a case's value of shape ``have`` (a scalar or a vector) goes into a module's of
+    shape ``want``: a scalar into any one-element shape (``[1]``, or ``[1, 1, 1]`` kept ready to
+    broadcast), a vector only into a one-dimensional shape of its length."""
+    n = int(np.prod(have))
+    return len(have) <= 1 and n == int(np.prod(want)) and (n == 1 or len(want) <= 1)
 
 
 # Scalars a module may lack: `init_L`, taken by the constructor; `L_multiplier`, whose absence
