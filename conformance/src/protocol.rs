@@ -87,6 +87,12 @@ fn parse_object(line: &str) -> Result<Map<String, Value>, String> {
         Err(e) => {
             let hint = if line.contains("NaN") || line.contains("Infinity") {
                 " (bare NaN/Infinity are not JSON: write \"nan\", \"inf\", \"-inf\")"
+            } else if !line.trim_start().starts_with(['{', '[']) {
+                // Most often a log line: a `print` at import, or a progress message.
+                " (standard output carries the protocol and nothing else [proto.framing]: \
+                 write logs to standard error; in Python, call \
+                 `fire_conformance.kit.reserve_stdout()` before anything prints, and every \
+                 print goes there)"
             } else {
                 ""
             };

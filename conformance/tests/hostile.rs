@@ -112,6 +112,7 @@ fn a_slow_first_case_has_the_start_up_allowance() {
 #[test]
 fn garbage_is_invalid_json() {
     misbehaving("garbage", "invalid JSON");
+    misbehaving("garbage", "write logs to standard error");
 }
 
 #[test]
