@@ -11,89 +11,26 @@
 //! every entry, so a partial match is said as one. spec: [variants.catalogue]
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use fire_reference::variants::{Deviation, Variant, CATALOGUE};
 
 use crate::compare::{excess_ratio, Profile};
 use crate::conventions::{adjust, as_declared, future_keys, MASK_CEILING};
 use crate::grade::same_layout;
-use crate::implementation::{Capabilities, FutureKeys, Placement};
+use crate::implementation::{Capabilities, FutureKeys};
 use crate::implementations::reference::evaluate_placed;
 use crate::initial::{self, OtherInitial};
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
-use crate::vectors::params;
 
-/// A named part of a bias output on which agreement is judged separately.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Subset {
-    /// Keys at or before their query: what a causal model uses.
-    Causal,
-    /// Keys after their query.
-    Future,
-    /// Every pair but the diagonal: `i ≠ j`. A mistake whose literal form is `ln 0` or `0/0` at
-    /// distance 0 is written in practice with a guard there (`ln(|c|·x + ε)`), which matches it
-    /// everywhere else; the causal triangle holds the diagonal, so only this subset shows it.
-    OffDiagonal,
-    /// The diagonal `i = j` (distance 0): the complement of [`Subset::OffDiagonal`].
-    Diagonal,
-    /// Queries below the threshold: `i < L`.
-    BelowThreshold(f64),
-    /// Queries at or above the threshold: `i ≥ L`.
-    AtOrAboveThreshold(f64),
-}
+mod explanations;
+mod subset;
 
-impl fmt::Display for Subset {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Subset::Causal => write!(f, "the causal triangle (keys ≤ query)"),
-            Subset::Future => write!(f, "the keys after the query"),
-            Subset::OffDiagonal => write!(f, "every pair but the diagonal (i ≠ j)"),
-            Subset::Diagonal => write!(f, "the diagonal (i = j, distance 0)"),
-            Subset::BelowThreshold(l) => write!(f, "the queries below L = {l}"),
-            Subset::AtOrAboveThreshold(l) => write!(f, "the queries at or above L = {l}"),
-        }
-    }
-}
-
-impl Subset {
-    /// The subset's complement, for "differs on …".
-    pub fn complement(self) -> Self {
-        match self {
-            Subset::Causal => Subset::Future,
-            Subset::Future => Subset::Causal,
-            Subset::OffDiagonal => Subset::Diagonal,
-            Subset::Diagonal => Subset::OffDiagonal,
-            Subset::BelowThreshold(l) => Subset::AtOrAboveThreshold(l),
-            Subset::AtOrAboveThreshold(l) => Subset::BelowThreshold(l),
-        }
-    }
-
-    /// Which elements of a `[…, Q, K]` bias of `case` the subset holds, or `None` when it holds
-    /// none or all of them (no partial statement to make).
-    fn mask(self, case: &Case, len: usize) -> Option<Vec<bool>> {
-        let (q, k) = (&case.inputs.queries, &case.inputs.keys);
-        let (nq, nk) = (q.len(), k.len());
-        if case.kind != Kind::Bias || nq * nk == 0 || !len.is_multiple_of(nq * nk) {
-            return None;
-        }
-        let m: Vec<bool> = (0..len)
-            .map(|n| {
-                let (i, j) = (q[(n / nk) % nq], k[n % nk]);
-                match self {
-                    Subset::Causal => j <= i,
-                    Subset::Future => j > i,
-                    Subset::OffDiagonal => j != i,
-                    Subset::Diagonal => j == i,
-                    Subset::BelowThreshold(l) => (i as f64) < l,
-                    Subset::AtOrAboveThreshold(l) => (i as f64) >= l,
-                }
-            })
-            .collect();
-        (m.iter().any(|&b| b) && !m.iter().all(|&b| b)).then_some(m)
-    }
-}
+pub(crate) use explanations::other_placement;
+pub use explanations::placement_words;
+use explanations::{gradient_of_l, lower_precision, row_shifted};
+use subset::subsets;
+pub use subset::Subset;
 
 /// What diagnosis found for one failing case.
 #[derive(Debug, Clone, Default)]
@@ -249,27 +186,6 @@ pub const CLEAR: f64 = 5.0;
 /// verdict (within the loose tolerance).
 pub fn consistent(distance: f64, profile: Profile) -> bool {
     distance <= loose(profile)
-}
-
-/// The threshold L of a case's FIRE module, when it has one (one module, or FIRE-S).
-fn threshold(case: &Case) -> Option<f64> {
-    let p = match &case.encoding {
-        Encoding::Fire(p) => p,
-        Encoding::FireShared(s) => &s.module,
-        _ => return None,
-    };
-    params::to_fire(p).ok()?.threshold_value()
-}
-
-/// The subsets a partial statement is made on, largest first: a variant is named on the first
-/// it matches, so `log-without-plus-one` guarded at distance 0 reads "every pair but the
-/// diagonal", not "the keys after the query". spec: [num.diagnosis]
-fn subsets(case: &Case) -> Vec<Subset> {
-    let mut out = vec![Subset::OffDiagonal, Subset::Causal, Subset::Future];
-    if let Some(l) = threshold(case) {
-        out.extend([Subset::BelowThreshold(l), Subset::AtOrAboveThreshold(l)]);
-    }
-    out
 }
 
 /// A variant that applies to a case, with what it predicts (`None`: the variant cannot evaluate
@@ -449,160 +365,6 @@ pub fn diagnose(
         });
     }
     finding
-}
-
-/// The narrowest profile below the case's (f32 then bf16 for an f64 case, bf16 for an f32 one)
-/// at which the output would pass (its conventions and acceptable alternatives as the grading
-/// has them): what [`Finding::precision`] records. bf16 only where every value the reply holds
-/// is a 16-bit float's (an f32 module under bfloat16 or float16 autocast returns those): its tolerance is wide
-/// enough to hold small mistakes of the catalogue too, whose statements on subsets it would
-/// silence. spec: [num.profiles]
-fn lower_precision(
-    case: &Case,
-    got: &BTreeMap<String, Tensor>,
-    profile: Profile,
-    caps: &Capabilities,
-) -> Option<&'static str> {
-    let lower: &[&str] = match profile.name {
-        "f64" => &["f32", "bf16"],
-        "f32" => &["bf16"],
-        _ => &[],
-    };
-    let half_values = got.values().flat_map(|t| &t.data).all(|&v| is_half(v));
-    lower
-        .iter()
-        .filter(|&&name| name != "bf16" || half_values)
-        .filter_map(|name| crate::compare::profile(name))
-        .find(|p| crate::grade::differing_outputs(case, got, *p, caps).is_empty())
-        .map(|p| p.name)
-}
-
-/// Whether `v` is a 16-bit float's value: a bfloat16 (a float32 whose low 16 bits are zero) or
-/// a float16 (11 significant bits, within its range), or not finite.
-fn is_half(v: f64) -> bool {
-    let f = v as f32;
-    let f16 =
-        f.abs() <= 65504.0 && (f == 0.0 || f.abs() >= 2f32.powi(-14)) && f.to_bits() & 0x1fff == 0;
-    !v.is_finite() || (f64::from(f) == v && (f.to_bits() & 0xffff == 0 || f16))
-}
-
-/// The placement other than the declared one under which an attention case grades clean
-/// (against the vectors' outputs for it, `expected_under`), if any: a declaration to fix,
-/// said per case and, when every failing case is one, for the run. spec: [attn.placement]
-pub(crate) fn other_placement(
-    case: &Case,
-    got: &BTreeMap<String, Tensor>,
-    profile: Profile,
-    caps: &Capabilities,
-) -> Option<Placement> {
-    if case.kind != Kind::Attention {
-        return None;
-    }
-    Placement::ALL
-        .iter()
-        .copied()
-        .filter(|p| *p != caps.placement)
-        .find(|p| {
-            let under = Capabilities {
-                placement: *p,
-                ..caps.clone()
-            };
-            crate::grade::differing_outputs(case, got, profile, &under).is_empty()
-        })
-}
-
-/// Where a placement puts the bias, in words.
-pub fn placement_words(p: Placement) -> &'static str {
-    match p {
-        Placement::AfterScaling => "after the 1/√d scaling",
-        Placement::BeforeScaling => "before the 1/√d scaling",
-    }
-}
-
-/// On a gradient case, where the reply's gradient for `L_multiplier` is the gradient with
-/// respect to the threshold L = |m·L_init| instead of m's (the expected one ÷ L_init·sign m): a
-/// glue that differentiates through L, or returns what its module names L. spec: [grad.layout]
-fn gradient_of_l(
-    case: &Case,
-    expected: &BTreeMap<String, Tensor>,
-    got: &BTreeMap<String, Tensor>,
-    profile: Profile,
-    future: FutureKeys,
-) -> Option<String> {
-    let p = case.encoding.fire()?;
-    let factor = p.l_init * p.l_multiplier.signum();
-    let want = expected.get("L_multiplier")?;
-    if case.kind != Kind::Vjp || factor.abs() <= 1.0 || want.data.iter().all(|v| *v == 0.0) {
-        return None;
-    }
-    // The expected outputs with m's gradient replaced by L's: the reply, if that is all it did.
-    let mut of_l = expected.clone();
-    if let Some(t) = of_l.get_mut("L_multiplier") {
-        t.data.iter_mut().for_each(|v| *v /= factor);
-    }
-    agrees(case, &of_l, got, profile, future, None).then(|| {
-        format!(
-            "the gradient sent for `L_multiplier` is the one with respect to the threshold L = |m·L_init| (the expected one ÷ L_init·sign m = {factor}): [grad.layout] asks for m's, ∂ℓ/∂m = ∂ℓ/∂L · L_init · sign(m·L_init)"
-        )
-    })
-}
-
-/// The share of a difference a constant per row must account for before it is said to be one:
-/// what is left over the causal keys is at most this fraction of the largest difference.
-const ROW_SHIFT_SHARE: f64 = 0.1;
-
-/// `expected` plus, on each (layer's) head's query row, the mean of what `got` adds to it over the row's
-/// causal keys: what an implementation differing by a constant per query row computes; and
-/// whether that constant accounts for the difference ([`ROW_SHIFT_SHARE`]): a difference that
-/// varies along the row, only a little over the tolerance (a threshold of 511 for 512), can fit
-/// the tolerance once each row's mean is taken off without being a shift at all. `None` unless
-/// the case is a bias case in which some row has two causal keys or more (with one, any
-/// difference is "constant").
-fn row_shifted(
-    case: &Case,
-    expected: &BTreeMap<String, Tensor>,
-    got: &BTreeMap<String, Tensor>,
-) -> Option<(BTreeMap<String, Tensor>, bool)> {
-    if case.kind != Kind::Bias {
-        return None;
-    }
-    let (want, g) = (expected.get("bias")?, got.get("bias")?);
-    let (queries, keys) = (&case.inputs.queries, &case.inputs.keys);
-    // `[H, Q, K]`, or `[layers, H, Q, K]` for FIRE-S and per-layer FIRE: rows of K keys.
-    let (nq, nk) = (queries.len(), keys.len());
-    let rows = want.data.len() / (nk.max(1));
-    if want.shape.len() < 3
-        || want.shape[want.shape.len() - 2..] != [nq, nk]
-        || g.data.len() != want.data.len()
-    {
-        return None;
-    }
-    let causal = |r: usize| (0..nk).filter(move |&c| keys[c] <= queries[r]);
-    if (0..nq).all(|r| causal(r).count() < 2) {
-        return None;
-    }
-    let mut shifted = want.clone();
-    let (mut largest, mut left) = (0.0_f64, 0.0_f64);
-    for row in 0..rows {
-        let at = row * nk;
-        let diffs: Vec<f64> = causal(row % nq)
-            .map(|c| g.data[at + c] - want.data[at + c])
-            .filter(|d| d.is_finite())
-            .collect();
-        if diffs.is_empty() {
-            continue;
-        }
-        let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
-        for d in &diffs {
-            largest = largest.max(d.abs());
-            left = left.max((d - mean).abs());
-        }
-        shifted.data[at..at + nk]
-            .iter_mut()
-            .for_each(|x| *x += mean);
-    }
-    let explained = left <= ROW_SHIFT_SHARE * largest;
-    Some((BTreeMap::from([("bias".to_owned(), shifted)]), explained))
 }
 
 /// The sentences a report prints for a finding.
