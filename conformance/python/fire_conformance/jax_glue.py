@@ -39,6 +39,7 @@ import types
 import numpy as np
 
 from fire_conformance import appendix_e
+from fire_conformance import construction
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
 from fire_conformance.loading import chain_order
@@ -225,8 +226,8 @@ class JaxGlue:
         # At the spec's initial values the module is built on its own defaults and keeps the
         # scalars it initialises, as appendix_e.Glue.module does for a torch module
         # ([fire.defaults]): a multiplier starting at 0.5 fails those cases.
-        own = appendix_e.at_defaults(enc) and appendix_e.construct_own(self.cls, heads, width, self.kwargs, enc)
-        m = own or appendix_e.construct(self.cls, heads, width, enc, self.kwargs)
+        own = construction.at_defaults(enc) and construction.construct_own(self.cls, heads, width, self.kwargs, enc)
+        m = own or construction.construct(self.cls, heads, width, enc, self.kwargs)
         styles = self.layouts(m)
         errors = []
         for style in styles:
@@ -258,10 +259,10 @@ class JaxGlue:
         loaded = load_jax(flat, ours, self.mapping, built, elsewhere)
         if not own:
             # Built from the case's c and L_init: it must hold them ([fire.params]).
-            appendix_e.check_arguments({name: flat[path] for path, name in loaded.items() if path in flat},
+            construction.check_arguments({name: flat[path] for path, name in loaded.items() if path in flat},
                                        case, self.dtype)
         for path, name in loaded.items():
-            if own and name in appendix_e.SCALARS and not appendix_e.same_in_f32(flat[path], ours[name]):
+            if own and name in construction.SCALARS and not construction.same_in_f32(flat[path], ours[name]):
                 # The module's own initial value, kept (one equal to the case's in float32 takes
                 # the case's exact value).
                 flat[path] = jnp.asarray(flat[path], dtype=self.dt)
@@ -317,7 +318,7 @@ class JaxGlue:
 def serve(cls, a):
     """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``."""
     mapping = appendix_e.parse_map(a.map)
-    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, appendix_e.parse_kwargs(a.kwargs), a.call)
+    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call)
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",
                    positions=appendix_e.positions(a.call or appendix_e.class_call_style(cls)),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],

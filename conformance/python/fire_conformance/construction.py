@@ -1,0 +1,177 @@
+"""How the ready-made glues construct a module from a case, and check what it holds before
+any case value is loaded: the constructor's arguments (Appendix E's ``num_heads``,
+``mlp_width``, ``init_c``, ``init_L``, ``eps``, and ``--kwargs``), the cases at the spec's
+initial values ([fire.defaults]), on which a module is built on its own defaults, and an argument
+the constructor ignores or stores transformed ([fire.params]). Shared by the PyTorch/NumPy glue
+(``appendix_e``) and the JAX one (``jax_glue``); torch is imported only for a torch tensor.
+"""
+
+from itertools import combinations
+import json
+import math
+
+import numpy as np
+
+
+# [fire.defaults]: c, L_init, the multiplier m and ε at initialisation.
+DEFAULTS = {"c": 0.1, "l_init": 512.0, "l_multiplier": 1.0, "eps": 1e-6}
+# The scalars a module initialises itself (`load_torch`'s names for them).
+SCALARS = ("c", "init_L", "L_multiplier")
+
+
+def at_defaults(enc):
+    """Whether a case's FIRE is at the spec's initial values ([fire.defaults])."""
+    return all(enc.get(k) == v for k, v in DEFAULTS.items())
+
+
+def same_in_f32(theirs, ours):
+    """Whether a module's initial scalar (a torch tensor or an array) is the case's value
+    rounded to float32."""
+    if hasattr(theirs, "detach"):
+        import torch
+        theirs = theirs.detach().to(torch.float32).cpu().numpy()
+    a = np.asarray(theirs, dtype=np.float32).reshape(-1)
+    b = np.asarray(ours, dtype=np.float32).reshape(-1)
+    return a.shape == b.shape and bool(np.all(a == b))
+
+
+class IgnoredArgument(Exception):
+    """A module built with a case's initial c or L_init that holds another value: its
+    constructor ignores the argument. Raised before the module is called (the case replies
+    ``errored``, naming the argument): the glue then loads the case's values over the scalars,
+    so the bias alone could not show it."""
+
+
+class TransformedArgument(IgnoredArgument):
+    """A module that stores a transform of a case's initial c or L_init (softplus⁻¹ c, log L):
+    held values follow the argument, so it is not ignored, but the glue cannot load a case's
+    value into it."""
+
+
+# The constructor argument each scalar a module initialises itself is made from (our names).
+FROM_ARGUMENT = {"c": "init_c", "init_L": "init_L"}
+
+
+def check_arguments(held, case, dtype, rebuild=None):
+    """Raises ``IgnoredArgument`` where a module built from the case's arguments (``construct``)
+    holds, before any case value is loaded, a c or L_init other than the one it was given
+    (``held``: our name -> the value it holds). Not on an invalid case ([vec.invalid]): the
+    error would be taken for the module's rejection of it, and a module that clamps an invalid
+    L_init has rejected nothing. Such a module passes every case on values (the glue loads the
+    case's c and L_init over its own), yet
+    ``FIRE(init_L=2048)`` would keep its default threshold for the whole of training, L_init
+    being frozen. c is compared in magnitude (only |c| enters FIRE, and a module may keep
+    |init_c|); a bf16 module to bf16's precision, others as float32 holds the value.
+    ``rebuild(name, arg, value)``, where given, builds the module again with another value of
+    the argument and returns what it then holds: a held value that follows the argument is a
+    transform of it (softplus⁻¹ c, log L), said so, rather than an argument ignored."""
+    enc = case.encoding
+    given = {"c": enc["c"], "init_L": enc["l_init"]}
+    if case.family == "invalid" or not all(isinstance(v, (int, float)) and math.isfinite(v) and v != 0
+                                           for v in given.values()) or given["init_L"] < 0:
+        return
+    for name, value in held.items():
+        if name not in FROM_ARGUMENT:
+            continue
+        want = given[name]
+        theirs = np.abs(as_float64(value)) if name == "c" else as_float64(value)
+        ours = abs(want) if name == "c" else want
+        # Every entry (a c kept per head holds it in each).
+        if dtype == "bf16":
+            same = theirs.size > 0 and bool(np.all(np.abs(theirs - ours) <= 2.0**-7 * abs(ours)))
+        else:
+            same = theirs.size > 0 and bool(np.all(theirs.astype(np.float32) == np.float32(ours)))
+        if not same:
+            arg = FROM_ARGUMENT[name]
+            shown = float(theirs.reshape(-1)[0]) if theirs.size == 1 else theirs.tolist()
+            other = 2 * want
+            try:
+                again = None if rebuild is None else as_float64(rebuild(name, arg, other))
+            except Exception:
+                again = None
+            if again is not None and again.shape == theirs.shape and not np.array_equal(
+                    np.abs(again) if name == "c" else again, theirs):
+                shown_again = float(again.reshape(-1)[0]) if again.size == 1 else again.tolist()
+                raise TransformedArgument(
+                    f"built with {arg}={want!r}, the module holds {name} = {shown!r}, and built "
+                    f"with {arg}={other!r} it holds {shown_again!r}: it stores a transform of "
+                    f"`{arg}` (a log, a softplus⁻¹), which the glue cannot load a case's {name} "
+                    "into; write a build(case) glue that converts (conformance/README.md) "
+                    "[fire.params]")
+            raise IgnoredArgument(
+                f"built with {arg}={want!r}, the module holds {name} = {shown!r} before any case "
+                f"value is loaded: its constructor ignores `{arg}` (it starts {name} at its own "
+                f"value whatever it is given) [fire.params]")
+
+
+def as_float64(value):
+    """A module's scalar (a torch tensor, a JAX or NumPy array, a number) as a float64 array."""
+    if hasattr(value, "detach"):
+        import torch
+        value = value.detach().to(torch.float64).cpu().numpy()
+    return np.asarray(value, dtype=np.float64)
+
+
+# The constructor arguments the glue passes from each case: the shape, always; the initial
+# values, from the case except where it checks the module's own ([fire.defaults]).
+SHAPE_ARGS = ("num_heads", "mlp_width")
+INITIAL_ARGS = ("init_c", "init_L", "eps")
+
+
+def parse_kwargs(text):
+    """``--kwargs JSON``: a JSON object of extra constructor arguments. The shape is the case's
+    (refused here, before any case, rather than on every one as a duplicate argument); an
+    initial value (``init_c``, ``init_L``, ``eps``) stands in for the constructor's own default
+    in the cases at [fire.defaults] and gives way to the case's value elsewhere."""
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"--kwargs: not JSON ({e}): give an object, e.g. '{{\"dropout\": 0.0}}'")
+    if not isinstance(kwargs, dict):
+        raise SystemExit(f"--kwargs: expected a JSON object of constructor arguments, got {text}")
+    fixed = sorted(k for k in kwargs if k in SHAPE_ARGS)
+    if fixed:
+        raise SystemExit(f"--kwargs: {', '.join(fixed)} come(s) from each case (the number of heads "
+                         "and the MLP width of its FIRE); leave them out")
+    return kwargs
+
+
+def construct_own(cls, heads, width, kwargs, enc):
+    """The module built on its own defaults for c, L_init and ε (``num_heads``, ``mlp_width``
+    and ``--kwargs`` only, whose initial values stand in for the constructor's defaults). A
+    constructor that requires some of them (whatever it raises without: a TypeError, a
+    ``kwargs["init_c"]`` KeyError, an assert on a None default) is given those from the case
+    ``enc`` — the fewest that build it — and its defaults for the others are still checked;
+    None when it builds only with all three, in which case it has no defaults of its own to
+    check and is built from the case's values."""
+    given = {"init_c": enc["c"], "init_L": enc["l_init"], "eps": enc["eps"]}
+    free = [k for k in INITIAL_ARGS if k not in kwargs]
+    # Never all of them: a module given every one has no default of its own left to check.
+    for n in range(len(free) or 1):
+        for names in combinations(free, n):
+            try:
+                return cls(num_heads=heads, mlp_width=width, **kwargs,
+                           **{k: given[k] for k in names})
+            except Exception:
+                continue
+    return None
+
+
+def construct(cls, heads, width, enc, kwargs):
+    """The module, constructed as Appendix E's is (``num_heads``, ``mlp_width``, ``init_c``,
+    ``init_L``, ``eps``) plus ``--kwargs``. A constructor whose signature is not Appendix E's
+    fails the same way on every case; the error says how to reach it rather than leave a bare
+    TypeError to every reply."""
+    # The case's initial values over any --kwargs gave (`parse_kwargs`).
+    args = {**kwargs, "num_heads": heads, "mlp_width": width, "init_c": enc["c"],
+            "init_L": enc["l_init"], "eps": enc["eps"]}
+    try:
+        return cls(**args)
+    except TypeError as e:
+        if "unexpected keyword" in str(e):
+            how = ("its constructor names its arguments otherwise, which --kwargs cannot rename: "
+                   "write a build(case) glue that constructs it (conformance/README.md)")
+        else:
+            how = "pass other required arguments with --kwargs JSON, or write a build(case) glue"
+        raise TypeError(f"{e} (the glue constructs the module as Appendix E does: num_heads, "
+                        f"mlp_width, init_c, init_L, eps; {how})") from e
