@@ -322,3 +322,25 @@ fn a_torch_constructor_that_ignores_its_initial_values_fails_naming_them() {
     );
     assert!(!r.to_string().contains("ignores `"), "{r:#}");
 }
+
+/// A module that keeps the bias of its first call passed every case (audit 20): each case builds
+/// a module, loads the case's values and calls it once. The glue now calls it once before the
+/// load, as training calls it before an optimiser's step, and a bias that did not change with
+/// the parameters fails naming the cache; an inference cache (eval mode, no gradients) passes.
+#[test]
+fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cache_passes() {
+    if !torch() {
+        return;
+    }
+    let small = ["--run", "fire/*"];
+    let (code, r) = run(&torch_fake("CachesFirstBias", "f32"), &small);
+    // Every case errors with the same sentence, so the run calls it the adapter's (exit 3).
+    assert_ne!(code, 0, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    assert!(
+        r.to_string()
+            .contains("returned exactly the bias of its first call"),
+        "{r:#}"
+    );
+    passes_in(&torch_fake("CachesInEvalOnly", "f32"), 6, &small);
+}

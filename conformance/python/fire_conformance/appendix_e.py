@@ -237,8 +237,11 @@ class Glue:
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = m.to(dt)
+            self.first = self.first_call(m, heads, case)
             initial = {k: v.clone() for k, v in m.state_dict().items()}
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
+            self.changed = any(not torch.equal(initial[k], v) for k, v in m.state_dict().items()
+                               if k in initial and initial[k].shape == v.shape)
             if not own:
                 # Built from the case's c and L_init: it must hold them ([fire.params]).
                 theirs = {k: n for n, k in names.items()}
@@ -264,6 +267,38 @@ class Glue:
             names = {self.mapping.get(k, k): k for k in ours}
             m.load_state_dict({k: np.asarray(ours[v], dtype=dt) for k, v in names.items()})
         return m, heads, names, ours
+
+    def first_call(self, m, heads, case):
+        """The module's bias before the case's parameters are loaded, called as in training
+        (train mode, gradients on), or None where that call fails (the real one says why). A
+        module that keeps the bias of its first call (a cache keyed on the length, a
+        ``functools.lru_cache``, a tensor stored once) and does not recompute it when its
+        parameters change returns it again after the load: in training every step after the
+        first would use it. Called once before the load, as an optimiser's step would follow a
+        first forward, so that such a module is caught (``stale``); a cache made only in eval
+        mode or under ``no_grad`` (an inference cache) is not filled by it."""
+        m.train()
+        try:
+            with torch.enable_grad():
+                out, _ = self.forward(m, heads, case, True)
+        except Exception:
+            return None
+        return out.detach().clone() if isinstance(out, torch.Tensor) else None
+
+    def stale(self, full):
+        """Raises where the bias is exactly the one the first call returned though the load
+        changed the module's parameters (``first_call``)."""
+        first = getattr(self, "first", None)
+        if (first is None or not getattr(self, "changed", False) or not isinstance(full, torch.Tensor)
+                or first.shape != full.shape or not torch.equal(first, full.detach())):
+            return
+        raise ValueError(
+            "the module returned exactly the bias of its first call, made before the case's "
+            "parameters were loaded into it: it keeps a bias computed once (a cache keyed on the "
+            "length, functools.lru_cache, a tensor stored at the first call) and does not "
+            "recompute it when its parameters change, so in training every step after the first "
+            "would use a stale bias; recompute it on every call, or key a cache on the "
+            "parameters' versions as well [fire.bias]")
 
     def forward(self, m, heads, case, torch_module):
         """The module's bias over what it was asked: ([H, R, C] array-like, gathered?)."""
@@ -351,6 +386,8 @@ class Glue:
                 full, direct = self.forward(m, heads, case, True)
         else:
             full, direct = self.forward(m, heads, case, torch_module)
+        if torch_module:
+            self.stale(full)
         if torch_module and not isinstance(full, torch.Tensor):
             # A torch module handing back a NumPy array (a `.numpy()` at the end of forward):
             # its bias is graded as it is; autograd cannot reach through it.

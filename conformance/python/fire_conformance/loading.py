@@ -144,7 +144,7 @@ def assign_layers(ours, layers, own, missing, built):
     ours_layers = [(f"mlp.{2 * n}.weight", f"mlp.{2 * n}.bias") for n in range(depth)]
     want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
     if not own:
-        raise ValueError(missing)
+        raise ParamsMismatch(missing)
     if any(len(s) != 2 for s in own):
         raise ParamsMismatch(f"the module's MLP layers have shapes {[list(s) for s in own]}, not "
                              "[out, in] matrices (a 1×1 convolution?); write a build(case) glue "
