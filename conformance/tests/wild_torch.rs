@@ -223,6 +223,8 @@ fn a_torch_module_whose_defaults_are_not_the_specs_fails_the_default_cases() {
         "MultiplierStartsAtHalf",
         "OtherDefaults",
         "RequiresLOtherDefaults",
+        // A factory function for CLASS (audit 20: its defaults had never been looked at).
+        "make_fire_other_defaults",
     ] {
         let (code, r) = run(&torch_fake(class, "f32"), &["--fail-on", "values"]);
         assert_eq!(code, 1, "{class}: {r:#}");
@@ -247,6 +249,9 @@ fn a_torch_module_whose_defaults_are_not_the_specs_fails_the_default_cases() {
         if class == "MultiplierStartsAtHalf" {
             assert_eq!(named[0]["name"], "L_multiplier", "{r:#}");
             assert_eq!(named[0]["value"], 0.5, "{r:#}");
+        } else if class == "make_fire_other_defaults" {
+            assert_eq!(named[0]["name"], "L_init", "{r:#}");
+            assert_eq!(named[0]["value"], 256.0, "{r:#}");
         } else {
             assert!(named.is_null(), "{r:#}");
         }

@@ -230,7 +230,13 @@ class Glue:
         # constructor's defaults, c and the multiplier as it initialises them, so that a
         # module whose defaults are not [fire.defaults]' (a multiplier starting at 0.5, ε of
         # 1e-3) fails those cases rather than having them overwritten with the right values.
-        own = at_defaults(enc) and self.torch_class() and construct_own(self.cls, heads, width, self.kwargs, enc)
+        # A factory function (``make_fire(num_heads=…)``) given for CLASS is built on its
+        # defaults too, where what it returns is a torch module.
+        factory = torch is not None and not isinstance(self.cls, type)
+        own = at_defaults(enc) and (self.torch_class() or factory) and construct_own(
+            self.cls, heads, width, self.kwargs, enc)
+        if own and not isinstance(own, torch.nn.Module):
+            own = None
         m = own or construct(self.cls, heads, width, enc, self.kwargs)
         if torch is not None and isinstance(m, torch.nn.Module):
             # The whole module in the dtype asked, bf16 included: a bf16 module computes and

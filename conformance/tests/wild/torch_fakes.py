@@ -304,3 +304,9 @@ class CachesInEvalOnly(FIRE):
         if T not in cache:
             cache[T] = super().forward(x)
         return cache[T]
+
+
+def make_fire_other_defaults(num_heads=12, mlp_width=32, init_c=0.1, init_L=256.0, eps=1e-6):
+    """A factory function given for CLASS, whose default threshold is 256, not 512: built on
+    its own defaults on the [fire.defaults] cases as a class is."""
+    return FIRE(num_heads, mlp_width, init_c, init_L, eps)
