@@ -230,3 +230,31 @@ fn a_jax_constructor_that_ignores_its_initial_c_fails_naming_it() {
     }
     fails_naming_the_ignored_argument(&jax_fake("IgnoresInitC"), "init_c");
 }
+
+/// A class without Flax linen's `init`/`apply` (a `flax.nnx` module) is refused before any case,
+/// naming the interface and what to do, where every case had errored with an `AttributeError`
+/// (audit 19).
+#[test]
+fn a_jax_class_without_init_and_apply_is_refused_naming_the_interface() {
+    if !jax() {
+        return;
+    }
+    // The JAX glue itself: the Appendix E glue hands it only classes with `init` and `apply`
+    // (or a Flax module's).
+    let glue = format!(
+        "python3 -m fire_conformance.jax_glue {}:NoLinenInterface",
+        root().join("conformance/tests/wild/jax_fakes.py").display()
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fire-conformance"))
+        .args(["run", "--impl", &glue])
+        .env("PYTHONPATH", root().join("conformance/python"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("NoLinenInterface: no init/apply methods; the JAX glue takes Flax linen's"),
+        "{err}"
+    );
+}

@@ -315,8 +315,25 @@ class JaxGlue:
         return out
 
 
+def linen_interface(cls):
+    """Refuses, before any case, a class without Flax linen's ``init``/``apply`` (a
+    ``flax.nnx.Module`` holds its parameters as attributes and has neither), naming what to do
+    rather than an ``AttributeError`` on every case."""
+    if callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)):
+        return
+    nnx = any(c.__module__.startswith("flax.nnx") for c in getattr(cls, "__mro__", ()))
+    what = ("a flax.nnx module (parameters as attributes, no init/apply)" if nnx
+            else "no init/apply methods")
+    raise SystemExit(
+        f"{getattr(cls, '__name__', cls)}: {what}; the JAX glue takes Flax linen's interface "
+        "(init(rng, *args) -> variables, apply(variables, *args)). "
+        + ("Wrap it with flax.nnx.bridge.to_linen in a file of your own, or " if nnx else "")
+        + "write a build(case) glue (conformance/README.md)")
+
+
 def serve(cls, a):
     """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``."""
+    linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call)
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",

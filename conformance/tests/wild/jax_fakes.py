@@ -261,3 +261,14 @@ class LengthsCall(FIRE):
 
     def apply(self, variables, i, j):
         return super().apply(variables, jnp.zeros((1, 1, j, 1)))[:, :, j - i:, :]
+
+
+class NoLinenInterface:
+    """FIRE as a plain callable with its parameters as attributes (flax.nnx's style): no
+    ``init``/``apply``, so the glue refuses it before any case, naming the interface."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        self.num_heads = num_heads
+
+    def __call__(self, x):
+        raise NotImplementedError
