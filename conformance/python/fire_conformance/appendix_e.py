@@ -213,6 +213,8 @@ class Glue:
         # The x layout that gave a bias of the right length where the layouts disagree
         # (T != H): tried first from then on.
         self.layout = None
+        # This case's bias before its parameters were loaded (`first_call`, `stale`).
+        self.first = None
 
     def torch_class(self):
         return torch is not None and isinstance(self.cls, type) and issubclass(self.cls, torch.nn.Module)
@@ -243,11 +245,13 @@ class Glue:
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = m.to(dt)
-            self.first = self.first_call(m, heads, case)
+            first = self.first_call(m, heads, case)
             initial = {k: v.clone() for k, v in m.state_dict().items()}
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
-            self.changed = any(not torch.equal(initial[k], v) for k, v in m.state_dict().items()
-                               if k in initial and initial[k].shape == v.shape)
+            # The first call's bias, kept only where the load changed a parameter (`stale`).
+            changed = any(not torch.equal(initial[k], v) for k, v in m.state_dict().items()
+                          if k in initial and initial[k].shape == v.shape)
+            self.first = first if changed else None
             if not own:
                 # Built from the case's c and L_init: it must hold them ([fire.params]).
                 theirs = {k: n for n, k in names.items()}
@@ -294,9 +298,9 @@ class Glue:
     def stale(self, full):
         """Raises where the bias is exactly the one the first call returned though the load
         changed the module's parameters (``first_call``)."""
-        first = getattr(self, "first", None)
-        if (first is None or not getattr(self, "changed", False) or not isinstance(full, torch.Tensor)
-                or first.shape != full.shape or not torch.equal(first, full.detach())):
+        first = self.first
+        if (first is None or not isinstance(full, torch.Tensor) or first.shape != full.shape
+                or not torch.equal(first, full.detach())):
             return
         raise ValueError(
             "the module returned exactly the bias of its first call, made before the case's "
