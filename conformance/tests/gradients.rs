@@ -144,7 +144,10 @@ fn one_element_scalar_gradients_pass_and_misnamed_or_misshaped_ones_are_said_to_
 
 /// The reference with the gradient with respect to the threshold L = |m·L_init| sent for
 /// `L_multiplier` (a glue differentiating through L).
-struct GradientOfL;
+struct GradientOfL {
+    /// Sends zero instead (a multiplier detached, frozen or unused).
+    zero: bool,
+}
 
 impl Implementation for GradientOfL {
     fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
@@ -153,6 +156,7 @@ impl Implementation for GradientOfL {
 
     fn run(&mut self, r: &Request) -> Reply {
         let factor = match &r.encoding {
+            Encoding::Fire(_) if self.zero => f64::INFINITY,
             Encoding::Fire(p) => p.l_init * p.l_multiplier.signum(),
             _ => 1.0,
         };
@@ -168,15 +172,15 @@ impl Implementation for GradientOfL {
     }
 }
 
-#[test]
-fn the_gradient_of_the_threshold_sent_for_the_multipliers_is_named() {
+/// The failing cases of a gradient run of `imp` whose diagnosis says `text`, and the run's summary.
+fn gradient_cases_saying(imp: &mut dyn Implementation, text: &str) -> (Vec<String>, String) {
     let opts = Options {
         run: vec!["fire-grad/*".into()],
         diagnose: true,
         ..Options::default()
     };
-    let r = runner::run(&suite(), &mut GradientOfL, &opts).unwrap();
-    let named: Vec<&str> = r
+    let r = runner::run(&suite(), imp, &opts).unwrap();
+    let named = r
         .outcomes
         .iter()
         .filter(|o| o.status == Status::Failed)
@@ -184,9 +188,34 @@ fn the_gradient_of_the_threshold_sent_for_the_multipliers_is_named() {
             let f = o.finding.as_ref().unwrap();
             fire_conformance::diagnose::describe(f, o.profile.unwrap())
                 .join("\n")
-                .contains("is the one with respect to the threshold L = |m·L_init|")
+                .contains(text)
         })
-        .map(|o| o.id.as_str())
+        .map(|o| o.id.clone())
         .collect();
-    assert!(named.len() >= 5, "{named:?}: {}", r.summary());
+    (named, r.summary())
+}
+
+#[test]
+fn the_gradient_of_the_threshold_sent_for_the_multipliers_is_named() {
+    let (named, summary) = gradient_cases_saying(
+        &mut GradientOfL { zero: false },
+        "is the one with respect to the threshold L = |m·L_init|",
+    );
+    assert!(named.len() >= 5, "{named:?}: {summary}");
+}
+
+/// A zero gradient of the multiplier is within tolerance of the expected one ÷ 512 where
+/// L_init = 512, and had been named the gradient with respect to L (audit 19): it is said as a
+/// multiplier that gets no gradient, and never as L's.
+#[test]
+fn a_zero_gradient_of_the_multiplier_is_named_as_zero_not_as_the_thresholds() {
+    let mut zero = GradientOfL { zero: true };
+    let (named, summary) =
+        gradient_cases_saying(&mut zero, "the gradient sent for `L_multiplier` is zero");
+    assert!(named.len() >= 5, "{named:?}: {summary}");
+    let (as_l, summary) = gradient_cases_saying(
+        &mut zero,
+        "is the one with respect to the threshold L = |m·L_init|",
+    );
+    assert!(as_l.is_empty(), "{as_l:?}: {summary}");
 }

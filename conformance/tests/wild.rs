@@ -498,3 +498,89 @@ fn a_square_glue_says_the_position_lists_were_gathered() {
     let lists = passes(&appendix("QueryKeyPositions", "f32"), 20);
     assert_eq!(lists["positions_from_square"], 0, "{lists:#}");
 }
+
+/// A module given attention scores ([B, H, T, T]) is handed non-zero ones: it must return them
+/// added to its bias. One that drops them (a model's logits replaced by the bias) or changes
+/// them otherwise errors saying so; one that reads only their length and returns the bias
+/// alone, under a parameter not named for scores, is graded as a bias.
+#[test]
+fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
+    if !numpy() {
+        return;
+    }
+    let args = ["--run", "fire/random-params/*", "--fail-on", "values"];
+    for (class, says) in [
+        ("ScoresDropped", "returned the bias without them"),
+        ("ScoresScaled", "returned neither scores + bias"),
+    ] {
+        let (code, r) = run(&appendix(class, "f32"), &args);
+        assert_ne!(code, 0, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
+        let cases = r["cases"].as_array().unwrap();
+        assert!(
+            cases
+                .iter()
+                .filter(|c| c["status"] == "failed")
+                .all(|c| c["report"].as_str().unwrap().contains(says)),
+            "{class}: {r:#}"
+        );
+    }
+    for class in ["ScoresPlusBias", "LengthFromLastAxis"] {
+        passes_in(
+            &appendix(class, "f32"),
+            4,
+            &["--run", "fire/random-params/*"],
+        );
+    }
+}
+
+/// A `forward(query_length, key_length)` module is given the decoding call, the query rows from
+/// the first query to the last key: one that returns the first rows of a shorter query block
+/// (a decoding step given query 0's bias) fails, and passes only where it declares that
+/// convention (`--query-rows first`, T5's compute_bias). Its lists reach it as far as the
+/// interface can take them, so nothing is counted as gathered from a square.
+#[test]
+fn a_lengths_module_is_given_the_decoding_call() {
+    if !numpy() {
+        return;
+    }
+    let args = not_the_4096_square(&["--fail-on", "values"]);
+    let (code, r) = run(&appendix("LengthsFirstRows", "f32"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(&r, "worst");
+    assert!(
+        failed.iter().any(|id| id.contains("kv-cache")),
+        "{failed:?}\n{r:#}"
+    );
+    let first = format!("{} --query-rows first", appendix("LengthsFirstRows", "f32"));
+    let r = passes_in(&first, 20, &not_the_4096_square(&[]));
+    assert!(r["positions_from_square"].as_u64().unwrap() >= 5, "{r:#}");
+    let r = passes_in(
+        &appendix("QueryKeyLengths", "f32"),
+        20,
+        &not_the_4096_square(&[]),
+    );
+    assert_eq!(r["positions_from_square"], 0, "{r:#}");
+}
+
+/// A `forward(positions)` module is given the case's positions (the lists where the queries are
+/// the keys, every position either holds otherwise): one that counts 0..n in place of them
+/// fails on gapped positions, where the square 0..T had let it pass.
+#[test]
+fn a_positions_module_is_given_the_positions() {
+    if !numpy() {
+        return;
+    }
+    let r = passes(&appendix("PositionList", "f32"), 20);
+    assert_eq!(r["positions_from_square"], 0, "{r:#}");
+    let (code, r) = run(
+        &appendix("PositionListAsIndices", "f32"),
+        &["--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(&r, "worst");
+    assert!(
+        failed.iter().any(|id| id.contains("randomised-positions")),
+        "{failed:?}\n{r:#}"
+    );
+}

@@ -258,3 +258,65 @@ fn a_jax_class_without_init_and_apply_is_refused_naming_the_interface() {
         "{err}"
     );
 }
+
+/// A scalar kept outside `params` by its own name takes the case's value there: `c` in the
+/// `constants` collection is graded on values and fails every gradient case naming the
+/// collection (it never trains), where the whole run had been "adapter broken"; an `init_L`
+/// constant that ignores the constructor's argument is named as for a torch buffer (audit 19).
+#[test]
+fn a_jax_scalar_outside_params_is_loaded_there_and_named_when_it_cannot_train() {
+    if !jax() {
+        return;
+    }
+    let args = [
+        "--run",
+        "fire/random-params/*",
+        "--run",
+        "fire-grad/vjp/random-*",
+    ];
+    let (code, r) = run(&jax_fake("CInConstants"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    for c in cases.iter().filter(|c| c["status"] != "skipped") {
+        let gradient = c["id"].as_str().unwrap().starts_with("fire-grad/");
+        assert_eq!(
+            c["status"],
+            if gradient { "failed" } else { "passed" },
+            "{c:#}"
+        );
+        if gradient {
+            assert!(
+                c["details"]
+                    .to_string()
+                    .contains("keeps `c` in the `constants` collection, outside `params`"),
+                "{c:#}"
+            );
+        }
+    }
+    fails_naming_the_ignored_argument(&jax_fake("IgnoresInitLConstant"), "init_L");
+}
+
+/// A JAX module returning a NumPy array has its bias graded and its gradient cases skipped with
+/// the reason, reported as unchecked, as the torch glue does, where every gradient case had
+/// errored with a message about layouts of x (audit 19).
+#[test]
+fn a_jax_module_returning_numpy_has_its_bias_graded_and_its_gradients_skipped() {
+    if !jax() {
+        return;
+    }
+    let args = [
+        "--run",
+        "fire/random-params/*",
+        "--run",
+        "fire-grad/vjp/random-*",
+        "--fail-on",
+        "values",
+    ];
+    let (code, r) = run(&jax_fake("ReturnsNumpy"), &args);
+    assert_eq!(code, 0, "{r:#}");
+    assert!(count(&r, "values", "passed") >= 6, "{r:#}");
+    let reason = r["gradients_unchecked"][0]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(reason.contains("jax.vjp cannot differentiate"), "{r:#}");
+}

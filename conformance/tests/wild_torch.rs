@@ -349,3 +349,23 @@ fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cac
     );
     passes_in(&torch_fake("CachesInEvalOnly", "f32"), 6, &small);
 }
+
+/// A module built with an MLP in float16 (`.half()` in its `__init__`) passed at f32 and f64
+/// (audit 20): the glue cast the whole module to the dtype asked. A module whose floating
+/// parameters are of several dtypes as built now keeps them, and fails on its float16 error; a
+/// module taking attention scores is graded, gradients included, through the scores it adds.
+#[test]
+fn a_module_built_in_mixed_precision_is_graded_as_built_and_scores_reach_torch_modules() {
+    if !torch() {
+        return;
+    }
+    let small = ["--run", "fire/*", "--fail-on", "values"];
+    let (code, r) = run(&torch_fake("HalfMLP", "f32"), &small);
+    assert_eq!(code, 1, "{r:#}");
+    assert!(count(&r, "values", "failed") >= 6, "{r:#}");
+    passes_in(
+        &torch_fake("ScoresPlusBias", "f32"),
+        6,
+        &["--run", "fire*/*"],
+    );
+}

@@ -14,22 +14,29 @@ How the module is called is found by introspecting its ``forward`` (or ``__call_
 with ``--call``. A ``forward(x)`` found by introspection is called with the ``x`` layout first and,
 when that fails or returns a bias of another length, with ``hidden``, then ``scores``: which
 dimension of ``x`` a module reads the length from is its calling convention, not a FIRE mistake,
-and the values are checked in full either way.
+and the values are checked in full either way. A first parameter named for attention scores
+(``scores``, ``attn_logits``, ``sim``, ...) gets the ``scores`` layout only. Each style hands the
+module as much of the case's positions as it can take (``calls``), so that a mistake shown only
+there is caught rather than answered by the glue's gather [proto.hello]:
 
     x          forward(x), x of shape [B, H, T, 1]; the length is read from x (Appendix E)
     hidden     forward(x), x of shape [B, T, 1]: hidden states [batch, seq, dim], the length
                read from x.size(1) (GPT-style copies of Appendix E)
-    scores     forward(x), x the zero attention scores [B, H, T, T] (a module that returns
-               scores + bias, or reads the length from x.size(-1))
+    scores     forward(x), x attention scores [B, H, T, T]: called with zero scores and again
+               with random ones, it must return scores + bias, or (a module reading only the
+               length from x.size(-1), its parameter not named for scores) the bias alone
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
-    lengths    forward(query_length, key_length) called as forward(T, T): the bias of T queries
-               over T keys (x-transformers' ``forward(i, j)``, Hugging Face's ``compute_bias
-               (query_length, key_length)``; also ``q_len, k_len``, ...)
+    lengths    forward(query_length, key_length): the decoding call, the rows from the case's
+               first query to its last key over keys 0..T-1, forward(T - first, T)
+               (x-transformers' ``forward(i, j)``, Hugging Face's ``compute_bias
+               (query_length, key_length)``; also ``q_len, k_len``, ...); with
+               ``--query-rows first`` (T5's compute_bias, whose caller slices) the first rows,
+               forward(last + 1, T)
     lengths_device  the same with a third parameter ``device``
-    positions  forward(positions), positions = arange(T)
+    positions  forward(positions): the case's positions where its queries are its keys, else
+               every position either holds, in order; the rows and columns picked from that
     qk         forward(query_positions, key_positions): the requested rows and columns directly
-
 In the x layouts B is 2 for squares up to 512 and 1 beyond: a module returning [B, H, T, T] must
 give both sequences the same bias (a batch mixed up with the heads fails); [H, T, T] and
 [1, H, T, T] do not look at B.
@@ -46,7 +53,9 @@ A torch module's state need not be Appendix E's exactly (``load_torch``): the ca
 in order, to the module's ``mlp.N`` layers or else its ``nn.Linear`` layers, so a layer built with
 ``bias=False`` or a dropped activation is graded (and named) rather than refused; scalars kept as
 ``[1]`` take the case's values; buffers the case has no value for keep the constructor's; a
-parameter no case value reaches is refused by name. ``--dtype bf16`` casts it to ``bfloat16``.
+parameter no case value reaches is refused by name. ``--dtype bf16`` casts it to ``bfloat16``
+(every dtype likewise, unless the module is built with floating parameters of several dtypes, a
+float16 MLP say: that precision is the module's, and graded as built).
 What the module writes to standard output goes to standard error: the protocol owns stdout.
 
 Options (after the module spec):
@@ -56,6 +65,9 @@ Options (after the module spec):
     --future-keys X     mirrored (Appendix E, default), zero, masked (-inf or any value <= -1e3,
                         e.g. finfo.min) or negated (nothing checked above the diagonal)
     --max-len N         the largest T x T square to evaluate (default 4096); larger cases skip
+    --query-rows last|first  which rows forward(query_length, key_length) returns when there
+                        are fewer queries than keys (default last: the new queries of a decoding
+                        step)
     --kwargs JSON       extra constructor keyword arguments; init_c, init_L or eps there
                         replace the constructor's default in the [fire.defaults] cases
                         (the case's value is passed everywhere else)
@@ -71,13 +83,14 @@ With torch installed the module is a torch ``nn.Module`` (put in ``.eval()`` mod
 
 import argparse
 import importlib.util
-import inspect
 import os
 import sys
 
 import numpy as np
 
+from fire_conformance import calls
 from fire_conformance import kit as fire_kit
+from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, parse_kwargs, construct_own, construct)
 from fire_conformance.loading import NAMES, Built, appendix_params, is_our_name, load_torch
@@ -87,29 +100,8 @@ try:
 except ImportError:  # the glue still serves NumPy modules
     torch = None
 
-CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "lengths", "lengths_device", "positions",
-         "qk"]
-# The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
-X_LAYOUTS = ["x", "hidden", "scores"]
 # What a layout of x the module does not take raises (an ``assert x.dim() == 3`` included).
 LAYOUT_ERRORS = (ValueError, RuntimeError, TypeError, IndexError, AssertionError)
-# An x of two sequences, not one, up to this length: a bias that differs between the sequences of
-# a batch (batch and heads mixed up by a ``repeat_interleave`` or a ``view`` of [B·H, T, T]) fails
-# there (`squeeze`), where at batch 1 it is right. Longer squares keep one sequence: a module's
-# [B, H, T, T] is the run's memory there.
-BATCHED_UP_TO = 512
-LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
-# A forward of two lengths, the queries' and the keys' (queries the last of the keys where fewer).
-QUERY_LENGTH_NAMES = {"i", "query_length", "query_len", "q_len", "qlen", "q_length", "num_queries",
-                      "n_queries", "tgt_len"}
-KEY_LENGTH_NAMES = {"j", "key_length", "key_len", "k_len", "klen", "k_length", "num_keys", "n_keys",
-                    "src_len"}
-POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
-
-
-def batch_of(T):
-    """How many sequences the x layouts hold for a square of length T."""
-    return 2 if T <= BATCHED_UP_TO else 1
 
 
 def load_class(spec):
@@ -125,59 +117,6 @@ def load_class(spec):
     if not hasattr(module, cls):
         raise SystemExit(f"{path} has no class {cls!r}")
     return getattr(module, cls)
-
-
-def call_style(m):
-    """How to call the module, from the names of its forward's parameters."""
-    fn = m.forward if hasattr(m, "forward") else m.__call__
-    try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        return "x"
-    return style_of([p.name.lower() for p in params])
-
-
-def class_call_style(cls):
-    """``call_style`` of ``cls``'s instances, read from the class before any is built (for the
-    hello): its ``forward`` (or ``__call__``, or linen's ``apply``) less ``self`` and, for
-    ``apply``, ``variables``."""
-    own = lambda name: next((k.__dict__[name] for k in getattr(cls, "__mro__", ())  # noqa: E731
-                             if k not in (object, type) and name in k.__dict__), None)
-    fn, skip = own("forward"), 1
-    if fn is None:
-        fn = own("__call__")
-    if fn is None and callable(getattr(cls, "apply", None)):
-        fn, skip = cls.apply, 2
-    try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][skip:]
-    except (TypeError, ValueError):
-        return "x"
-    return style_of([p.name.lower() for p in params])
-
-
-def positions(style):
-    """The hello's ``positions`` ([proto.hello]) for a call style: only ``qk`` hands the module
-    the case's position lists; every other style computes the 0..T square and gathers."""
-    return "lists" if style == "qk" else "square"
-
-
-def style_of(names):
-    """The call style of a forward whose positional parameters (``self`` left out) are
-    ``names``, lower-cased."""
-    if len(names) >= 2 and names[1] == "device" and names[0] in LENGTH_NAMES:
-        return "seq_len_device"
-    if names and names[0] in LENGTH_NAMES:
-        return "seq_len"
-    if len(names) >= 2 and names[0] in QUERY_LENGTH_NAMES and names[1] in KEY_LENGTH_NAMES:
-        return "lengths_device" if len(names) >= 3 and names[2] == "device" else "lengths"
-    if len(names) >= 2 and all(n in POSITION_NAMES or "pos" in n for n in names[:2]) \
-            and ("q" in names[0] or "query" in names[0]):
-        return "qk"
-    if names and names[0] in POSITION_NAMES:
-        return "positions"
-    return "x"
 
 
 # The torch dtype of each --dtype: what the module is cast to, and what it must return.
@@ -207,9 +146,9 @@ def wider_than_bf16(dtype, got):
 
 
 class Glue:
-    def __init__(self, cls, mapping, dtype, max_len, kwargs, call):
+    def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last"):
         self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
-        self.call = call
+        self.call, self.query_rows = call, query_rows
         # The x layout that gave a bias of the right length where the layouts disagree
         # (T != H): tried first from then on.
         self.layout = None
@@ -244,7 +183,7 @@ class Glue:
             # The whole module in the dtype asked, bf16 included: a bf16 module computes and
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
-            m = m.to(dt)
+            m = in_dtype(m, dt)
             first = self.first_call(m, heads, case)
             initial = {k: v.clone() for k, v in m.state_dict().items()}
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
@@ -259,7 +198,7 @@ class Glue:
                 def rebuild(name, arg, value):
                     key = {"init_c": "c", "init_L": "l_init"}[arg]
                     again = construct(self.cls, heads, width, {**enc, key: value}, self.kwargs)
-                    return again.to(dt).state_dict()[theirs[name]]
+                    return in_dtype(again, dt).state_dict()[theirs[name]]
 
                 check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype,
                                 rebuild)
@@ -311,70 +250,72 @@ class Glue:
             "parameters' versions as well [fire.bias]")
 
     def forward(self, m, heads, case, torch_module):
-        """The module's bias over what it was asked: ([H, R, C] array-like, gathered?)."""
+        """The module's bias over what it was asked: (``[H, R, C]`` array-like, the
+        ``calls.Plan`` saying where the case's queries and keys are in it)."""
         style = self.call or call_style(m)
-        T = case.length
-        if style != "qk" and T > self.max_len:
-            raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {self.max_len})")
         if torch_module:
-            dt = next(m.parameters()).dtype
+            dt = getattr(torch, TORCH_DTYPES[self.dtype])
             dev = next(m.parameters()).device
-            arange = lambda n: torch.arange(n, device=dev)  # noqa: E731
             tensor = lambda v: torch.as_tensor(v, device=dev)  # noqa: E731
+            array = lambda a: torch.as_tensor(a, device=dev).to(dt)  # noqa: E731
             zeros = lambda shape: torch.zeros(shape, dtype=dt, device=dev)  # noqa: E731
         else:
-            dev = "cpu"
-            arange, tensor, zeros = np.arange, np.asarray, np.zeros
-        rows, cols = (len(case.queries), len(case.keys)) if style == "qk" else (T, T)
-
-        B = batch_of(T)
+            # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
+            dev, dt = "cpu", np.float64 if self.dtype == "f64" else np.float32
+            tensor = np.asarray
+            array = lambda a: np.asarray(a, dtype=dt)  # noqa: E731
+            zeros = lambda shape: np.zeros(shape, dtype=dt)  # noqa: E731
 
         def call(style):
+            p = calls.plan(style, case, self.max_len, self.query_rows)
+            rows, cols = p.shape
+            x = {"x": (p.batch, heads, rows, 1), "hidden": (p.batch, rows, 1),
+                 "scores": (p.batch, heads, rows, cols)}.get(style)
             try:
-                if style == "x":
-                    out = m(zeros((B, heads, T, 1)))
-                elif style == "hidden":
-                    out = m(zeros((B, T, 1)))
-                elif style == "scores":
-                    out = m(zeros((B, heads, T, T)))
-                elif style == "seq_len":
-                    out = m(T)
-                elif style == "seq_len_device":
-                    out = m(T, dev)
-                elif style == "lengths":
-                    out = m(T, T)
-                elif style == "lengths_device":
-                    out = m(T, T, dev)
-                elif style == "positions":
-                    out = m(arange(T))
-                elif style == "qk":
-                    out = m(tensor(case.queries), tensor(case.keys))
+                if x is not None:
+                    out = m(zeros(x))
+                elif style in ("seq_len_device", "lengths_device"):
+                    out = m(*p.args, dev)
+                elif style in ("seq_len", "lengths"):
+                    out = m(*p.args)
                 else:
-                    raise SystemExit(f"unknown --call {style!r}; one of {CALLS}")
+                    out = m(*(tensor(a) for a in p.args))
             except (RuntimeError, TypeError) as e:
                 text = str(e)
                 if torch_module and any(w in text for w in ("Double", "Float", "dtype", "scalar type")):
                     raise fire_kit.UnsupportedDtype(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
                                         f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
                 raise
-            return squeeze(out, heads, rows, cols, batch=B if style in X_LAYOUTS else 1)
+            full = squeeze(out, heads, rows, cols, batch=p.batch)
+            if style == "scores":
+                scores = array(calls.scores_probe(x))
+                if torch_module:
+                    with torch.no_grad():
+                        probed = m(scores)
+                else:
+                    probed = m(scores)
+                calls.check_scores(full, probed, scores, self.dtype,
+                                   calls.takes_scores(calls.parameter_names(m)), to_numpy=as_numpy)
+            return full, p
 
         if style != "x" or self.call:
-            return call(style), style == "qk"
+            return call(style)
+        if calls.takes_scores(calls.parameter_names(m)):
+            return call("scores")
         # forward(x) by introspection: the layouts in turn, the one that worked before first.
         order = sorted(X_LAYOUTS, key=lambda s: s != self.layout)
         errors = []
         for layout in order:
             try:
-                full = call(layout)
-            except (NotABias, BatchMixed):
+                out = call(layout)
+            except (NotABias, BatchMixed, calls.ScoresMisused):
                 raise
             except LAYOUT_ERRORS as e:
                 errors.append((layout, e))
                 continue
-            if T != heads:
+            if case.length != heads:
                 self.layout = layout
-            return full, False
+            return out
         raise every_layout_failed(errors)
 
     def build(self, case):
@@ -393,9 +334,9 @@ class Glue:
                 raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
         if torch_module and case.kind == "bias":
             with torch.no_grad():
-                full, direct = self.forward(m, heads, case, True)
+                full, plan = self.forward(m, heads, case, True)
         else:
-            full, direct = self.forward(m, heads, case, torch_module)
+            full, plan = self.forward(m, heads, case, torch_module)
         if torch_module:
             self.stale(full)
         if torch_module and not isinstance(full, torch.Tensor):
@@ -412,15 +353,8 @@ class Glue:
             raise fire_kit.UnsupportedDtype(f"the module returns {got_dt} but --dtype {self.dtype} was "
                                             f"given; {rerun_advice(got_dt)}")
         if case.kind == "bias":
-            if torch_module:
-                full = full.detach().cpu().double().numpy()
-            return np.asarray(full) if direct else case.gather(full)
-        g = torch.zeros(full.shape, dtype=full.dtype, device=full.device)
-        c = torch.as_tensor(cot, dtype=full.dtype, device=full.device)
-        for qi, i in enumerate(case.queries):
-            for ki, j in enumerate(case.keys):
-                r, k = (qi, ki) if direct else (i, j)
-                g[:, r, k] += c[:, qi, ki]
+            return plan.pick(as_numpy(full))
+        g = torch.as_tensor(plan.cotangent(cot), dtype=full.dtype, device=full.device)
         (full * g).sum().backward()
         # Every trainable parameter's gradient under our name, in the case's shape (a scalar the
         # module keeps as [1] has a gradient of [1]). A module that trains `init_L`, which
@@ -431,6 +365,24 @@ class Glue:
             grads.pop("L_multiplier", None)
         return {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k]))
                 for k, v in grads.items()}
+
+
+def as_numpy(a):
+    """A torch tensor (any dtype, any device, with or without a graph) or array-like as a
+    float64 NumPy array."""
+    if torch is not None and isinstance(a, torch.Tensor):
+        return a.detach().cpu().double().numpy()
+    return np.asarray(a, dtype=np.float64)
+
+
+def in_dtype(m, dt):
+    """The torch module ``m`` in the dtype asked, bf16 included: a bf16 module computes and
+    returns bfloat16, graded by the bf16 profile [num.profiles]. A module built with floating
+    parameters and buffers of several dtypes (an MLP made ``.half()`` in its ``__init__``, a
+    float64 table of positions) keeps them: its precision is part of what is graded, and a cast
+    would grade another module."""
+    kinds = {t.dtype for t in [*m.parameters(), *m.buffers()] if t.is_floating_point()}
+    return m.to(dt) if len(kinds) <= 1 else m
 
 
 # What each layout of x is, for the error that names them all.
@@ -519,6 +471,7 @@ def parser(description=__doc__):
     p.add_argument("--call", choices=CALLS, help="how to call forward (default: introspection)")
     p.add_argument("--future-keys", default="mirrored", choices=["mirrored", "zero", "masked", "negated"])
     p.add_argument("--max-len", type=int, default=4096)
+    p.add_argument("--query-rows", default="last", choices=calls.QUERY_ROWS)
     p.add_argument("--kwargs", default="{}")
     p.add_argument("--name")
     return p
@@ -558,9 +511,9 @@ def main(argv=None):
         from fire_conformance import jax_glue
 
         return jax_glue.serve(cls, a)
-    glue = Glue(cls, mapping, a.dtype, a.max_len, parse_kwargs(a.kwargs), a.call)
+    glue = Glue(cls, mapping, a.dtype, a.max_len, parse_kwargs(a.kwargs), a.call, a.query_rows)
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}",
-                   positions=positions(a.call or class_call_style(cls)),
+                   positions=calls.positions(a.call or calls.class_call_style(cls), a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)
 

@@ -24,21 +24,24 @@ graded on the cases of its depth; a ``Dense(use_bias=False)`` layer is graded, a
 named, rather than refused; a scalar kept as ``[1]`` takes the case's value; a parameter no case
 value reaches is refused by name. Other layouts are mapped with ``--map OURS=PATH``, PATH
 ``/``-separated in the tree, e.g. ``--map mlp.0.weight=mlp/layers_0/kernel --map
-L_multiplier=L_mult`` (map every layer once you map one). Variables outside ``params`` (an
-``init_L`` constant, say) come from ``init`` with the case's constructor arguments.
+L_multiplier=L_mult`` (map every layer once you map one). A scalar found by its name only outside
+``params`` (an ``init_L`` constant) takes the case's value there, after the value the constructor
+gave it is checked against the argument; a ``c`` or ``L_multiplier`` kept there is graded on
+values and fails the gradient cases, naming its collection: no gradient reaches it. Other
+variables outside ``params`` come from ``init`` with the case's constructor arguments.
+A tree built with floating leaves of several dtypes (a float16 MLP) keeps them.
 
 Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future-keys``,
 ``--max-len``, ``--kwargs``). ``--dtype f64`` turns on ``jax_enable_x64``.
 """
 
-import inspect
 import re
 import sys
-import types
 
 import numpy as np
 
 from fire_conformance import appendix_e
+from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
@@ -100,15 +103,17 @@ def jax_layers(flat, mapping):
 
 def load_jax(flat, ours, mapping, built, elsewhere=()):
     """Where each of the case's parameters ``ours`` goes in the module's flattened params tree
-    ``flat``: ``{path: our name}``. Layer by layer, as ``loading.load_torch`` loads a torch
-    module and for the same reason: the catalogue's MLP mistakes (spec/variants.md) are modules
-    whose tree is not Appendix E's. A ``Dense(use_bias=False)`` takes the kernel and leaves the
-    case's bias out, which is exactly the mistake (``hidden-bias-missing``,
-    ``output-bias-missing``), graded and named. A case whose MLP is not the module's (another
-    depth, other widths) is skipped; a case value with nowhere to go, or a module parameter no
-    case value reaches, is refused by name. ``init_L`` may be outside ``params`` (a constant the
-    constructor set); ``L_multiplier`` may be absent (``loading.no_multiplier``), unless a
-    scalar leaf of another collection (``elsewhere``, their paths) could be it."""
+    ``flat``: ``{path: our name}``, and where a scalar outside ``params`` goes (``elsewhere``, the
+    scalar leaves of the other collections by ``(collection,) + path``): ``{path: our name}``.
+    Layer by layer, as ``loading.load_torch`` loads a torch module and for the same reason: the
+    catalogue's MLP mistakes (spec/variants.md) are modules whose tree is not Appendix E's. A
+    ``Dense(use_bias=False)`` takes the kernel and leaves the case's bias out, which is exactly the
+    mistake (``hidden-bias-missing``, ``output-bias-missing``), graded and named. A case whose MLP
+    is not the module's (another depth, other widths) is skipped; a case value with nowhere to go,
+    or a module parameter no case value reaches, is refused by name. A scalar found by its name
+    only outside ``params`` (an ``init_L`` constant; a ``c`` or ``L_multiplier`` kept there, which
+    then never trains) takes the case's value there; ``L_multiplier`` may be absent
+    (``loading.no_multiplier``), unless another scalar leaf could be it."""
     for name, path in mapping.items():
         if path not in flat:
             raise loading.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
@@ -119,20 +124,24 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
     loaded = loading.assign_layers(ours, layers, own, missing, built)
+    outside = {}
     for name in SCALARS:
         if name in mapping:
             loaded[mapping[name]] = name
             continue
         hits = [p for p in flat if p[-1] == name]
+        there = [p for p in elsewhere if p[-1] == name]
         if len(hits) == 1:
             loaded[hits[0]] = name
+        elif not hits and len(there) == 1:
+            outside[there[0]] = name
         elif name not in loading.OPTIONAL_SCALARS or len(hits) > 1:
             found = f"{len(hits)} leaves named so" if hits else "no leaf named so"
             raise loading.ParamsMismatch(f"the module's params have {found} for the case's `{name}` "
                              f"({['/'.join(q) for q in flat]}); map it with --map {name}=PATH")
-    if "L_multiplier" not in loaded.values():
+    if "L_multiplier" not in loaded.values() and "L_multiplier" not in outside.values():
         loading.no_multiplier(any(p[-1] == "init_L" for p in loaded),
-                                 ["/".join(p) for p in elsewhere if p[-1] != "init_L"],
+                                 ["/".join(p) for p in elsewhere if p[-1] != "init_L" and p not in outside],
                                  "write a build(case) glue that sets it (--map reaches `params` only)")
     unset = ["/".join(p) for p in flat if p not in loaded]
     if unset:
@@ -140,7 +149,11 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
             f"the module's parameter(s) {unset} take none of the case's values ({sorted(ours)}); "
             "map them with --map OURS=PATH, or write a build(case) glue (one that converts, where "
             "the module stores a value otherwise: log L, softplus⁻¹ c)")
-    return loaded
+    return loaded, outside
+
+
+class FrozenScalar(ValueError):
+    """A gradient case of a module keeping ``c`` or ``L_multiplier`` outside ``params``."""
 
 
 def _place(value, leaf, path):
@@ -158,63 +171,55 @@ def _place(value, leaf, path):
     return value
 
 
-def call_style(m):
-    """As ``appendix_e.call_style``, from ``__call__`` (Flax) or else ``apply`` less its
-    ``variables`` parameter (a plain-JAX class with linen's interface)."""
+def parameter_names(m):
+    """The positional parameter names of ``__call__`` (Flax) or else of ``apply`` less its
+    ``variables`` (a plain-JAX class with linen's interface)."""
     if callable(m):
-        return appendix_e.call_style(m)
-    sig = inspect.signature(m.apply)
+        return calls.parameter_names(m)
+    return calls._positional(m.apply, 1) or []
 
-    def forward(*args):
-        raise NotImplementedError
 
-    forward.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
-    return appendix_e.call_style(types.SimpleNamespace(forward=forward))
+def call_style(m):
+    """As ``calls.call_style``, from ``__call__`` (Flax) or else ``apply`` less ``variables``."""
+    return calls.style_of(parameter_names(m))
 
 
 class JaxGlue:
-    def __init__(self, cls, mapping, dtype, max_len, kwargs, call):
+    def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last"):
         self.jax, self.jnp = _jax()
         if dtype == "f64":
             self.jax.config.update("jax_enable_x64", True)
         self.cls, self.dtype, self.max_len = cls, dtype, max_len
         self.mapping = {name: tuple(path.split("/")) for name, path in mapping.items()}
-        self.kwargs, self.call = kwargs, call
+        self.kwargs, self.call, self.query_rows = kwargs, call, query_rows
         # As in appendix_e.Glue: the x layout that worked where the layouts disagree (T != H).
         self.layout = None
         self.dt = {"f64": self.jnp.float64, "f32": self.jnp.float32, "bf16": self.jnp.bfloat16}[dtype]
 
     def layouts(self, m):
         """The call styles to try in turn: one, or for an introspected ``__call__(x)`` the x
-        layouts of ``appendix_e.X_LAYOUTS``, the one that worked before first."""
+        layouts of ``calls.X_LAYOUTS``, the one that worked before first."""
         style = self.call or call_style(m)
         if style != "x" or self.call:
             return [style]
-        return sorted(appendix_e.X_LAYOUTS, key=lambda s: s != self.layout)
+        if calls.takes_scores(parameter_names(m)):
+            return ["scores"]
+        return sorted(calls.X_LAYOUTS, key=lambda s: s != self.layout)
 
-    def args(self, style, heads, case):
-        """The call's arguments, whether they ask for the requested rows and columns directly, and
-        how many sequences they hold (``appendix_e.batch_of``)."""
+    def args(self, plan, heads):
+        """The arguments of the call ``plan`` (a ``calls.Plan``), with the scores of a ``scores``
+        call set to zero (``probe``: the non-zero ones)."""
         jnp = self.jnp
-        T = case.length
-        if style != "qk" and T > self.max_len:
-            raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {self.max_len})")
-        B = appendix_e.batch_of(T)
-        if style == "x":
-            return (jnp.zeros((B, heads, T, 1), dtype=self.dt),), False, B
-        if style == "hidden":
-            return (jnp.zeros((B, T, 1), dtype=self.dt),), False, B
-        if style == "scores":
-            return (jnp.zeros((B, heads, T, T), dtype=self.dt),), False, B
-        if style in ("seq_len", "seq_len_device"):
-            return ((T, None) if style == "seq_len_device" else (T,)), False, 1
-        if style in ("lengths", "lengths_device"):
-            return ((T, T, None) if style == "lengths_device" else (T, T)), False, 1
-        if style == "positions":
-            return (jnp.arange(T),), False, 1
-        if style == "qk":
-            return (jnp.asarray(case.queries), jnp.asarray(case.keys)), True, 1
-        raise SystemExit(f"unknown --call {style!r}; one of {appendix_e.CALLS}")
+        rows, cols = plan.shape
+        x = {"x": (plan.batch, heads, rows, 1), "hidden": (plan.batch, rows, 1),
+             "scores": (plan.batch, heads, rows, cols)}.get(plan.style)
+        if x is not None:
+            return (jnp.zeros(x, dtype=self.dt),)
+        if plan.style in ("seq_len_device", "lengths_device"):
+            return plan.args + (None,)
+        if plan.style in ("seq_len", "lengths"):
+            return plan.args
+        return tuple(jnp.asarray(a) for a in plan.args)
 
     def build(self, case):
         case.check_positions()
@@ -231,11 +236,12 @@ class JaxGlue:
         styles = self.layouts(m)
         errors = []
         for style in styles:
-            args, direct, batch = self.args(style, heads, case)
+            plan = calls.plan(style, case, self.max_len, self.query_rows)
             try:
-                out = self.evaluate(m, heads, case, ours, args, direct,
-                                    loading.Built(self.cls, heads, width), own=bool(own), batch=batch)
-            except (appendix_e.NotABias, appendix_e.BatchMixed, loading.ParamsMismatch):
+                out = self.evaluate(m, heads, case, ours, plan, loading.Built(self.cls, heads, width),
+                                    own=bool(own))
+            except (appendix_e.NotABias, appendix_e.BatchMixed, loading.ParamsMismatch, calls.ScoresMisused,
+                    FrozenScalar):
                 raise
             except appendix_e.LAYOUT_ERRORS as e:
                 if len(styles) == 1:
@@ -247,58 +253,84 @@ class JaxGlue:
             return out
         raise appendix_e.every_layout_failed(errors)
 
-    def evaluate(self, m, heads, case, ours, args, direct, built, own=False, batch=1):
-        """The case's output from ``m`` called with ``args`` (``built``: how ``m`` was built;
-        ``own``: on its own defaults, whose initial scalars it keeps; ``batch``: the sequences
-        ``args`` hold)."""
+    def evaluate(self, m, heads, case, ours, plan, built, own=False):
+        """The case's output from ``m`` called as ``plan`` says (``built``: how ``m`` was built;
+        ``own``: on its own defaults, whose initial scalars it keeps)."""
         jax, jnp = self.jax, self.jnp
+        args = self.args(plan, heads)
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
         flat = _flatten(variables.get("params", {}))
-        elsewhere = [(coll,) + path for coll, tree in variables.items() if coll != "params"
-                     for path, leaf in _flatten(dict(tree)).items() if np.size(leaf) <= 1]
-        loaded = load_jax(flat, ours, self.mapping, built, elsewhere)
+        others = {(coll,) + path: leaf for coll, tree in variables.items() if coll != "params"
+                  for path, leaf in _flatten(dict(tree)).items()}
+        elsewhere = [p for p, leaf in others.items() if np.size(leaf) <= 1]
+        loaded, outside = load_jax(flat, ours, self.mapping, built, elsewhere)
         if not own:
-            # Built from the case's c and L_init: it must hold them ([fire.params]).
-            construction.check_arguments({name: flat[path] for path, name in loaded.items() if path in flat},
-                                       case, self.dtype)
+            # Built from the case's c and L_init: it must hold them ([fire.params]), wherever
+            # it keeps them (an init_L constant that ignores the argument included).
+            held = {name: flat[path] for path, name in loaded.items() if path in flat}
+            held.update({name: others[path] for path, name in outside.items()})
+            construction.check_arguments(held, case, self.dtype)
+        if case.kind == "vjp":
+            frozen = [(name, path[0]) for path, name in outside.items() if name == "c" or (
+                name == "L_multiplier" and case.encoding["threshold"] == "learnable")]
+            if frozen:
+                name, coll = frozen[0]
+                raise FrozenScalar(
+                    f"the module keeps `{name}` in the `{coll}` collection, outside `params`: no "
+                    f"gradient reaches it, so it never trains, where [grad.layout] asks for its "
+                    f"gradient ({'the threshold L = |m·L_init| is fixed' if name == 'L_multiplier' else 'ψ is fixed'}); "
+                    "declare it with self.param")
+        for path, name in outside.items():
+            if own and not construction.same_in_f32(others[path], ours[name]):
+                continue  # the module's own initial value, kept as in `params` below
+            dt = getattr(others[path], "dtype", self.dt)
+            others[path] = jnp.asarray(_place(ours[name], others[path], path), dtype=dt)
+        for coll in {p[0] for p in outside}:
+            variables[coll] = _unflatten({p[1:]: v for p, v in others.items() if p[0] == coll})
+        # A tree whose floating leaves are of several dtypes as built (a float16 MLP) keeps
+        # them: its precision is part of what is graded (``appendix_e.in_dtype``).
+        kinds = {np.dtype(leaf.dtype) for leaf in flat.values() if jnp.issubdtype(leaf.dtype, jnp.floating)}
         for path, name in loaded.items():
+            dt = self.dt if len(kinds) <= 1 else flat[path].dtype
             if own and name in construction.SCALARS and not construction.same_in_f32(flat[path], ours[name]):
                 # The module's own initial value, kept (one equal to the case's in float32 takes
                 # the case's exact value).
-                flat[path] = jnp.asarray(flat[path], dtype=self.dt)
+                flat[path] = jnp.asarray(flat[path], dtype=dt)
                 continue
-            flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=self.dt)
+            flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=dt)
         params = _unflatten(flat)
-        rows, cols = (len(case.queries), len(case.keys)) if direct else (case.length, case.length)
+        rows, cols = plan.shape
 
-        def bias(p, check=True):
-            out = m.apply({**variables, "params": p}, *args)
-            return appendix_e.squeeze(out, heads, rows, cols, batch=batch, check=check)
+        def bias(p, check=True, given=args):
+            out = m.apply({**variables, "params": p}, *given)
+            return appendix_e.squeeze(out, heads, rows, cols, batch=plan.batch, check=check)
 
         if case.kind == "bias":
             full = bias(params)
         else:
-            if batch > 1:
-                # The batch entries compared on concrete values: under jax.vjp they are tracers.
-                bias(params)
+            # Called on concrete values first: the batch entries are compared there (under
+            # jax.vjp they are tracers), and a NumPy bias is seen before tracing fails on it.
+            if isinstance(bias(params), np.ndarray):
+                raise fire_kit.Skip("the module returns a NumPy array (np.asarray in its __call__), "
+                                    "which jax.vjp cannot differentiate: no gradients")
             cot = case.inputs["cotangent"].array()
             want = (heads, len(case.queries), len(case.keys))
             if cot.shape != want:
                 raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
             full, pullback = jax.vjp(lambda p: bias(p, check=False), params)
+        if plan.style == "scores":
+            scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
+            probed = m.apply({**variables, "params": params}, scores)
+            as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
+                                                        else jnp.float64))
+            calls.check_scores(full, probed, scores, self.dtype, calls.takes_scores(parameter_names(m)),
+                               to_numpy=as_numpy)
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
                                             f"was given; {appendix_e.rerun_advice(full.dtype)}")
         if case.kind == "bias":
-            full = np.asarray(full, dtype=np.float64)
-            return full if direct else case.gather(full)
-        g = np.zeros(full.shape, dtype=np.float64)
-        if direct:
-            g += cot
-        else:
-            # Repeated positions add up, as they do in the sum the cotangent defines.
-            np.add.at(g, (slice(None), np.asarray(case.queries)[:, None], np.asarray(case.keys)[None, :]), cot)
-        (grads,) = pullback(jnp.asarray(g, dtype=full.dtype))
+            return plan.pick(np.asarray(full, dtype=np.float64))
+        (grads,) = pullback(jnp.asarray(plan.cotangent(cot), dtype=full.dtype))
         # Every parameter's gradient under our name, in the case's shape. A module that trains
         # `init_L` (a leaf of `params`), which [grad.layout] freezes, sends that gradient too,
         # unasked for: the reply shows it. A layer without a bias sends none for it, and the
@@ -335,9 +367,10 @@ def serve(cls, a):
     """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``."""
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
-    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call)
+    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call,
+                   a.query_rows)
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",
-                   positions=appendix_e.positions(a.call or appendix_e.class_call_style(cls)),
+                   positions=calls.positions(a.call or calls.class_call_style(cls), a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)
 

@@ -257,5 +257,10 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                         "unsupported": "dtype"})
             except Skip as s:
                 _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s)})
+            except MemoryError as e:
+                # The machine's limit, not a FIRE mistake: counted as skipped, and what the case
+                # checks is reported unchecked [proto.report].
+                _reply({"type": "result", "id": cid, "status": "skipped",
+                        "reason": f"ran out of memory ({_message(e)})"})
             except Exception as e:  # noqa: BLE001 - every failure is a reply, never a crash
                 _reply({"type": "result", "id": cid, "status": "errored", "message": _message(e)})

@@ -48,6 +48,8 @@ def pytest_addoption(parser):
     g.addoption("--fire-map", action="append", default=[], metavar="OURS=THEIRS",
                 help="rename a parameter for --fire-impl (repeatable), e.g. L_multiplier=L_mult")
     g.addoption("--fire-call", metavar="STYLE", help="how --fire-impl calls forward: x, hidden, scores, seq_len, positions, qk, ...")
+    g.addoption("--fire-query-rows", choices=["last", "first"],
+                help="which rows --fire-impl's forward(query_length, key_length) returns for fewer queries than keys: last (default, a decoding step) or first (T5's compute_bias)")
     g.addoption("--fire-future-keys", metavar="CONVENTION",
                 help="what --fire-impl gives keys after the query: mirrored (default), zero, masked (-inf or any value <= -1e3), negated (unchecked there)")
     g.addoption("--fire-xfails", metavar="FILE", help="case-id globs expected to fail, one per line")
@@ -63,7 +65,7 @@ def pytest_configure(config):
 
 
 def fire_cases(impl=None, glue=None, cmd=None, dtype=None, map=None, call=None, future_keys=None,
-               xfails=None, fail_on="both", vectors=None, run=(), skip=(), timeout=None):
+               xfails=None, fail_on="both", vectors=None, run=(), skip=(), timeout=None, query_rows=None):
     """A test-module attribute that pytest expands into one item per golden-vector case.
 
     Exactly one of ``impl`` (``"path/to/model.py:Class"``, Appendix E's shape), ``glue`` (a file
@@ -73,7 +75,7 @@ def fire_cases(impl=None, glue=None, cmd=None, dtype=None, map=None, call=None, 
     """
     return FireCases(dict(impl=impl, glue=glue, cmd=cmd, dtype=dtype, map=dict(map or {}), call=call,
                           future_keys=future_keys, xfails=xfails, fail_on=fail_on, vectors=vectors,
-                          run=list(run), skip=list(skip), timeout=timeout))
+                          run=list(run), skip=list(skip), timeout=timeout, query_rows=query_rows))
 
 
 class FireCases:
@@ -94,7 +96,7 @@ def _cli_settings(config):
                 map=dict(kv.split("=", 1) for kv in o("fire_map")), call=o("fire_call"),
                 future_keys=o("fire_future_keys"), xfails=o("fire_xfails"),
                 fail_on=o("fire_fail_on") or "both", vectors=o("fire_vectors"), run=[], skip=[],
-                timeout=o("fire_timeout"))
+                timeout=o("fire_timeout"), query_rows=o("fire_query_rows"))
 
 
 def _resolve(path, base):
@@ -130,6 +132,8 @@ def implementation_command(s, base):
         args += ["--call", s["call"]]
     if s.get("future_keys"):
         args += ["--future-keys", s["future_keys"]]
+    if s.get("query_rows"):
+        args += ["--query-rows", s["query_rows"]]
     return shlex.join(args)
 
 

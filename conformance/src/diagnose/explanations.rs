@@ -95,6 +95,21 @@ pub(super) fn gradient_of_l(
     if case.kind != Kind::Vjp || factor.abs() <= 1.0 || want.data.iter().all(|v| *v == 0.0) {
         return None;
     }
+    // A zero gradient is within the tolerance of the expected one ÷ L_init wherever L_init is
+    // large (512): it is said as what it is, a multiplier that gets no gradient.
+    let zero = got
+        .get("L_multiplier")
+        .is_some_and(|t| t.data.iter().all(|v| *v == 0.0));
+    // The reply with the expected gradient of m in place of its own: how far it is from that
+    // is how far its gradient of m alone is off.
+    let mut right_m = got.clone();
+    right_m.insert("L_multiplier".to_owned(), want.clone());
+    if zero && !agrees(case, &right_m, got, profile, future, None) {
+        return Some(
+            "the gradient sent for `L_multiplier` is zero: the multiplier is detached (a stop-gradient, an int cast of L), frozen or unused, so the threshold L = |m·L_init| never trains [grad.vjp]"
+                .to_owned(),
+        );
+    }
     // The expected outputs with m's gradient replaced by L's: the reply, if that is all it did.
     let mut of_l = expected.clone();
     if let Some(t) = of_l.get_mut("L_multiplier") {

@@ -126,6 +126,59 @@ class ScoresPlusBias(Correct):
         return scores + self.bias(scores.shape[-1])
 
 
+class ScoresDropped(Correct):
+    """Takes the attention scores [B, H, T, T] to add its bias to, and returns the bias alone,
+    broadcast to their shape: in a model the attention logits are replaced by the bias."""
+
+    def __call__(self, scores):
+        return np.broadcast_to(self.bias(scores.shape[-1]), scores.shape)
+
+
+class ScoresScaled(Correct):
+    """Takes the attention scores and returns scores / 8 + bias: the scores changed by more than
+    the bias added to them."""
+
+    def __call__(self, scores):
+        return scores / 8 + self.bias(scores.shape[-1])
+
+
+class LengthFromLastAxis(Correct):
+    """Correct: forward(x) reads the length from x.shape[-1] (the x it is written for is [.., T]),
+    and returns the bias alone: x's values mean nothing to it."""
+
+    def __call__(self, x):
+        return self.bias(x.shape[-1])
+
+
+class LengthsFirstRows(Correct):
+    """forward(query_length, key_length) returning the first query_length rows of the key_length
+    square where the queries are the last: a decoding step (one query after cached keys) gets the
+    bias of query 0. Right under T5's convention (``--query-rows first``), whose caller slices."""
+
+    def __call__(self, query_length, key_length):
+        return self.bias(key_length)[0][:, :query_length, :]
+
+
+class PositionList(Correct):
+    """Correct, given the positions themselves: forward(positions) returns the bias of every pair
+    of them, [H, n, n]."""
+
+    def rows(self, pos):
+        x = self.numerator(np.abs(pos[:, None] - pos[None, :])) / self.normalizer(pos)[:, None]
+        return np.transpose(self.mlp(x), (2, 0, 1))
+
+    def __call__(self, positions):
+        return self.rows(np.asarray(positions, dtype=self.dt))
+
+
+class PositionListAsIndices(PositionList):
+    """forward(positions), but counts 0..n-1 in place of the positions it is given (the
+    catalogue's positions-as-indices): right on 0..T-1, wrong on gapped positions."""
+
+    def __call__(self, positions):
+        return self.rows(np.arange(len(positions), dtype=self.dt))
+
+
 class LengthFromBatch(Correct):
     """Reads the length from x.shape[0], which no layout of x the glue tries holds: no call
     gives a bias of the case's length."""

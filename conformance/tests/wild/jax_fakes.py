@@ -8,6 +8,7 @@ no ``L_multiplier``. Plain JAX (no Flax), trees named as
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class FIRE:
@@ -261,6 +262,37 @@ class LengthsCall(FIRE):
 
     def apply(self, variables, i, j):
         return super().apply(variables, jnp.zeros((1, 1, j, 1)))[:, :, j - i:, :]
+
+
+class CInConstants(FIRE):
+    """c kept in the ``constants`` collection, outside ``params``: its values are right, but no
+    gradient reaches it, so c never trains (audit 19)."""
+
+    def init(self, rng, x):
+        v = super().init(rng, x)
+        v["constants"]["c"] = v["params"].pop("c")
+        return v
+
+    def apply(self, variables, x):
+        return super().apply({**variables, "params": {**variables["params"],
+                                                      "c": variables["constants"]["c"]}}, x)
+
+
+class IgnoresInitLConstant(FIRE):
+    """Keeps ``init_L`` as a constant, but always 512 whatever it is given."""
+
+    def init(self, rng, x):
+        v = super().init(rng, x)
+        v["constants"]["init_L"] = jnp.asarray(512.0)
+        return v
+
+
+class ReturnsNumpy(FIRE):
+    """Correct values, handed back as a NumPy array (``np.asarray`` at the end of apply): its
+    bias is graded, its gradients cannot be."""
+
+    def finish(self, bias, p):
+        return np.asarray(bias)
 
 
 class NoLinenInterface:

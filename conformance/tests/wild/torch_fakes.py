@@ -310,3 +310,29 @@ def make_fire_other_defaults(num_heads=12, mlp_width=32, init_c=0.1, init_L=256.
     """A factory function given for CLASS, whose default threshold is 256, not 512: built on
     its own defaults on the [fire.defaults] cases as a class is."""
     return FIRE(num_heads, mlp_width, init_c, init_L, eps)
+
+
+class HalfMLP(FIRE):
+    """The MLP made ``.half()`` in ``__init__`` ("it is tiny"), its input cast to the MLP's dtype
+    and its output back: as built, f_θ computes in float16 and the bias is off by ~1e-3 of its
+    scale, which a glue casting the whole module to the dtype asked would hide (audit 20)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mlp.half()
+
+    def forward(self, x: torch.Tensor):
+        seq_length = x.size(2)
+        positions = torch.arange(seq_length, dtype=x.dtype, device=x.device)
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        normalized = self.numerator(positions[:, None] - positions[None, :]) / normalizer[:, None]
+        out = self.mlp(normalized.unsqueeze(-1).to(self.mlp[0].weight.dtype)).to(x.dtype)
+        return out.unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class ScoresPlusBias(FIRE):
+    """Correct: forward(scores) adds the bias to the attention scores [B, H, T, T]."""
+
+    def forward(self, scores: torch.Tensor):
+        return scores + super().forward(scores[..., :1])

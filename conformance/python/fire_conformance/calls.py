@@ -1,0 +1,247 @@
+"""How a ready-made glue calls a FIRE module, shared by ``appendix_e`` (torch, NumPy) and
+``jax_glue`` (Flax/JAX): the call style read from the module's parameter names, and for each case
+what one call computes (``Plan``) and where each of the case's queries and keys sits in its output.
+
+A style that can hand the module the case's positions does, so that a mistake shown only there
+is caught rather than answered by the glue's gather [proto.hello]: a ``positions`` module gets the
+case's positions themselves (a module that ignores them and counts ``0..n`` fails on gapped ones);
+a ``lengths`` module gets the decoding call, as many query rows as reach from the first query to
+the last key (a module that returns the first rows of a shorter query block fails); a ``scores``
+module gets non-zero scores, which it must return added to the bias (``check_scores``).
+"""
+
+import inspect
+
+import numpy as np
+
+from fire_conformance import kit as fire_kit
+
+CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "lengths", "lengths_device", "positions",
+         "qk"]
+# The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
+X_LAYOUTS = ["x", "hidden", "scores"]
+# An x of two sequences, not one, up to this length: a bias that differs between the sequences of
+# a batch (batch and heads mixed up by a ``repeat_interleave`` or a ``view`` of [B·H, T, T]) fails
+# there (``appendix_e.squeeze``), where at batch 1 it is right. Longer squares keep one sequence:
+# a module's [B, H, T, T] is the run's memory there.
+BATCHED_UP_TO = 512
+LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
+# A forward of two lengths, the queries' and the keys' (queries the last of the keys where fewer).
+QUERY_LENGTH_NAMES = {"i", "query_length", "query_len", "q_len", "qlen", "q_length", "num_queries",
+                      "n_queries", "tgt_len"}
+KEY_LENGTH_NAMES = {"j", "key_length", "key_len", "k_len", "klen", "k_length", "num_keys", "n_keys",
+                    "src_len"}
+POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
+# A first parameter so named holds attention scores (or logits) the module is to add its bias to:
+# its name has one of the words, or is one of the names.
+SCORES_WORDS = ("score", "logit")
+SCORES_NAMES = {"attn", "attention", "attn_weights", "attention_weights", "weights", "sim", "dots", "qk",
+                "energy", "energies"}
+# Which query rows ``forward(query_length, key_length)`` returns when there are fewer queries than
+# keys: the last (x-transformers' ``forward(i, j)``, Hugging Face's decoding step: the new queries
+# after the cached keys) or the first (T5's ``compute_bias``, whose caller slices the rows it needs).
+QUERY_ROWS = ["last", "first"]
+
+
+def batch_of(T):
+    """How many sequences the x layouts hold for a square of length T."""
+    return 2 if T <= BATCHED_UP_TO else 1
+
+
+def _positional(fn, skip=0):
+    """The lower-cased names of ``fn``'s positional parameters past the first ``skip``, or None
+    where its signature cannot be read."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][skip:]
+    except (TypeError, ValueError):
+        return None
+    return [p.name.lower() for p in params]
+
+
+def forward_of(m):
+    """The method a glue calls: ``forward`` where the module has one, else ``__call__``."""
+    return m.forward if hasattr(m, "forward") else m.__call__
+
+
+def parameter_names(m):
+    """The lower-cased names of the positional parameters of the method a glue calls."""
+    return _positional(forward_of(m)) or []
+
+
+def call_style(m):
+    """How to call the module, from the names of its forward's parameters."""
+    names = _positional(forward_of(m))
+    return "x" if names is None else style_of(names)
+
+
+def class_call_style(cls):
+    """``call_style`` of ``cls``'s instances, read from the class before any is built (for the
+    hello): its ``forward`` (or ``__call__``, or linen's ``apply``) less ``self`` and, for
+    ``apply``, ``variables``."""
+    own = lambda name: next((k.__dict__[name] for k in getattr(cls, "__mro__", ())  # noqa: E731
+                             if k not in (object, type) and name in k.__dict__), None)
+    fn, skip = own("forward"), 1
+    if fn is None:
+        fn = own("__call__")
+    if fn is None and callable(getattr(cls, "apply", None)):
+        fn, skip = cls.apply, 2
+    names = _positional(fn, skip)
+    return "x" if names is None else style_of(names)
+
+
+def style_of(names):
+    """The call style of a forward whose positional parameters (``self`` left out) are
+    ``names``, lower-cased."""
+    if len(names) >= 2 and names[1] == "device" and names[0] in LENGTH_NAMES:
+        return "seq_len_device"
+    if names and names[0] in LENGTH_NAMES:
+        return "seq_len"
+    if len(names) >= 2 and names[0] in QUERY_LENGTH_NAMES and names[1] in KEY_LENGTH_NAMES:
+        return "lengths_device" if len(names) >= 3 and names[2] == "device" else "lengths"
+    if len(names) >= 2 and all(n in POSITION_NAMES or "pos" in n for n in names[:2]) \
+            and ("q" in names[0] or "query" in names[0]):
+        return "qk"
+    if names and names[0] in POSITION_NAMES:
+        return "positions"
+    return "x"
+
+
+def takes_scores(names):
+    """Whether a forward whose positional parameters are ``names`` says by its first one's name
+    that it is given attention scores to add the bias to (``scores``, ``attn_logits``, ``sim``):
+    such a module is called with scores only, never with another layout of x, which would let
+    it ignore them unseen."""
+    if not names:
+        return False
+    first = names[0]
+    return first in SCORES_NAMES or any(w in first for w in SCORES_WORDS)
+
+
+def positions(style, query_rows="last"):
+    """The hello's ``positions`` ([proto.hello]) for a call style: ``lists`` where every case's
+    positions reach the module as far as its interface can take them (``qk`` and ``positions``
+    the lists themselves, ``lengths`` the decoding call of the last query rows), ``square``
+    where the module computes the whole square 0..T and the glue picks out rows and columns."""
+    if style in ("qk", "positions"):
+        return "lists"
+    if style in ("lengths", "lengths_device") and query_rows == "last":
+        return "lists"
+    return "square"
+
+
+class Plan:
+    """One call of the module for a case: ``style``; ``args``, what the style passes besides x
+    (lengths, or position lists); ``shape``, the ``(rows, columns)`` of the bias it returns;
+    ``rows`` and ``cols``, the output row of each of the case's queries and the column of each
+    key; ``batch``, the sequences an x layout holds."""
+
+    def __init__(self, style, args, shape, rows, cols, batch=1):
+        self.style, self.args, self.shape, self.batch = style, args, shape, batch
+        self.rows, self.cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+
+    def pick(self, full):
+        """The case's ``[H, queries, keys]`` from the call's ``[H, rows, columns]`` output."""
+        full = np.asarray(full)
+        return full[:, self.rows, :][:, :, self.cols]
+
+    def cotangent(self, cot):
+        """The case's cotangent ``[H, queries, keys]`` spread over the call's output: repeated
+        positions add up, as they do in the sum the cotangent defines."""
+        g = np.zeros((cot.shape[0],) + tuple(self.shape), dtype=np.float64)
+        np.add.at(g, (slice(None), self.rows[:, None], self.cols[None, :]), cot)
+        return g
+
+
+def plan(style, case, max_len, query_rows="last"):
+    """The call of ``style`` that computes ``case`` (a ``Skip`` where it would need a square past
+    ``max_len`` on a side). See the module docstring for what each style is handed."""
+    q, k = list(case.queries), list(case.keys)
+    T = case.length
+    if style == "qk":
+        return Plan(style, (q, k), (len(q), len(k)), range(len(q)), range(len(k)))
+    if style == "positions":
+        # The lists themselves where the queries are the keys (unsorted and repeated included),
+        # else every position either holds, in order, and the rows and columns picked from that.
+        listed = q if q == k else sorted(set(q) | set(k))
+        if len(listed) > max_len:
+            raise fire_kit.Skip(f"needs {len(listed)} positions (> --max-len {max_len})")
+        at = {p: n for n, p in enumerate(listed)}
+        return Plan(style, (listed,), (len(listed), len(listed)), [at[p] for p in q], [at[p] for p in k])
+    if style in ("lengths", "lengths_device"):
+        # Keys 0..T-1; queries the last T - first of them (the decoding call), or the first
+        # last + 1 where the module returns the first rows.
+        first = min(q) if query_rows == "last" else 0
+        n = T - first if query_rows == "last" else max(q) + 1
+        if T > max_len:
+            raise fire_kit.Skip(f"needs {T} keys (> --max-len {max_len})")
+        return Plan(style, (n, T), (n, T), [p - first for p in q], k)
+    if T > max_len:
+        raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {max_len})")
+    if style not in CALLS:
+        raise SystemExit(f"unknown --call {style!r}; one of {CALLS}")
+    return Plan(style, (T,), (T, T), q, k, batch=batch_of(T) if style in X_LAYOUTS else 1)
+
+
+def scores_probe(shape):
+    """Non-zero attention scores of ``shape`` ([B, H, T, T]) in float32, the same for every call
+    of a shape: what a ``scores`` call hands the module besides zeros (``check_scores``)."""
+    return np.random.default_rng(list(shape)).standard_normal(shape, dtype=np.float32)
+
+
+# A relative rounding allowance per --dtype for ``check_scores``: the bias added to scores and
+# the scores taken away again round twice at the scale of both.
+ROUNDING = {"f64": 2.0**-48, "f32": 2.0**-19, "bf16": 2.0**-5}
+
+
+class ScoresMisused(ValueError):
+    """A module given attention scores that does not return them added to its bias."""
+
+
+def check_scores(bias, probed, scores, dtype, named, to_numpy=np.asarray):
+    """Checks a ``scores`` call: ``bias`` [H, T, T] is the module's output for zero scores,
+    ``probed`` its raw output for the non-zero ``scores`` [B, H, T, T] (arrays or tensors that
+    ``to_numpy`` turns into float64 NumPy arrays, one [T, T] slice at a time). A module that
+    returns ``scores + bias`` passes; so does one whose output does not depend on the scores'
+    values (it reads only their length), unless its parameter's name says it is given scores
+    (``named``): in a model, its attention logits would be replaced by the bias. Anything else
+    changes the scores in another way than adding the bias, and is refused saying by how much.
+    Entries the bias masks (non-finite, or ≤ −1e3 under ``masked``) are left out."""
+    B, H, T, _ = scores.shape
+    shape = tuple(probed.shape)
+    if len(shape) == 3 and shape[0] == B * H and B > 1:
+        probed = probed.reshape(B, H, T, T)
+    elif shape == (H, T, T):
+        probed = probed[None]
+    elif shape not in ((1, H, T, T), (B, H, T, T)):
+        raise ScoresMisused(f"called with non-zero scores {[B, H, T, T]}, the module returned shape "
+                            f"{list(shape)}, though with zero scores it returned a bias of [{H}, {T}, {T}]: "
+                            "its output's shape depends on the scores' values")
+    added = ignored = 0.0
+    scale = 1.0
+    for b in range(B):
+        for h in range(H):
+            got = to_numpy(probed[min(b, probed.shape[0] - 1)][h]).astype(np.float64)
+            s = to_numpy(scores[b][h]).astype(np.float64)
+            want = to_numpy(bias[h]).astype(np.float64)
+            keep = np.isfinite(want) & (want > -1e3)
+            with np.errstate(invalid="ignore"):
+                scale = max(scale, np.max(np.abs(s) + np.abs(want), where=keep, initial=0.0))
+                # A NaN or infinity where the bias is finite is as far off as can be.
+                added = max(added, np.nan_to_num(np.max(np.abs(got - s - want), where=keep, initial=0.0),
+                                                 nan=np.inf))
+                ignored = max(ignored, np.nan_to_num(np.max(np.abs(got - want), where=keep, initial=0.0),
+                                                     nan=np.inf))
+    allowed = ROUNDING[dtype] * scale
+    if added <= allowed or (ignored <= allowed and not named):
+        return
+    if ignored <= allowed:
+        raise ScoresMisused(
+            "forward was given non-zero attention scores (its parameter's name says it adds the bias "
+            "to them) and returned the bias without them: in a model the attention logits would be "
+            "replaced by the bias; return scores + bias [fire.bias]")
+    raise ScoresMisused(
+        f"forward was given non-zero attention scores and returned neither scores + bias nor a bias "
+        f"that ignores them: its output minus the scores differs from its output at zero scores by "
+        f"up to {added:.3g} (allowed {allowed:.3g}); a module given scores must return scores + bias "
+        "[fire.bias]")
