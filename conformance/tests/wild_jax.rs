@@ -320,3 +320,30 @@ fn a_jax_module_returning_numpy_has_its_bias_graded_and_its_gradients_skipped() 
         .unwrap_or_default();
     assert!(reason.contains("jax.vjp cannot differentiate"), "{r:#}");
 }
+
+/// Weights not named `kernel` are graded once mapped, in JAX's `[in, out]` or, where only that
+/// composes, PyTorch's `[out, in]` kept by a port: the first had been refused even mapped (only
+/// `kernel` leaves were transposed), the second skipped as layers that do not compose (audit 19).
+#[test]
+fn mapped_jax_weights_in_either_layout_are_graded() {
+    if !jax() {
+        return;
+    }
+    let maps =
+        "--map mlp.0.weight=w1 --map mlp.0.bias=b1 --map mlp.2.weight=w2 --map mlp.2.bias=b2";
+    let args = [
+        "--run",
+        "fire/random-params/*",
+        "--run",
+        "fire-grad/vjp/random-*",
+    ];
+    for class in ["ExplicitWeights", "TorchLayoutWeights"] {
+        let r = passes_in(&format!("{} {maps}", jax_fake(class)), 6, &args);
+        assert!(
+            !passed_with(&r, "fire-grad/").is_empty(),
+            "{class}: no gradient case graded: {r:#}"
+        );
+    }
+    let (code, _) = run(&jax_fake("ExplicitWeights"), &args);
+    assert_eq!(code, 3);
+}

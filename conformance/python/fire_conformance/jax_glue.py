@@ -24,7 +24,9 @@ graded on the cases of its depth; a ``Dense(use_bias=False)`` layer is graded, a
 named, rather than refused; a scalar kept as ``[1]`` takes the case's value; a parameter no case
 value reaches is refused by name. Other layouts are mapped with ``--map OURS=PATH``, PATH
 ``/``-separated in the tree, e.g. ``--map mlp.0.weight=mlp/layers_0/kernel --map
-L_multiplier=L_mult`` (map every layer once you map one). A scalar found by its name only outside
+L_multiplier=L_mult`` (map every layer once you map one). A mapped weight, named anything, is
+read as ``[in, out]`` (``x @ w``) unless only PyTorch's ``[out, in]`` (``x @ w.T``, a port that
+kept torch's layout) makes the layers compose. A scalar found by its name only outside
 ``params`` (an ``init_L`` constant) takes the case's value there, after the value the constructor
 gave it is checked against the argument; a ``c`` or ``L_multiplier`` kept there is graded on
 values and fails the gradient cases, naming its collection: no gradient reaches it. Other
@@ -119,8 +121,9 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
             raise loading.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
                              f"{['/'.join(q) for q in flat]}")
     layers = jax_layers(flat, mapping)
-    # Kernels are [in, out]: compared as [out, in], the case's (and PyTorch's) layout.
-    own = [tuple(np.shape(flat[k]))[::-1] for k, _ in layers]
+    in_out = stored_in_out(flat, layers, mapping)
+    # Compared as [out, in], the case's (and PyTorch's) layout.
+    own = [tuple(np.shape(flat[k]))[::-1] if k in in_out else tuple(np.shape(flat[k])) for k, _ in layers]
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
     loaded = loading.assign_layers(ours, layers, own, missing, built)
@@ -149,17 +152,32 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
             f"the module's parameter(s) {unset} take none of the case's values ({sorted(ours)}); "
             "map them with --map OURS=PATH, or write a build(case) glue (one that converts, where "
             "the module stores a value otherwise: log L, softplus⁻¹ c)")
-    return loaded, outside
+    return loaded, outside, in_out
+
+
+def stored_in_out(flat, layers, mapping):
+    """The weight paths of ``layers`` stored ``[in, out]`` (JAX's ``x @ w``), to be transposed
+    to and from the case's ``[out, in]``. Flax's ``kernel`` leaves are; mapped weights
+    (``--map mlp.N.weight=PATH``, named anything) are too, unless only PyTorch's ``[out, in]``
+    (``x @ w.T``, a port that kept torch's layout) makes the layers compose from one input."""
+    paths = [k for k, _ in layers]
+    if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
+        return set(paths)
+    shapes = [tuple(np.shape(flat[k])) for k in paths]
+    if not loading.is_chain([s[::-1] for s in shapes]) and loading.is_chain(shapes):
+        return set()
+    return set(paths)
 
 
 class FrozenScalar(ValueError):
     """A gradient case of a module keeping ``c`` or ``L_multiplier`` outside ``params``."""
 
 
-def _place(value, leaf, path):
-    """Our array in the module's layout: a ``kernel`` is transposed; shapes must then agree."""
+def _place(value, leaf, path, transpose=False):
+    """Our array in the module's layout (``transpose``: a weight stored ``[in, out]``); shapes
+    must then agree."""
     value = np.asarray(value)
-    if path[-1] == "kernel":
+    if transpose:
         value = value.T
     want = tuple(np.shape(leaf))
     if value.shape != want:
@@ -263,7 +281,7 @@ class JaxGlue:
         others = {(coll,) + path: leaf for coll, tree in variables.items() if coll != "params"
                   for path, leaf in _flatten(dict(tree)).items()}
         elsewhere = [p for p, leaf in others.items() if np.size(leaf) <= 1]
-        loaded, outside = load_jax(flat, ours, self.mapping, built, elsewhere)
+        loaded, outside, in_out = load_jax(flat, ours, self.mapping, built, elsewhere)
         if not own:
             # Built from the case's c and L_init: it must hold them ([fire.params]), wherever
             # it keeps them (an init_L constant that ignores the argument included).
@@ -297,7 +315,7 @@ class JaxGlue:
                 # the case's exact value).
                 flat[path] = jnp.asarray(flat[path], dtype=dt)
                 continue
-            flat[path] = jnp.asarray(_place(ours[name], flat[path], path), dtype=dt)
+            flat[path] = jnp.asarray(_place(ours[name], flat[path], path, path in in_out), dtype=dt)
         params = _unflatten(flat)
         rows, cols = plan.shape
 
@@ -339,7 +357,7 @@ class JaxGlue:
         out = {}
         for path, name in loaded.items():
             g_leaf = np.asarray(gflat[path], dtype=np.float64)
-            if path[-1] == "kernel":
+            if path in in_out:
                 g_leaf = g_leaf.T
             out[name] = g_leaf.reshape(np.shape(ours[name]))
         if case.encoding["threshold"] != "learnable":

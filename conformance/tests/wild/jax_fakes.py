@@ -295,6 +295,35 @@ class ReturnsNumpy(FIRE):
         return np.asarray(bias)
 
 
+class ExplicitWeights(FIRE):
+    """Correct: the MLP's weights as explicit leaves ``w1``, ``b1``, ``w2``, ``b2`` (no
+    ``kernel``) in JAX's ``[in, out]`` (``x @ w1``); graded once mapped (audit 19)."""
+
+    torch_layout = False
+
+    def init(self, rng, x):
+        v = super().init(rng, x)
+        p = v["params"]
+        for n, name in enumerate(self.layer_names()):
+            layer = p.pop(name)
+            p[f"w{n + 1}"] = layer["kernel"].T if self.torch_layout else layer["kernel"]
+            p[f"b{n + 1}"] = layer["bias"]
+        return v
+
+    def apply(self, variables, x):
+        p = dict(variables["params"])
+        for n, name in enumerate(self.layer_names()):
+            w = p.pop(f"w{n + 1}")
+            p[name] = {"kernel": w.T if self.torch_layout else w, "bias": p.pop(f"b{n + 1}")}
+        return super().apply({**variables, "params": p}, x)
+
+
+class TorchLayoutWeights(ExplicitWeights):
+    """Correct: a port that kept PyTorch's ``[out, in]`` weights (``x @ w1.T``)."""
+
+    torch_layout = True
+
+
 class NoLinenInterface:
     """FIRE as a plain callable with its parameters as attributes (flax.nnx's style): no
     ``init``/``apply``, so the glue refuses it before any case, naming the interface."""
