@@ -27,6 +27,16 @@ pub fn judge(
         ),
         (Reply::Errored(_), Verdict::Invalid) => (Status::Passed, vec![]),
         (Reply::Errored(m), Verdict::Valid) => (Status::Failed, vec![format!("errored on a valid case: {m}")]),
+        (Reply::Mistake(m), Verdict::Valid) => (
+            Status::Failed,
+            vec![format!("the glue found the module wrong: {m}")],
+        ),
+        (Reply::Mistake(m), Verdict::Invalid) => (
+            Status::Failed,
+            vec![format!(
+                "the module did not reject the invalid case, and the glue found it wrong: {m} [num.errors]"
+            )],
+        ),
         (Reply::Output(_), Verdict::Invalid) => (
             Status::Failed,
             vec!["returned an output for an invalid case; it must be rejected (reply `errored`) [num.errors]".into()],

@@ -173,6 +173,10 @@ pub enum Reply {
     UnsupportedDtype(String),
     /// The implementation refused or failed (the right answer for an invalid case).
     Errored(String),
+    /// A glue's own check found the module it drives wrong (it drops the attention scores it is
+    /// given, keeps a stale bias, holds c frozen): a failure of the module, never read as a
+    /// broken adapter, and no rejection of an invalid case. spec: [proto.reply]
+    Mistake(String),
     /// The harness could not get a well-formed reply (crash, hang, garbage, flood, wrong id).
     Broken(String),
 }

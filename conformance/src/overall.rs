@@ -84,6 +84,40 @@ pub enum Overall {
         /// How many valid cases ran.
         ran: usize,
     },
+    /// Every failing value case is one where the glue's own checks found the module wrong
+    /// ([`crate::implementation::Reply::Mistake`]): what they said most often, and in how many.
+    /// spec: [proto.reply]
+    GlueFound {
+        /// The most frequent message.
+        message: String,
+        /// How many failing cases gave exactly it.
+        count: usize,
+        /// How many value cases failed.
+        failed: usize,
+    },
+}
+
+/// [`Overall::GlueFound`], where every failed value case of `outcomes` is one of `mistakes`
+/// (indices into `outcomes`, with the glue's message).
+pub(crate) fn glue_found(outcomes: &[Outcome], mistakes: &[(usize, String)]) -> Option<Overall> {
+    let failed: Vec<usize> = (0..outcomes.len())
+        .filter(|&n| {
+            outcomes[n].question == Question::Values && outcomes[n].status == Status::Failed
+        })
+        .collect();
+    if failed.is_empty() || !failed.iter().all(|n| mistakes.iter().any(|(i, _)| i == n)) {
+        return None;
+    }
+    let mut freq: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, m) in mistakes.iter().filter(|(i, _)| failed.contains(i)) {
+        *freq.entry(m.as_str()).or_default() += 1;
+    }
+    let (message, count) = freq.into_iter().max_by_key(|(_, c)| *c)?;
+    Some(Overall::GlueFound {
+        message: message.to_owned(),
+        count,
+        failed: failed.len(),
+    })
 }
 
 /// One valid case that ran and gave an output: what it is, what came back, how it was graded.

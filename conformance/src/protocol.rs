@@ -313,7 +313,15 @@ pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
             }
             None => Reply::Skipped(text("reason")),
         },
-        Some("errored") => Reply::Errored(text("message")),
+        Some("errored") => match m.get("cause").and_then(Value::as_str) {
+            Some("module") => Reply::Mistake(text("message")),
+            Some(other) => {
+                return Err(format!(
+                    "unknown `cause` {other:?} in an errored result (module)"
+                ))
+            }
+            None => Reply::Errored(text("message")),
+        },
         other => {
             return Err(format!(
                 "unknown status {other:?} (output, skipped, errored)"
@@ -340,6 +348,10 @@ pub fn result_line(id: &str, reply: &Reply) -> String {
             "type": "result", "id": id, "status": "skipped", "reason": r, "unsupported": "dtype"
         })
         .to_string(),
+        Reply::Mistake(m) => json!({
+            "type": "result", "id": id, "status": "errored", "message": m, "cause": "module"
+        })
+        .to_string(),
         Reply::Errored(m) | Reply::Broken(m) => {
             json!({"type": "result", "id": id, "status": "errored", "message": m}).to_string()
         }
@@ -349,6 +361,21 @@ pub fn result_line(id: &str, reply: &Reply) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An `errored` reply with `"cause": "module"` is a mistake the glue found, kept apart from
+    /// errors (it never makes the adapter broken), and written back the same; another cause is
+    /// refused rather than read as a plain error. spec: [proto.reply]
+    #[test]
+    fn an_errored_reply_caused_by_the_module_is_a_mistake() {
+        let line = r#"{"type": "result", "id": "a", "status": "errored", "message": "m", "cause": "module"}"#;
+        let (_, reply) = parse_result(line).unwrap();
+        assert!(matches!(&reply, Reply::Mistake(m) if m == "m"), "{reply:?}");
+        assert_eq!(parse_result(&result_line("a", &reply)).unwrap().1, reply);
+        let plain = r#"{"type": "result", "id": "a", "status": "errored", "message": "m"}"#;
+        assert!(matches!(parse_result(plain).unwrap().1, Reply::Errored(_)));
+        let other = r#"{"type": "result", "id": "a", "status": "errored", "message": "m", "cause": "glue"}"#;
+        assert!(parse_result(other).unwrap_err().contains("unknown `cause`"));
+    }
 
     fn hello(extra: &str) -> Result<Capabilities, String> {
         parse_hello(&format!(

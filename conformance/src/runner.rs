@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 pub use crate::grade::{acceptable_for, expected_for, judge};
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
 pub use crate::overall::Overall;
-use crate::overall::{broken_adapter, diagnose_run, Ran};
+use crate::overall::{broken_adapter, diagnose_run, glue_found, Ran};
 use crate::vectors::format::{Case, Encoding, Kind, Verdict};
 use crate::vectors::load::Suite;
 
@@ -339,6 +339,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let mut outcomes = Vec::new();
     let mut ran: Vec<Ran> = Vec::new();
     let mut errors: Vec<(usize, String)> = Vec::new();
+    let mut mistakes: Vec<(usize, String)> = Vec::new();
     let mut future_unchecked = 0;
     let mut dtype_skips: Vec<(usize, bool, &Case)> = Vec::new();
     let mut declined: Vec<(usize, String)> = Vec::new();
@@ -397,6 +398,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
                 diagnosable: diagnose::diagnosable(case),
             }),
             Reply::Errored(m) | Reply::Broken(m) => errors.push((outcomes.len(), m.clone())),
+            Reply::Mistake(m) => mistakes.push((outcomes.len(), m.clone())),
             Reply::UnsupportedDtype(m) if case.result == Verdict::Valid => {
                 dtype_skips.push((outcomes.len(), xfail.is_match(&case.id), case));
                 declined.push((outcomes.len(), m.clone()));
@@ -422,6 +424,9 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     }
     fail_inconsistent_dtype(&mut outcomes, &dtype_skips, &ran, &dtype);
     let mut overall = broken_adapter(&mut outcomes, &errors);
+    if overall.is_none() {
+        overall = glue_found(&outcomes, &mistakes);
+    }
     if overall.is_none() && opts.diagnose {
         overall = diagnose_run(&mut outcomes, &ran, &caps);
     }

@@ -514,8 +514,13 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
         ("ScoresScaled", "returned neither scores + bias"),
     ] {
         let (code, r) = run(&appendix(class, "f32"), &args);
-        assert_ne!(code, 0, "{class}: {r:#}");
+        // A mistake the glue found, not a broken adapter ([proto.reply]'s `cause: module`).
+        assert_eq!(code, 1, "{class}: {r:#}");
         assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
+        assert!(
+            r["glue_found"]["message"].as_str().unwrap().contains(says),
+            "{class}: {r:#}"
+        );
         let cases = r["cases"].as_array().unwrap();
         assert!(
             cases
@@ -536,8 +541,8 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
 
 /// A `forward(query_length, key_length)` module is given the decoding call, the query rows from
 /// the first query to the last key: one that returns the first rows of a shorter query block
-/// (a decoding step given query 0's bias) fails, and passes only where it declares that
-/// convention (`--query-rows first`, T5's compute_bias). Its lists reach it as far as the
+/// (a decoding step given query 0's bias) fails, saying so and how to declare that convention,
+/// and passes where it declares it (`--query-rows first`, T5's compute_bias). Its lists reach it as far as the
 /// interface can take them, so nothing is counted as gathered from a square.
 #[test]
 fn a_lengths_module_is_given_the_decoding_call() {
@@ -547,7 +552,9 @@ fn a_lengths_module_is_given_the_decoding_call() {
     let args = not_the_4096_square(&["--fail-on", "values"]);
     let (code, r) = run(&appendix("LengthsFirstRows", "f32"), &args);
     assert_eq!(code, 1, "{r:#}");
-    let failed = failed_saying(&r, "worst");
+    // Said as the other convention, with the flag that declares it, where the diagnosis had
+    // named `positions-as-indices` (audit 21).
+    let failed = failed_saying(&r, "declare --query-rows first");
     assert!(
         failed.iter().any(|id| id.contains("kv-cache")),
         "{failed:?}\n{r:#}"

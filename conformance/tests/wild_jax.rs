@@ -9,6 +9,14 @@ mod common;
 
 use common::*;
 
+/// The random-parameter bias cases and the random gradient cases.
+const RANDOM_AND_GRADIENT: [&str; 4] = [
+    "--run",
+    "fire/random-params/*",
+    "--run",
+    "fire-grad/vjp/random-*",
+];
+
 #[test]
 fn the_catalogued_mlp_mistakes_written_in_jax_are_graded_and_named() {
     if !jax() {
@@ -77,15 +85,13 @@ fn a_jax_bias_over_a_batch_is_graded_and_one_that_mixes_batch_and_heads_fails() 
     let r = passes_in(&jax_fake("BatchedOutput"), 2, &small);
     assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{r:#}");
     // The gradient case, where the entries are compared outside jax.vjp's tracing, fails
-    // naming the mix-up. With nothing else in the run every valid case errored, which the
-    // report calls a broken adapter, quoting it (with a case past T = 512, called with one
-    // sequence, the run fails instead: tests/wild.rs).
+    // naming the mix-up: a mistake the glue found, which the overall line quotes.
     let (code, r) = run(
         &jax_fake("BatchHeadsInterleaved"),
         &["--run", "fire-grad/vjp/random-square-12"],
     );
-    assert_eq!(code, 3, "{r:#}");
-    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert_eq!(code, 1, "{r:#}");
+    let error = r["glue_found"]["message"].as_str().unwrap();
     assert!(
         error.contains("differs between batch entries 0 and 1"),
         "{error}"
@@ -268,13 +274,7 @@ fn a_jax_scalar_outside_params_is_loaded_there_and_named_when_it_cannot_train() 
     if !jax() {
         return;
     }
-    let args = [
-        "--run",
-        "fire/random-params/*",
-        "--run",
-        "fire-grad/vjp/random-*",
-    ];
-    let (code, r) = run(&jax_fake("CInConstants"), &args);
+    let (code, r) = run(&jax_fake("CInConstants"), &RANDOM_AND_GRADIENT);
     assert_eq!(code, 1, "{r:#}");
     let cases = r["cases"].as_array().unwrap();
     for c in cases.iter().filter(|c| c["status"] != "skipped") {
@@ -304,14 +304,7 @@ fn a_jax_module_returning_numpy_has_its_bias_graded_and_its_gradients_skipped() 
     if !jax() {
         return;
     }
-    let args = [
-        "--run",
-        "fire/random-params/*",
-        "--run",
-        "fire-grad/vjp/random-*",
-        "--fail-on",
-        "values",
-    ];
+    let args = [&RANDOM_AND_GRADIENT[..], &["--fail-on", "values"]].concat();
     let (code, r) = run(&jax_fake("ReturnsNumpy"), &args);
     assert_eq!(code, 0, "{r:#}");
     assert!(count(&r, "values", "passed") >= 6, "{r:#}");
@@ -331,19 +324,17 @@ fn mapped_jax_weights_in_either_layout_are_graded() {
     }
     let maps =
         "--map mlp.0.weight=w1 --map mlp.0.bias=b1 --map mlp.2.weight=w2 --map mlp.2.bias=b2";
-    let args = [
-        "--run",
-        "fire/random-params/*",
-        "--run",
-        "fire-grad/vjp/random-*",
-    ];
     for class in ["ExplicitWeights", "TorchLayoutWeights"] {
-        let r = passes_in(&format!("{} {maps}", jax_fake(class)), 6, &args);
+        let r = passes_in(
+            &format!("{} {maps}", jax_fake(class)),
+            6,
+            &RANDOM_AND_GRADIENT,
+        );
         assert!(
             !passed_with(&r, "fire-grad/").is_empty(),
             "{class}: no gradient case graded: {r:#}"
         );
     }
-    let (code, _) = run(&jax_fake("ExplicitWeights"), &args);
+    let (code, _) = run(&jax_fake("ExplicitWeights"), &RANDOM_AND_GRADIENT);
     assert_eq!(code, 3);
 }

@@ -339,8 +339,8 @@ fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cac
     }
     let small = ["--run", "fire/*"];
     let (code, r) = run(&torch_fake("CachesFirstBias", "f32"), &small);
-    // Every case errors with the same sentence, so the run calls it the adapter's (exit 3).
-    assert_ne!(code, 0, "{r:#}");
+    // Every case errors with the same sentence, a mistake the glue found (exit 1, not 3).
+    assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     assert!(
         r.to_string()
@@ -368,4 +368,39 @@ fn a_module_built_in_mixed_precision_is_graded_as_built_and_scores_reach_torch_m
         6,
         &["--run", "fire*/*"],
     );
+}
+
+/// `torch.nn.utils.parametrize` tensors are loaded by assignment (their right_inverse) and
+/// differentiated as computed (audit 20: a softplus c had been refused, and with the `--map`
+/// the refusal suggested, its raw parameter's gradient graded as c's); a negative c that a
+/// positive-by-construction c cannot hold is skipped, not failed. Names under one wrapper's
+/// prefix are found without `--map`. An H × H layer after the output is named as such, and an
+/// output without a graph, or a c kept as a buffer, fails its gradient cases saying so.
+#[test]
+fn parametrised_wrapped_and_mixing_torch_modules_are_loaded_or_named() {
+    if !torch() {
+        return;
+    }
+    let args = ["--run", "fire/*", "--run", "fire-grad/vjp/*"];
+    for class in ["ParametrizedSoftplusC", "WeightNormMLP", "Wrapped"] {
+        let r = passes_in(&torch_fake(class, "f64"), 10, &args);
+        assert!(
+            !passed_with(&r, "fire-grad/").is_empty(),
+            "{class}: no gradient case graded: {r:#}"
+        );
+    }
+    let (_, r) = run(&torch_fake("HeadMixing", "f32"), &args);
+    assert!(
+        r.to_string()
+            .contains("mixing the heads), which FIRE's f_θ does not have"),
+        "{r:#}"
+    );
+    for (class, says) in [
+        ("Detached", "carries no autograd graph"),
+        ("CBuffer", "keeps `c` (the case's `c`) as a buffer"),
+    ] {
+        let (code, r) = run(&torch_fake(class, "f32"), &args);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert!(!failed_saying(&r, says).is_empty(), "{class}: {r:#}");
+    }
 }

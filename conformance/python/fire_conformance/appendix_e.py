@@ -35,7 +35,8 @@ there is caught rather than answered by the glue's gather [proto.hello]:
                forward(last + 1, T)
     lengths_device  the same with a third parameter ``device``
     positions  forward(positions): the case's positions where its queries are its keys, else
-               every position either holds, in order; the rows and columns picked from that
+               the queries followed by the keys, unsorted and repeated as they are; the rows
+               and columns picked from that
     qk         forward(query_positions, key_positions): the requested rows and columns directly
 In the x layouts B is 2 for squares up to 512 and 1 beyond: a module returning [B, H, T, T] must
 give both sequences the same bias (a batch mixed up with the heads fails); [H, T, T] and
@@ -93,7 +94,8 @@ from fire_conformance import kit as fire_kit
 from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, parse_kwargs, construct_own, construct)
-from fire_conformance.loading import NAMES, Built, appendix_params, is_our_name, load_torch
+from fire_conformance.loading import (
+    NAMES, Built, appendix_params, assign, effective_state, is_our_name, load_torch, parametrized, trainable)
 
 try:
     import torch
@@ -185,10 +187,10 @@ class Glue:
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = in_dtype(m, dt)
             first = self.first_call(m, heads, case)
-            initial = {k: v.clone() for k, v in m.state_dict().items()}
+            initial = {k: v.clone() for k, v in effective_state(m).items()}
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
             # The first call's bias, kept only where the load changed a parameter (`stale`).
-            changed = any(not torch.equal(initial[k], v) for k, v in m.state_dict().items()
+            changed = any(not torch.equal(initial[k], v) for k, v in effective_state(m).items()
                           if k in initial and initial[k].shape == v.shape)
             self.first = first if changed else None
             if not own:
@@ -198,7 +200,7 @@ class Glue:
                 def rebuild(name, arg, value):
                     key = {"init_c": "c", "init_L": "l_init"}[arg]
                     again = construct(self.cls, heads, width, {**enc, key: value}, self.kwargs)
-                    return in_dtype(again, dt).state_dict()[theirs[name]]
+                    return effective_state(in_dtype(again, dt))[theirs[name]]
 
                 check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype,
                                 rebuild)
@@ -208,7 +210,7 @@ class Glue:
                 # cast (c = 0.1 is not exact there) takes the case's exact value.
                 wrong = {n: initial[n] for n, k in names.items()
                          if k in SCALARS and not same_in_f32(initial[n], ours[k])}
-                m.load_state_dict(wrong, strict=False)
+                assign(m, wrong)
             m.eval()
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
@@ -241,7 +243,7 @@ class Glue:
         if (first is None or not isinstance(full, torch.Tensor) or first.shape != full.shape
                 or not torch.equal(first, full.detach())):
             return
-        raise ValueError(
+        raise fire_kit.Mistake(
             "the module returned exactly the bias of its first call, made before the case's "
             "parameters were loaded into it: it keeps a bias computed once (a cache keyed on the "
             "length, functools.lru_cache, a tensor stored at the first call) and does not "
@@ -287,13 +289,19 @@ class Glue:
                                         f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
                 raise
             full = squeeze(out, heads, rows, cols, batch=p.batch)
+            if style in ("lengths", "lengths_device") and self.query_rows == "last" and rows < cols:
+                square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
+                                 heads, cols, cols)
+                calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype)
             if style == "scores":
                 scores = array(calls.scores_probe(x))
+                # A copy: a module adding its bias in place (`scores += bias`, as T5 does)
+                # changes what it is given, not what its output is checked against.
                 if torch_module:
                     with torch.no_grad():
-                        probed = m(scores)
+                        probed = m(scores.clone())
                 else:
-                    probed = m(scores)
+                    probed = m(scores.copy())
                 calls.check_scores(full, probed, scores, self.dtype,
                                    calls.takes_scores(calls.parameter_names(m)), to_numpy=as_numpy)
             return full, p
@@ -308,9 +316,11 @@ class Glue:
         for layout in order:
             try:
                 out = call(layout)
-            except (NotABias, BatchMixed, calls.ScoresMisused):
+            except (NotABias, fire_kit.Mistake):
                 raise
             except LAYOUT_ERRORS as e:
+                if layout == self.layout:
+                    raise remembered_layout_failed(layout, e, case.length)
                 errors.append((layout, e))
                 continue
             if case.length != heads:
@@ -328,13 +338,26 @@ class Glue:
         if case.kind == "vjp":
             if not torch_module:
                 raise fire_kit.Skip("gradients need a torch module")
+            frozen(m, names, case)
             cot = case.inputs["cotangent"].array()
             want = (heads, len(case.queries), len(case.keys))
             if cot.shape != want:
                 raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
+        views = parametrized(m) if torch_module else {}
         if torch_module and case.kind == "bias":
             with torch.no_grad():
                 full, plan = self.forward(m, heads, case, True)
+        elif views:
+            # A parametrised tensor is computed once per forward under `parametrize.cached()`:
+            # that tensor, kept for its gradient, is the one the forward reads.
+            from torch.nn.utils import parametrize
+
+            with parametrize.cached():
+                computed = {n: getattr(mod, attr) for n, (mod, attr) in views.items()}
+                for t in computed.values():
+                    if t.requires_grad:
+                        t.retain_grad()
+                full, plan = self.forward(m, heads, case, torch_module)
         else:
             full, plan = self.forward(m, heads, case, torch_module)
         if torch_module:
@@ -354,6 +377,10 @@ class Glue:
                                             f"given; {rerun_advice(got_dt)}")
         if case.kind == "bias":
             return plan.pick(as_numpy(full))
+        if not full.requires_grad:
+            raise fire_kit.Mistake("the module's output carries no autograd graph (a .detach(), torch.no_grad() "
+                             "in forward, or a tensor cached from another call), so no parameter gets "
+                             "a gradient and none would train [grad.vjp]")
         g = torch.as_tensor(plan.cotangent(cot), dtype=full.dtype, device=full.device)
         (full * g).sum().backward()
         # Every trainable parameter's gradient under our name, in the case's shape (a scalar the
@@ -361,10 +388,27 @@ class Glue:
         # [grad.layout] freezes, sends that gradient too, unasked for: the reply shows it. A
         # layer built without a bias sends none for it, and the case fails on the missing output.
         grads = {names[n]: p.grad for n, p in m.named_parameters() if p.requires_grad and n in names}
+        grads.update({names[n]: t.grad for n, t in computed.items() if t.requires_grad and n in names}
+                     if views else {})
         if case.encoding["threshold"] != "learnable":
             grads.pop("L_multiplier", None)
         return {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k]))
                 for k, v in grads.items()}
+
+
+def frozen(m, names, case):
+    """Raises on a gradient case where the module keeps ``c`` (or, where the threshold is learned,
+    ``L_multiplier``) as a buffer or with ``requires_grad=False``: no gradient reaches it, so it
+    never trains, which [grad.layout] says of ``init_L`` alone. Said by name, rather than as a
+    gradient missing from the reply."""
+    train = trainable(m)
+    for theirs, ours in names.items():
+        if ours == "c" or (ours == "L_multiplier" and case.encoding["threshold"] == "learnable"):
+            if not train.get(theirs, False):
+                how = "with requires_grad=False" if theirs in train else "as a buffer"
+                raise fire_kit.Mistake(f"the module keeps `{theirs}` (the case's `{ours}`) {how}: no gradient "
+                                 "reaches it, so it never trains, where [grad.layout] asks for its "
+                                 "gradient; make it a trainable nn.Parameter")
 
 
 def as_numpy(a):
@@ -403,13 +447,26 @@ def every_layout_failed(errors):
         w in str(first) for w in ("positional argument", "unexpected keyword"))
     how = (f"forward takes none of the calls the glue knows (--call {'|'.join(CALLS)}): write a "
            "build(case) glue" if signature else "force one with --call, or write a build(case) glue")
-    text = f"forward(x) failed with every layout of x ({tried}); {how}"
+    return retold(first, f"forward(x) failed with every layout of x ({tried}); {how}")
+
+
+def retold(e, text):
+    """``e`` told as ``text``: an exception of its type where that type takes a message (a
+    ``ValueError`` otherwise), caused by ``e``."""
     try:
-        err = type(first)(text)
+        err = type(e)(text)
     except Exception:  # an exception type with a constructor of its own
         err = ValueError(text)
-    err.__cause__ = first
+    err.__cause__ = e
     return err
+
+
+def remembered_layout_failed(layout, e, T):
+    """The error for a ``forward(x)`` that fails with the layout of x earlier cases took: the
+    module's own failure at this length (a table of 512 positions at T = 601), said alone rather
+    than after trying the layouts it never took."""
+    return retold(e, f"forward(x) with x as {X_SHAPES[layout]}, the layout of x earlier cases took, "
+                     f"failed at T = {T}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
 
 
 class NotABias(TypeError):
@@ -417,7 +474,7 @@ class NotABias(TypeError):
     changes that, so it is said at once, not after trying each."""
 
 
-class BatchMixed(ValueError):
+class BatchMixed(fire_kit.Mistake, ValueError):
     """The module's [B, H, T, T] differs between the sequences of the batch: the layout was taken
     (the shape is right), so no other layout is tried."""
 

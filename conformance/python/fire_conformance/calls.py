@@ -4,7 +4,8 @@ what one call computes (``Plan``) and where each of the case's queries and keys 
 
 A style that can hand the module the case's positions does, so that a mistake shown only there
 is caught rather than answered by the glue's gather [proto.hello]: a ``positions`` module gets the
-case's positions themselves (a module that ignores them and counts ``0..n`` fails on gapped ones);
+case's positions themselves, unsorted and repeated as they are (a module that ignores them and
+counts ``0..n``, or sorts them, fails);
 a ``lengths`` module gets the decoding call, as many query rows as reach from the first query to
 the last key (a module that returns the first rows of a shorter query block fails); a ``scores``
 module gets non-zero scores, which it must return added to the bias (``check_scores``).
@@ -161,13 +162,14 @@ def plan(style, case, max_len, query_rows="last"):
     if style == "qk":
         return Plan(style, (q, k), (len(q), len(k)), range(len(q)), range(len(k)))
     if style == "positions":
-        # The lists themselves where the queries are the keys (unsorted and repeated included),
-        # else every position either holds, in order, and the rows and columns picked from that.
-        listed = q if q == k else sorted(set(q) | set(k))
+        # The lists themselves where the queries are the keys, else the queries followed by the
+        # keys, as they are (unsorted and repeated included), and the rows and columns picked
+        # from that.
+        listed = q if q == k else q + k
         if len(listed) > max_len:
             raise fire_kit.Skip(f"needs {len(listed)} positions (> --max-len {max_len})")
-        at = {p: n for n, p in enumerate(listed)}
-        return Plan(style, (listed,), (len(listed), len(listed)), [at[p] for p in q], [at[p] for p in k])
+        cols = range(len(k)) if q == k else range(len(q), len(q) + len(k))
+        return Plan(style, (listed,), (len(listed), len(listed)), range(len(q)), cols)
     if style in ("lengths", "lengths_device"):
         # Keys 0..T-1; queries the last T - first of them (the decoding call), or the first
         # last + 1 where the module returns the first rows.
@@ -183,6 +185,30 @@ def plan(style, case, max_len, query_rows="last"):
     return Plan(style, (T,), (T, T), q, k, batch=batch_of(T) if style in X_LAYOUTS else 1)
 
 
+def check_last_rows(rows, square, dtype):
+    """Checks a decoding call's output ``rows`` ([H, n, T], n < T, meant to be the last n query
+    rows) against the same module's ``square`` ([H, T, T]): one that equals the square's first
+    rows instead is the other convention, said as such, for the case's failure alone would
+    not say why (``--query-rows first`` declares it). Arrays or tensors ``np.asarray`` takes."""
+    rows = np.asarray(rows, dtype=np.float64)
+    square = np.asarray(square, dtype=np.float64)
+    n = rows.shape[1]
+    allowed = ROUNDING[dtype] * max(1.0, float(np.max(np.abs(square), initial=0.0, where=np.isfinite(square))))
+    close = lambda a, b: bool(np.all((np.abs(a - b) <= allowed) | (a == b)))  # noqa: E731
+    if close(rows, square[:, :n]) and not close(rows, square[:, -n:]):
+        T = square.shape[1]
+        raise QueryRows(
+            f"forward({n}, {T}) returned the first {n} query rows of the {T} x {T} square, not the last: "
+            "a decoding step (new queries after cached keys) would get the bias of the first "
+            "queries; return the last rows (x-transformers' forward(i, j)), or, if the module's "
+            "callers pass the full query length and slice (T5's compute_bias), declare "
+            "--query-rows first")
+
+
+class QueryRows(fire_kit.Mistake, ValueError):
+    """A ``lengths`` module returning the first query rows where the last are asked."""
+
+
 def scores_probe(shape):
     """Non-zero attention scores of ``shape`` ([B, H, T, T]) in float32, the same for every call
     of a shape: what a ``scores`` call hands the module besides zeros (``check_scores``)."""
@@ -194,7 +220,7 @@ def scores_probe(shape):
 ROUNDING = {"f64": 2.0**-48, "f32": 2.0**-19, "bf16": 2.0**-5}
 
 
-class ScoresMisused(ValueError):
+class ScoresMisused(fire_kit.Mistake, ValueError):
     """A module given attention scores that does not return them added to its bias."""
 
 

@@ -169,7 +169,7 @@ def stored_in_out(flat, layers, mapping):
     return set(paths)
 
 
-class FrozenScalar(ValueError):
+class FrozenScalar(fire_kit.Mistake, ValueError):
     """A gradient case of a module keeping ``c`` or ``L_multiplier`` outside ``params``."""
 
 
@@ -258,12 +258,13 @@ class JaxGlue:
             try:
                 out = self.evaluate(m, heads, case, ours, plan, loading.Built(self.cls, heads, width),
                                     own=bool(own))
-            except (appendix_e.NotABias, appendix_e.BatchMixed, loading.ParamsMismatch, calls.ScoresMisused,
-                    FrozenScalar):
+            except (appendix_e.NotABias, loading.ParamsMismatch, fire_kit.Mistake):
                 raise
             except appendix_e.LAYOUT_ERRORS as e:
                 if len(styles) == 1:
                     raise
+                if style == self.layout:
+                    raise appendix_e.remembered_layout_failed(style, e, case.length)
                 errors.append((style, e))
                 continue
             if case.length != heads:
@@ -336,6 +337,12 @@ class JaxGlue:
             if cot.shape != want:
                 raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
             full, pullback = jax.vjp(lambda p: bias(p, check=False), params)
+        rows_n, cols_n = plan.shape
+        if plan.style in ("lengths", "lengths_device") and self.query_rows == "last" and rows_n < cols_n:
+            square = m.apply({**variables, "params": params}, *((cols_n, cols_n) + args[2:]))
+            calls.check_last_rows(np.asarray(full, dtype=np.float64),
+                                  np.asarray(appendix_e.squeeze(square, heads, cols_n, cols_n), dtype=np.float64),
+                                  self.dtype)
         if plan.style == "scores":
             scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
             probed = m.apply({**variables, "params": params}, scores)

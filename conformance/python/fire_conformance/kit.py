@@ -27,6 +27,13 @@ class Skip(Exception):
     """Raise from build(case) to reply ``skipped`` with the message as the reason."""
 
 
+class Mistake(Exception):
+    """Raise from build(case) when a check of the glue's own finds the module wrong (it drops the
+    attention scores it is given, keeps a stale bias, holds c frozen): the reply is ``errored``
+    with ``"cause": "module"``, a failure of the module that the harness never reads as a broken
+    adapter [proto.reply]."""
+
+
 class UnsupportedDtype(Skip):
     """Raise from build(case) when the module cannot compute in the requested dtype (it raised a
     dtype error, or returned another dtype). The harness holds such a skip to the whole of an
@@ -257,6 +264,9 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                         "unsupported": "dtype"})
             except Skip as s:
                 _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s)})
+            except Mistake as e:
+                _reply({"type": "result", "id": cid, "status": "errored", "message": _message(e),
+                        "cause": "module"})
             except MemoryError as e:
                 # The machine's limit, not a FIRE mistake: counted as skipped, and what the case
                 # checks is reported unchecked [proto.report].

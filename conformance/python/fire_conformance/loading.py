@@ -128,6 +128,10 @@ class ParamsMismatch(ValueError):
     reach): no layout of x changes that, so it is said at once, not after trying each."""
 
 
+class ExtraLayer(fire_kit.Mistake, ParamsMismatch):
+    """A layer after f_θ's output: a module that is not FIRE's, not one the glue cannot load."""
+
+
 def assign_layers(ours, layers, own, missing, built):
     """The case's MLP layers given, first to last, to the module's ``layers`` (``(weight name,
     bias name or None)`` in the module's own naming, ``own`` their ``[out, in]`` shapes), as
@@ -151,6 +155,15 @@ def assign_layers(ours, layers, own, missing, built):
                              "that loads them")
     if not is_chain(want):
         raise ValueError(f"the case's MLP layers {[list(s) for s in want]} do not compose")
+    heads, width = want[-1][0], want[0][0]
+    if heads != width and is_chain(own) and len(own) >= 2 and own[-1] == (heads, heads) \
+            and own[-2][0] == heads:
+        # Built with distinct widths, the module ends in an H × H layer after its H outputs: a
+        # layer f_θ does not have, whatever the depth asked (every case would skip or blame
+        # the constructor).
+        raise ExtraLayer(f"the module's layers are {describe(own)} ({built}): after the {heads}-wide "
+                             f"output comes another layer ({heads} → {heads}, mixing the heads), which "
+                             "FIRE's f_θ does not have [fire.mlp]; the bias is the MLP's output")
     if own != want and len(own) == len(want) and is_chain(own) and built.claims:
         raise ParamsMismatch(f"the module was built for the case's MLP, {describe(want)} ({built}), "
                              f"but its layers are {describe(own)}: its constructor ignores num_heads "
@@ -167,6 +180,98 @@ def assign_layers(ours, layers, own, missing, built):
     return loaded
 
 
+def parametrized(m):
+    """``{name: (owner module, attribute)}`` of the tensors ``torch.nn.utils.parametrize``
+    computes (a softplus c, ``weight_norm``'s weight), by the name the tensor has as an attribute
+    (``c``, ``mlp.0.weight``): the state dict holds only what they are computed from
+    (``parametrizations.c.original``), which is not the parameter the case's value is."""
+    if torch is None:
+        return {}
+    from torch.nn.utils import parametrize
+
+    out = {}
+    for prefix, mod in m.named_modules():
+        if parametrize.is_parametrized(mod):
+            for attr in mod.parametrizations:
+                out[f"{prefix}.{attr}" if prefix else attr] = (mod, attr)
+    return out
+
+
+def effective_state(m):
+    """The torch module's state dict with every parametrised tensor under its own name and
+    value (``parametrized``) in place of what it is computed from."""
+    state = m.state_dict()
+    views = parametrized(m)
+    if not views:
+        return state
+    out = {k: v for k, v in state.items() if "parametrizations" not in k.split(".")}
+    with torch.no_grad():
+        out.update({name: getattr(mod, attr).detach().clone() for name, (mod, attr) in views.items()})
+    return out
+
+
+def trainable(m):
+    """``{name: requires_grad}`` of what the module trains, parametrised tensors by their own
+    names (one trains where what it is computed from does)."""
+    out = {n: p.requires_grad for n, p in m.named_parameters() if "parametrizations" not in n.split(".")}
+    for name, (mod, attr) in parametrized(m).items():
+        out[name] = any(p.requires_grad for p in mod.parametrizations[attr].parameters())
+    return out
+
+
+def assign(m, values):
+    """Loads ``values`` (``{name: tensor}``, names as ``effective_state`` has them) into the torch
+    module: a parametrised tensor by assignment, which runs its ``right_inverse`` and stores what
+    it is computed from, then read back (a parametrisation that cannot hold the value is refused
+    by name); the rest with ``load_state_dict``."""
+    views = parametrized(m)
+    m.load_state_dict({k: v for k, v in values.items() if k not in views}, strict=False)
+    with torch.no_grad():
+        for k, v in values.items():
+            if k not in views:
+                continue
+            mod, attr = views[k]
+            was = getattr(mod, attr)
+            try:
+                setattr(mod, attr, v.to(was.dtype).reshape(was.shape))
+            except (NotImplementedError, RuntimeError) as e:
+                raise ParamsMismatch(
+                    f"`{k}` is parametrised (torch.nn.utils.parametrize) without a right_inverse, so "
+                    f"no value can be assigned to it ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                    "define right_inverse, or write a build(case) glue that converts") from None
+            held = getattr(mod, attr)
+            if not torch.allclose(held, v.to(held.dtype).reshape(held.shape), rtol=1e-5, atol=0, equal_nan=False):
+                raise Unheld(k, v, held)
+
+
+class Unheld(fire_kit.Mistake, ValueError):
+    """A parametrised tensor that holds another value than the one assigned to it: a
+    ``right_inverse`` that is not the inverse of the forward, or a constraint the value breaks."""
+
+    def __init__(self, name, value, held):
+        self.name, self.value = name, value
+        super().__init__(
+            f"the module's parametrised `{name}` cannot hold the case's value: assigned "
+            f"{value.flatten()[:4].tolist()}, it holds {held.flatten()[:4].tolist()} (its "
+            "parametrisation constrains it, or its right_inverse is not the forward's inverse)")
+
+
+def wrapped(state, mapping):
+    """``--map`` entries for a module whose Appendix E names all sit under one prefix, a wrapper's
+    (``torch.compile``'s ``_orig_mod.``, ``nn.DataParallel``'s ``module.``, an attribute
+    ``fire.``): each of our names found there, unless mapped. Nothing where the module has ``c``
+    itself, is mapped, or holds the names under several prefixes (shared copies in a
+    ``ModuleList``), which only the user can choose between."""
+    if "c" in state or "c" in mapping:
+        return {}
+    prefixes = {k[:-len("c")] for k in state if k.endswith(".c")}
+    prefixes = [p for p in prefixes if f"{p}L_multiplier" in state or f"{p}init_L" in state]
+    if len(prefixes) != 1:
+        return {}
+    p = prefixes[0]
+    return {k[len(p):]: k for k in state if k.startswith(p) and is_our_name(k[len(p):])}
+
+
 def load_torch(m, ours, mapping, dt, built):
     """Loads the case's parameters ``ours`` into the torch module ``m`` (already in ``dt``) and
     returns ``{the module's name: ours}`` of what it loaded.
@@ -181,8 +286,9 @@ def load_torch(m, ours, mapping, dt, built):
     ``init_L`` may be absent from the state, the constructor having taken it. Anything else is
     refused with the names: a case value with nowhere to go, or a module parameter no case
     value reaches."""
-    state = m.state_dict()
-    params = {n for n, _ in m.named_parameters()}
+    state = effective_state(m)
+    params = set(trainable(m))
+    mapping = {**wrapped(state, mapping), **mapping}
     for k, theirs in mapping.items():
         if theirs not in state:
             raise ParamsMismatch(f"--map {k}={theirs}: the module has no such parameter or buffer; "
@@ -200,7 +306,7 @@ def load_torch(m, ours, mapping, dt, built):
             raise ParamsMismatch(f"the module has no parameter or buffer `{theirs}` for the case's `{k}` "
                              f"(it has {list(state)}); map it with --map {k}=NAME")
     if "L_multiplier" not in loaded.values():
-        trained = {n for n, p in m.named_parameters() if p.requires_grad}
+        trained = {n for n, grad in trainable(m).items() if grad}
         no_multiplier(mapping.get("init_L", "init_L") in trained,
                       [n for n in state if n not in loaded and state[n].numel() <= 1])
     unset = [n for n in state if n in params and n not in loaded]
@@ -220,7 +326,19 @@ def load_torch(m, ours, mapping, dt, built):
                 raise ValueError(f"the case's `{k}` has shape {list(v.shape)}, the module's "
                                  f"`{theirs}` {list(shape)}")
         values[theirs] = v
-    m.load_state_dict(values, strict=False)
+    try:
+        assign(m, values)
+    except Unheld as e:
+        ours_name = loaded.get(e.name)
+        if ours_name not in ("c", "L_multiplier") or float(ours[ours_name]) >= 0:
+            raise
+        # Only |c| and |m| enter FIRE [fire.psi, fire.threshold]: a scalar positive by
+        # construction (softplus c, exp m) holds the values of a negative one, but not its
+        # gradient, whose sign flips.
+        raise fire_kit.Skip(f"the module's parametrised `{e.name}` cannot hold the case's {ours_name} = "
+                            f"{float(ours[ours_name])} (only its magnitude enters the values, but the "
+                            "gradient at a negative value cannot be taken): a case it cannot "
+                            "represent") from None
     return loaded
 
 

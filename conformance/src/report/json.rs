@@ -76,6 +76,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::Precision(_)
             | Overall::Placement(_),
         ) => (Some(vec![]), Value::Null),
+        Some(Overall::GlueFound { .. }) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
             json!({"error": error, "count": count, "valid_cases_ran": ran}),
@@ -137,6 +138,12 @@ pub fn render(r: &Report) -> Value {
         "gradients_unchecked": unchecked(&r.gradients_unchecked),
         "bias_unchecked": unchecked(&r.bias_unchecked),
         "adapter_broken": broken,
+        "glue_found": match &r.overall {
+            Some(Overall::GlueFound { message, count, failed }) => {
+                json!({"message": message, "count": count, "failed_cases": failed})
+            }
+            _ => Value::Null,
+        },
         "cases": cases,
     })
 }

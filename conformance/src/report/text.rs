@@ -2,6 +2,7 @@
 //! the two verdicts (values, validation) and the summary line `N passed, M failed, K skipped`.
 //! spec: [proto.report]
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::diagnose::describe;
@@ -82,8 +83,9 @@ pub fn render(r: &Report, verbose: bool) -> String {
         let _ = match empty.as_slice() {
             [q] => writeln!(
                 out,
-                "nothing was graded for {}: no case of it was selected, or every one was skipped (-v lists why), so the run does not pass; `--fail-on {}` counts the other verdict alone",
+                "nothing was graded for {}: no case of it was selected, or every one was skipped ({}), so the run does not pass; `--fail-on {}` counts the other verdict alone",
                 q.name(),
+                skip_reason(r, *q),
                 q.other().name()
             ),
             _ => writeln!(
@@ -96,6 +98,35 @@ pub fn render(r: &Report, verbose: bool) -> String {
     out
 }
 
+/// Why the skipped cases of `question` were skipped: the reason most of them give, with how
+/// many, where one reason accounts for at least half (a module computing only in float64, run
+/// at f32, skips every case for the same reason), else a pointer to `-v`.
+fn skip_reason(r: &Report, question: Question) -> String {
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    let skipped = r
+        .outcomes
+        .iter()
+        .filter(|o| o.question == question && o.status == Status::Skipped);
+    let mut total = 0;
+    for o in skipped {
+        total += 1;
+        if let Some(d) = o.details.first() {
+            *reasons.entry(d.as_str()).or_default() += 1;
+        }
+    }
+    match reasons.iter().max_by_key(|(_, n)| **n) {
+        Some((reason, &n)) if 2 * n >= total => {
+            let share = if n == total {
+                "every one".to_owned()
+            } else {
+                format!("{n} of {total}")
+            };
+            format!("{share}: {reason}")
+        }
+        _ => "-v lists why".to_owned(),
+    }
+}
+
 /// The run-level lines between the failing cases and the verdicts: the overall diagnosis, the
 /// tolerated variants, and what the run did not check or grade — one text for the report, the
 /// JSON (`run_lines`) and the pytest plugin, which prints them under a failing item.
@@ -104,6 +135,21 @@ pub fn run_lines(r: &Report) -> String {
     let c = &r.capabilities;
     let mut out = String::new();
     match &r.overall {
+        Some(Overall::GlueFound {
+            message,
+            count,
+            failed,
+        }) => {
+            let share = if count == failed {
+                format!("all {failed} saying")
+            } else {
+                format!("{failed} cases; {count} of them saying")
+            };
+            let _ = writeln!(
+                out,
+                "overall: every failing value case is one where the glue's own checks found the module wrong ({share}): {message}"
+            );
+        }
         Some(Overall::AdapterBroken { error, count, ran }) => {
             let _ = writeln!(
                 out,
@@ -230,7 +276,7 @@ pub fn run_lines(r: &Report) -> String {
             } else if *nan {
                 writeln!(
                     out,
-                    "overall: only gradient cases fail (every bias and attention case that ran passed): the gradient(s) of {params} are NaN; a NaN anywhere in the forward pass, keys after the query included (ψ of a negative distance), reaches every gradient through 0·NaN even where the cotangent is 0, as it does in training: compute the bias finite everywhere (ψ(|i − j|), or torch.where before the log) [grad.vjp]"
+                    "overall: only gradient cases fail (every bias and attention case that ran passed): the gradient(s) of {params} are NaN, from one of two causes: a NaN somewhere in the forward pass that the output does not show (keys after the query: ψ of a negative distance, masked afterwards), which reaches every gradient through 0·NaN even where the cotangent is 0, as it does in training — compute the bias finite everywhere (ψ(|i − j|), or torch.where before the log) [grad.vjp]; or a derivative undefined at a point the forward reaches, though its value there is finite: |y| written sqrt(y²) or a norm at y = 0, or a where whose untaken branch has a NaN gradient — [grad.kinks] takes d|y|/dy = 0 at y = 0"
                 )
             } else {
                 writeln!(
@@ -252,8 +298,11 @@ pub fn run_lines(r: &Report) -> String {
                 .join(", ")
         );
     }
+    // After "adapter broken" (no value checked at all) a list of flags left unchecked would
+    // suggest the others were checked.
+    let broken = matches!(r.overall, Some(Overall::AdapterBroken { .. }));
     let unchecked = &r.unchecked;
-    if !unchecked.is_empty() {
+    if !unchecked.is_empty() && !broken {
         let _ = writeln!(
             out,
             "not checked: no graded value case carries the flag(s) {} (only skipped ones do; what they mark, spec/vectors.md [vec.flags], is untested by this run; -v lists the skips and why)",

@@ -336,3 +336,69 @@ class ScoresPlusBias(FIRE):
 
     def forward(self, scores: torch.Tensor):
         return scores + super().forward(scores[..., :1])
+
+
+class _Softplus(nn.Module):
+    def forward(self, raw):
+        return torch.nn.functional.softplus(raw)
+
+    def right_inverse(self, c):
+        return c + torch.log(-torch.expm1(-c))
+
+
+class ParametrizedSoftplusC(FIRE):
+    """Correct: c kept positive as softplus(raw) through ``torch.nn.utils.parametrize`` (with a
+    right_inverse), so the state dict holds ``parametrizations.c.original``; only |c| enters
+    FIRE, so cases with a negative c are ones it cannot represent (audit 20)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, abs(init_c), init_L, eps)
+        torch.nn.utils.parametrize.register_parametrization(self, "c", _Softplus())
+
+
+class WeightNormMLP(FIRE):
+    """Correct: the MLP's layers under ``weight_norm`` (state ``parametrizations.weight.original0``
+    and ``original1``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for n in (0, 2):
+            torch.nn.utils.parametrizations.weight_norm(self.mlp[n])
+
+
+class HeadMixing(FIRE):
+    """An extra H × H layer after the output, mixing the heads (``mlp.3``): not FIRE's f_θ
+    (audit 19)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp.append(nn.Linear(num_heads, num_heads))
+
+
+class Detached(FIRE):
+    """Returns its bias detached: right values, and no parameter ever gets a gradient."""
+
+    def forward(self, x: torch.Tensor):
+        return super().forward(x).detach()
+
+
+class Wrapped(nn.Module):
+    """Correct: Appendix E held as an attribute of a wrapper (``torch.compile``'s ``_orig_mod``
+    does the same), so every name sits under ``fire._orig_mod.``."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__()
+        self.fire = nn.Module()
+        self.fire._orig_mod = FIRE(num_heads, mlp_width, init_c, init_L, eps)
+
+    def forward(self, x: torch.Tensor):
+        return self.fire._orig_mod(x)
+
+
+class CBuffer(FIRE):
+    """c kept as a buffer: right values, but c never trains (audit 20)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        del self.c
+        self.register_buffer("c", torch.tensor(init_c))
