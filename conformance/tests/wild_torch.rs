@@ -374,7 +374,8 @@ fn a_module_built_in_mixed_precision_is_graded_as_built_and_scores_reach_torch_m
 /// differentiated as computed (audit 20: a softplus c had been refused, and with the `--map`
 /// the refusal suggested, its raw parameter's gradient graded as c's); a negative c that a
 /// positive-by-construction c cannot hold is skipped, not failed. Names under one wrapper's
-/// prefix are found without `--map`. An H × H layer after the output is named as such, and an
+/// prefix are found without `--map`; several FIREs under several prefixes are refused naming
+/// them. An H × H layer after the output is named as such, and an
 /// output without a graph, or a c kept as a buffer, fails its gradient cases saying so.
 #[test]
 fn parametrised_wrapped_and_mixing_torch_modules_are_loaded_or_named() {
@@ -395,6 +396,10 @@ fn parametrised_wrapped_and_mixing_torch_modules_are_loaded_or_named() {
             .contains("mixing the heads), which FIRE's f_θ does not have"),
         "{r:#}"
     );
+    let (code, r) = run(&torch_fake("PerLayer", "f32"), &args);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(error.contains("the module holds 2 FIREs"), "{error}");
     for (class, says) in [
         ("Detached", "carries no autograd graph"),
         ("CBuffer", "keeps `c` (the case's `c`) as a buffer"),

@@ -260,13 +260,18 @@ def wrapped(state, mapping):
     """``--map`` entries for a module whose Appendix E names all sit under one prefix, a wrapper's
     (``torch.compile``'s ``_orig_mod.``, ``nn.DataParallel``'s ``module.``, an attribute
     ``fire.``): each of our names found there, unless mapped. Nothing where the module has ``c``
-    itself, is mapped, or holds the names under several prefixes (shared copies in a
-    ``ModuleList``), which only the user can choose between."""
+    itself or it is mapped; a module holding the names under several prefixes (a ``ModuleList``
+    of per-layer FIREs) is refused naming them, since only the user can choose between them."""
     if "c" in state or "c" in mapping:
         return {}
     prefixes = {k[:-len("c")] for k in state if k.endswith(".c")}
-    prefixes = [p for p in prefixes if f"{p}L_multiplier" in state or f"{p}init_L" in state]
-    if len(prefixes) != 1:
+    prefixes = sorted(p for p in prefixes if f"{p}L_multiplier" in state or f"{p}init_L" in state)
+    if len(prefixes) > 1:
+        raise ParamsMismatch(f"the module holds {len(prefixes)} FIREs, under {prefixes} (a ModuleList of "
+                             "per-layer encodings?), and the glue drives one: write a build(case) glue "
+                             f"that loads one of them (its names under `{prefixes[0]}`) and calls it "
+                             "(conformance/README.md)")
+    if not prefixes:
         return {}
     p = prefixes[0]
     return {k[len(p):]: k for k in state if k.startswith(p) and is_our_name(k[len(p):])}

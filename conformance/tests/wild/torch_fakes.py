@@ -402,3 +402,14 @@ class CBuffer(FIRE):
         super().__init__(num_heads, mlp_width, init_c, init_L, eps)
         del self.c
         self.register_buffer("c", torch.tensor(init_c))
+
+
+class PerLayer(nn.Module):
+    """Two FIREs, one per layer, in a ModuleList: which one to grade is the user's to say."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__()
+        self.layers = nn.ModuleList([FIRE(num_heads, mlp_width, init_c, init_L, eps) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor):
+        return self.layers[0](x)
