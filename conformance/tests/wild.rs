@@ -571,15 +571,18 @@ fn a_lengths_module_is_given_the_decoding_call() {
 }
 
 /// A `forward(positions)` module is given the case's positions (the lists where the queries are
-/// the keys, every position either holds otherwise): one that counts 0..n in place of them
-/// fails on gapped positions, where the square 0..T had let it pass.
+/// the keys, the queries then the keys otherwise), as a list or as `[1, n]` position_ids: one
+/// that counts 0..n in place of them fails on gapped positions, where the square 0..T had let it
+/// pass.
 #[test]
 fn a_positions_module_is_given_the_positions() {
     if !numpy() {
         return;
     }
-    let r = passes(&appendix("PositionList", "f32"), 20);
-    assert_eq!(r["positions_from_square"], 0, "{r:#}");
+    for class in ["PositionList", "PositionIds"] {
+        let r = passes(&appendix(class, "f32"), 20);
+        assert_eq!(r["positions_from_square"], 0, "{class}: {r:#}");
+    }
     let (code, r) = run(
         &appendix("PositionListAsIndices", "f32"),
         &["--fail-on", "values"],

@@ -280,6 +280,8 @@ class Glue:
                     out = m(*p.args, dev)
                 elif style in ("seq_len", "lengths"):
                     out = m(*p.args)
+                elif style == "position_ids":
+                    out = m(tensor(p.args[0])[None])
                 else:
                     out = m(*(tensor(a) for a in p.args))
             except (RuntimeError, TypeError) as e:
@@ -306,12 +308,16 @@ class Glue:
                                    calls.takes_scores(calls.parameter_names(m)), to_numpy=as_numpy)
             return full, p
 
-        if style != "x" or self.call:
+        if style == "positions":
+            layouts = calls.POSITION_LAYOUTS
+        elif style != "x" or self.call:
             return call(style)
-        if calls.takes_scores(calls.parameter_names(m)):
+        elif calls.takes_scores(calls.parameter_names(m)):
             return call("scores")
-        # forward(x) by introspection: the layouts in turn, the one that worked before first.
-        order = sorted(X_LAYOUTS, key=lambda s: s != self.layout)
+        else:
+            layouts = X_LAYOUTS
+        # The layouts in turn, the one that worked before first.
+        order = sorted(layouts, key=lambda s: s != self.layout)
         errors = []
         for layout in order:
             try:
@@ -430,24 +436,27 @@ def in_dtype(m, dt):
 
 
 # What each layout of x is, for the error that names them all.
-X_SHAPES = {"x": "[B, H, T, 1]", "hidden": "[B, T, 1]", "scores": "[B, H, T, T]"}
+X_SHAPES = {"x": "[B, H, T, 1]", "hidden": "[B, T, 1]", "scores": "[B, H, T, T]",
+            "positions": "[n] positions", "position_ids": "[1, n] position_ids"}
 
 
 def every_layout_failed(errors):
-    """The error for a ``forward(x)`` that failed with every layout of x: each attempt's error
-    (once, where all are the same), the first's type (a ``ValueError`` where that type cannot
-    take a message). An error about the call's arguments is the signature, not the layout."""
+    """The error for a ``forward(x)`` (or ``forward(positions)``) that failed with every layout of
+    its argument: each attempt's error (once, where all are the same), the first's type (a
+    ``ValueError`` where that type cannot take a message). An error about the call's arguments
+    is the signature, not the layout."""
     first = errors[0][1]
+    arg = "positions" if errors[0][0] in calls.POSITION_LAYOUTS else "x"
     said = [f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}" for _, e in errors]
     if len(set(said)) == 1:
-        tried = f"the same with x as each of {', '.join(X_SHAPES[s] for s, _ in errors)}: {said[0]}"
+        tried = f"the same with {arg} as each of {', '.join(X_SHAPES[s] for s, _ in errors)}: {said[0]}"
     else:
-        tried = "; ".join(f"x as {X_SHAPES[s]}: {w}" for (s, _), w in zip(errors, said))
+        tried = "; ".join(f"{arg} as {X_SHAPES[s]}: {w}" for (s, _), w in zip(errors, said))
     signature = isinstance(first, TypeError) and any(
         w in str(first) for w in ("positional argument", "unexpected keyword"))
     how = (f"forward takes none of the calls the glue knows (--call {'|'.join(CALLS)}): write a "
            "build(case) glue" if signature else "force one with --call, or write a build(case) glue")
-    return retold(first, f"forward(x) failed with every layout of x ({tried}); {how}")
+    return retold(first, f"forward({arg}) failed with every layout of {arg} ({tried}); {how}")
 
 
 def retold(e, text):

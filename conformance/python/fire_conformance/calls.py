@@ -21,6 +21,9 @@ CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "lengths", "lengt
          "qk"]
 # The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
 X_LAYOUTS = ["x", "hidden", "scores"]
+# The layouts of a ``forward(positions)``'s positions, in this order: a list [n], or
+# ``position_ids`` of one sequence, [1, n] (a module that unpacks ``B, T = position_ids.shape``).
+POSITION_LAYOUTS = ["positions", "position_ids"]
 # An x of two sequences, not one, up to this length: a bias that differs between the sequences of
 # a batch (batch and heads mixed up by a ``repeat_interleave`` or a ``view`` of [B·H, T, T]) fails
 # there (``appendix_e.squeeze``), where at batch 1 it is right. Longer squares keep one sequence:
@@ -161,7 +164,7 @@ def plan(style, case, max_len, query_rows="last"):
     T = case.length
     if style == "qk":
         return Plan(style, (q, k), (len(q), len(k)), range(len(q)), range(len(k)))
-    if style == "positions":
+    if style in POSITION_LAYOUTS:
         # The lists themselves where the queries are the keys, else the queries followed by the
         # keys, as they are (unsorted and repeated included), and the rows and columns picked
         # from that.

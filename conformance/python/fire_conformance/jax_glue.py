@@ -218,6 +218,8 @@ class JaxGlue:
         """The call styles to try in turn: one, or for an introspected ``__call__(x)`` the x
         layouts of ``calls.X_LAYOUTS``, the one that worked before first."""
         style = self.call or call_style(m)
+        if style == "positions":
+            return sorted(calls.POSITION_LAYOUTS, key=lambda s: s != self.layout)
         if style != "x" or self.call:
             return [style]
         if calls.takes_scores(parameter_names(m)):
@@ -237,6 +239,8 @@ class JaxGlue:
             return plan.args + (None,)
         if plan.style in ("seq_len", "lengths"):
             return plan.args
+        if plan.style == "position_ids":
+            return (jnp.asarray(plan.args[0])[None],)
         return tuple(jnp.asarray(a) for a in plan.args)
 
     def build(self, case):

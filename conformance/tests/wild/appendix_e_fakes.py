@@ -282,3 +282,12 @@ class ReturnsTuple(Correct):
 
     def __call__(self, x):
         return self.bias(x.shape[2]), None
+
+
+class PositionIds(PositionList):
+    """Correct, taking ``position_ids`` of one sequence, [1, n], as Hugging Face models pass them
+    (it unpacks ``batch, n = position_ids.shape``): had been "adapter broken" (audit 21)."""
+
+    def __call__(self, position_ids):
+        batch, n = np.shape(position_ids)
+        return self.rows(np.asarray(position_ids, dtype=self.dt)[0])[None]
