@@ -502,7 +502,8 @@ def squeeze(out, heads, rows, cols, batch=1, check=True):
             what = f"a dict with keys {list(out)}"
         else:
             what = f"a {what}"
-        raise NotABias(f"forward returned {what}; the glue expects the bias tensor alone: write a "
+        raise NotABias(f"forward returned {what}; the glue expects one tensor, the bias (or scores + bias, "
+                       "for a module given scores), alone: write a "
                        "build(case) glue that picks it out (--fire-glue, fire-conformance-glue)")
     shape = tuple(out.shape)
     if len(shape) == 3 and shape == (heads, rows, cols):
