@@ -271,8 +271,7 @@ class Glue:
         def call(style):
             p = calls.plan(style, case, self.max_len, self.query_rows)
             rows, cols = p.shape
-            x = {"x": (p.batch, heads, rows, 1), "hidden": (p.batch, rows, 1),
-                 "scores": (p.batch, heads, rows, cols)}.get(style)
+            x = p.x_shape(heads)
             try:
                 if x is not None:
                     out = m(zeros(x))

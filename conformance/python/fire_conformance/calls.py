@@ -52,7 +52,7 @@ def batch_of(T):
     return 2 if T <= BATCHED_UP_TO else 1
 
 
-def _positional(fn, skip=0):
+def positional(fn, skip=0):
     """The lower-cased names of ``fn``'s positional parameters past the first ``skip``, or None
     where its signature cannot be read."""
     try:
@@ -70,12 +70,12 @@ def forward_of(m):
 
 def parameter_names(m):
     """The lower-cased names of the positional parameters of the method a glue calls."""
-    return _positional(forward_of(m)) or []
+    return positional(forward_of(m)) or []
 
 
 def call_style(m):
     """How to call the module, from the names of its forward's parameters."""
-    names = _positional(forward_of(m))
+    names = positional(forward_of(m))
     return "x" if names is None else style_of(names)
 
 
@@ -90,7 +90,7 @@ def class_call_style(cls):
         fn = own("__call__")
     if fn is None and callable(getattr(cls, "apply", None)):
         fn, skip = cls.apply, 2
-    names = _positional(fn, skip)
+    names = positional(fn, skip)
     return "x" if names is None else style_of(names)
 
 
@@ -143,6 +143,12 @@ class Plan:
     def __init__(self, style, args, shape, rows, cols, batch=1):
         self.style, self.args, self.shape, self.batch = style, args, shape, batch
         self.rows, self.cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+
+    def x_shape(self, heads):
+        """The shape of x for a call in one of the x layouts (``X_LAYOUTS``), else None."""
+        rows, cols = self.shape
+        return {"x": (self.batch, heads, rows, 1), "hidden": (self.batch, rows, 1),
+                "scores": (self.batch, heads, rows, cols)}.get(self.style)
 
     def pick(self, full):
         """The case's ``[H, queries, keys]`` from the call's ``[H, rows, columns]`` output."""

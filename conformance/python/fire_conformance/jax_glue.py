@@ -194,7 +194,7 @@ def parameter_names(m):
     ``variables`` (a plain-JAX class with linen's interface)."""
     if callable(m):
         return calls.parameter_names(m)
-    return calls._positional(m.apply, 1) or []
+    return calls.positional(m.apply, 1) or []
 
 
 def call_style(m):
@@ -227,12 +227,10 @@ class JaxGlue:
         return sorted(calls.X_LAYOUTS, key=lambda s: s != self.layout)
 
     def args(self, plan, heads):
-        """The arguments of the call ``plan`` (a ``calls.Plan``), with the scores of a ``scores``
-        call set to zero (``probe``: the non-zero ones)."""
+        """The arguments of the call ``plan`` (a ``calls.Plan``), an x of zeros in the x layouts
+        (a ``scores`` call's non-zero probe is ``evaluate``'s)."""
         jnp = self.jnp
-        rows, cols = plan.shape
-        x = {"x": (plan.batch, heads, rows, 1), "hidden": (plan.batch, rows, 1),
-             "scores": (plan.batch, heads, rows, cols)}.get(plan.style)
+        x = plan.x_shape(heads)
         if x is not None:
             return (jnp.zeros(x, dtype=self.dt),)
         if plan.style in ("seq_len_device", "lengths_device"):

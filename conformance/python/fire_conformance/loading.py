@@ -100,7 +100,9 @@ def torch_layers(m, state, mapping):
     hidden = [w for w, _ in linear if w not in state]
     if hidden:
         raise ParamsMismatch(f"the module's nn.Linear weight(s) {hidden} are not in its state dict "
-                             "under those names (a parametrised weight: weight_norm, spectral_norm?); "
+                             "under those names (a weight a hook computes: the older "
+                             "torch.nn.utils.weight_norm or spectral_norm, whose "
+                             "torch.nn.utils.parametrizations versions the glue loads); "
                              "write a build(case) glue that loads them")
     shapes = dict((w, tuple(state[w].shape)) for w, _ in linear)
     return chain_order(linear, lambda layer: shapes[layer[0]])
