@@ -88,13 +88,32 @@ pub enum Overall {
     /// ([`crate::implementation::Reply::Mistake`]): what they said most often, and in how many.
     /// spec: [proto.reply]
     GlueFound {
-        /// The most frequent message.
+        /// The first message of the most frequent kind (its error type, the text before its
+        /// first `": "`): cases finding the same mistake differ in their figures.
         message: String,
-        /// How many failing cases gave exactly it.
+        /// How many failing cases gave a message of that kind.
         count: usize,
+        /// Whether they all gave exactly `message`.
+        same: bool,
         /// How many value cases failed.
         failed: usize,
     },
+}
+
+/// What kind of finding a glue's message is: the error type it starts with (`XMisused: …`),
+/// else the whole message.
+fn kind_of(message: &str) -> &str {
+    match message.split_once(": ") {
+        Some((kind, _))
+            if !kind.is_empty()
+                && kind
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.') =>
+        {
+            kind
+        }
+        _ => message,
+    }
 }
 
 /// [`Overall::GlueFound`], where every failed value case of `outcomes` is one of `mistakes`
@@ -108,14 +127,26 @@ pub(crate) fn glue_found(outcomes: &[Outcome], mistakes: &[(usize, String)]) -> 
     if failed.is_empty() || !failed.iter().all(|n| mistakes.iter().any(|(i, _)| i == n)) {
         return None;
     }
+    let found: Vec<&str> = mistakes
+        .iter()
+        .filter(|(i, _)| failed.contains(i))
+        .map(|(_, m)| m.as_str())
+        .collect();
     let mut freq: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, m) in mistakes.iter().filter(|(i, _)| failed.contains(i)) {
-        *freq.entry(m.as_str()).or_default() += 1;
+    for m in &found {
+        *freq.entry(kind_of(m)).or_default() += 1;
     }
-    let (message, count) = freq.into_iter().max_by_key(|(_, c)| *c)?;
+    // The most frequent kind; of kinds as frequent, the first found.
+    let count = freq.values().copied().max()?;
+    let message = *found.iter().find(|m| freq[kind_of(m)] == count)?;
+    let kind = kind_of(message);
     Some(Overall::GlueFound {
         message: message.to_owned(),
         count,
+        same: found
+            .iter()
+            .filter(|m| kind_of(m) == kind)
+            .all(|m| *m == message),
         failed: failed.len(),
     })
 }

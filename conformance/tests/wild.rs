@@ -509,9 +509,10 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
         return;
     }
     let args = ["--run", "fire/random-params/*", "--fail-on", "values"];
-    for (class, says) in [
-        ("ScoresDropped", "returned the bias without them"),
-        ("ScoresScaled", "returned neither scores + bias"),
+    // The second: whether every case says exactly the same (the scaled scores' figures differ).
+    for (class, same, says) in [
+        ("ScoresDropped", true, "returned the bias without them"),
+        ("ScoresScaled", false, "returned neither scores + bias"),
     ] {
         let (code, r) = run(&appendix(class, "f32"), &args);
         // A mistake the glue found, not a broken adapter ([proto.reply]'s `cause: module`).
@@ -521,6 +522,8 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
             r["glue_found"]["message"].as_str().unwrap().contains(says),
             "{class}: {r:#}"
         );
+        assert_eq!(r["glue_found"]["same_message"], same, "{class}: {r:#}");
+        assert_eq!(r["glue_found"]["count"], 6, "{class}: {r:#}");
         let cases = r["cases"].as_array().unwrap();
         assert!(
             cases
@@ -537,6 +540,39 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
             &["--run", "fire/random-params/*"],
         );
     }
+}
+
+/// A `forward(x)` module is handed a non-zero x as well as zeros: one whose bias moves with x's
+/// values (`x * 0.125 + bias`, which x of zeros alone passes) fails saying so, as a mistake the
+/// glue found (exit 1); one that returns x + bias takes x for scores and is graded in that
+/// layout.
+#[test]
+fn a_forward_x_whose_bias_depends_on_x_values_fails() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(
+        &appendix("XLeaksIntoBias", "f32"),
+        &["--run", "fire/random-params/*", "--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    let says = "depends on the values of x";
+    assert!(
+        r["glue_found"]["message"].as_str().unwrap().contains(says),
+        "{r:#}"
+    );
+    // Every case finds it, each in its own figures: one finding, not one case of six.
+    assert_eq!(
+        r["glue_found"]["count"], r["glue_found"]["failed_cases"],
+        "{r:#}"
+    );
+    assert_eq!(r["glue_found"]["same_message"], false, "{r:#}");
+    passes_in(
+        &appendix("XPlusBias", "f32"),
+        4,
+        &["--run", "fire/random-params/*"],
+    );
 }
 
 /// A `forward(query_length, key_length)` module is given the decoding call, the query rows from

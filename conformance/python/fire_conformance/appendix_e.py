@@ -294,6 +294,15 @@ class Glue:
                 square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
                                  heads, cols, cols)
                 calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype)
+            if style in ("x", "hidden"):
+                probe = array(calls.x_probe(x))
+                if torch_module:
+                    with torch.no_grad():
+                        probed = m(probe)
+                else:
+                    probed = m(probe)
+                calls.check_x(as_numpy(full), as_numpy(squeeze(probed, heads, rows, cols, batch=p.batch)),
+                              calls.x_probe(x), self.dtype)
             if style == "scores":
                 scores = array(calls.scores_probe(x))
                 # A copy: a module adding its bias in place (`scores += bias`, as T5 does)

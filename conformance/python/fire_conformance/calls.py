@@ -8,7 +8,8 @@ case's positions themselves, unsorted and repeated as they are (a module that ig
 counts ``0..n``, or sorts them, fails);
 a ``lengths`` module gets the decoding call, as many query rows as reach from the first query to
 the last key (a module that returns the first rows of a shorter query block fails); a ``scores``
-module gets non-zero scores, which it must return added to the bias (``check_scores``).
+module gets non-zero scores, which it must return added to the bias (``check_scores``); an ``x``
+module gets a non-zero x as well, whose values must not change the bias (``check_x``).
 """
 
 import inspect
@@ -222,6 +223,57 @@ def scores_probe(shape):
     """Non-zero attention scores of ``shape`` ([B, H, T, T]) in float32, the same for every call
     of a shape: what a ``scores`` call hands the module besides zeros (``check_scores``)."""
     return np.random.default_rng(list(shape)).standard_normal(shape, dtype=np.float32)
+
+
+def x_probe(shape):
+    """A non-zero x of ``shape`` (an x layout's, ``Plan.x_shape``) in float32, the same for every
+    call of a shape and for every sequence of its batch (whose bias must not differ, ``squeeze``):
+    what an ``x`` or ``hidden`` call hands the module besides zeros (``check_x``)."""
+    one = np.random.default_rng([7] + list(shape)).standard_normal((1,) + tuple(shape[1:]), dtype=np.float32)
+    return np.repeat(one, shape[0], axis=0)
+
+
+class XAdded(ValueError):
+    """A ``forward(x)`` that returned x + bias: it takes x for attention scores, a layout of its
+    own (``X_LAYOUTS``' ``scores``), so the next layout is tried."""
+
+
+class XMisused(fire_kit.Mistake, ValueError):
+    """A ``forward(x)`` whose bias depends on x's values, not only on its shape."""
+
+
+def check_x(bias, probed, x, dtype):
+    """Checks an ``x`` or ``hidden`` call: ``bias`` [H, R, C] is the module's output for x of
+    zeros, ``probed`` ([H, R, C], float64 NumPy arrays both) its output for the non-zero ``x``
+    (``x_probe``). FIRE's bias depends on positions alone [fire.bias]: a module that reads only
+    x's shape (its length, device, dtype) returns the same bias for both and passes; one that
+    returns x + bias takes x for scores, and is tried in that layout (``XAdded``); any other
+    dependence on x's values (``x * 0.125 + bias``, a mask read from x) is refused saying by how
+    much, for with x of zeros alone it would pass unseen. Entries the bias masks (non-finite, or
+    ≤ −1e3 under ``masked``) are left out."""
+    keep = np.isfinite(bias) & (bias > -1e3)
+    scale = max(1.0, float(np.max(np.abs(bias), where=keep, initial=0.0)))
+    allowed = ROUNDING[dtype] * scale
+    with np.errstate(invalid="ignore"):
+        moved = float(np.nan_to_num(np.max(np.abs(probed - bias), where=keep, initial=0.0), nan=np.inf))
+    if moved <= allowed:
+        return
+    try:
+        given = np.broadcast_to(np.asarray(x[0], dtype=np.float64), bias.shape)
+    except ValueError:
+        given = None
+    if given is not None:
+        with np.errstate(invalid="ignore"):
+            added = float(np.nan_to_num(np.max(np.abs(probed - given - bias), where=keep, initial=0.0),
+                                        nan=np.inf))
+        if added <= ROUNDING[dtype] * (scale + float(np.max(np.abs(given)))):
+            raise XAdded(f"forward(x) with x as {list(x.shape)} returned x + bias (x broadcast): it takes x "
+                         "for attention scores")
+    raise XMisused(
+        f"forward(x)'s output depends on the values of x, not only on its shape: given a non-zero x of "
+        f"shape {list(x.shape)}, it differs from its output at x = 0 by up to {moved:.3g} (allowed "
+        f"{allowed:.3g}); FIRE's bias depends on the positions alone [fire.bias], so in a model the "
+        "hidden states would leak into it; take from x only its length, device and dtype")
 
 
 # A relative rounding allowance per --dtype for ``check_scores``: the bias added to scores and

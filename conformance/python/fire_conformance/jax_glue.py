@@ -228,7 +228,7 @@ class JaxGlue:
 
     def args(self, plan, heads):
         """The arguments of the call ``plan`` (a ``calls.Plan``), an x of zeros in the x layouts
-        (a ``scores`` call's non-zero probe is ``evaluate``'s)."""
+        (the non-zero probes of ``check_x`` and ``check_scores`` are ``evaluate``'s)."""
         jnp = self.jnp
         x = plan.x_shape(heads)
         if x is not None:
@@ -345,11 +345,16 @@ class JaxGlue:
             calls.check_last_rows(np.asarray(full, dtype=np.float64),
                                   np.asarray(appendix_e.squeeze(square, heads, cols_n, cols_n), dtype=np.float64),
                                   self.dtype)
+        as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
+                                                    else jnp.float64), dtype=np.float64)
+        if plan.style in ("x", "hidden"):
+            probe = calls.x_probe(args[0].shape)
+            probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=self.dt))
+            calls.check_x(as_numpy(full), as_numpy(appendix_e.squeeze(probed, heads, rows, cols, batch=plan.batch)),
+                          probe, self.dtype)
         if plan.style == "scores":
             scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
             probed = m.apply({**variables, "params": params}, scores)
-            as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
-                                                        else jnp.float64))
             calls.check_scores(full, probed, scores, self.dtype, calls.takes_scores(parameter_names(m)),
                                to_numpy=as_numpy)
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):

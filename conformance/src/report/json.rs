@@ -83,6 +83,17 @@ pub fn render(r: &Report) -> Value {
         ),
         None => (None, Value::Null),
     };
+    let glue_found = match &r.overall {
+        Some(Overall::GlueFound {
+            message,
+            count,
+            same,
+            failed,
+        }) => {
+            json!({"message": message, "count": count, "same_message": same, "failed_cases": failed})
+        }
+        _ => Value::Null,
+    };
     json!({
         "implementation": r.capabilities.name,
         "dtype": r.dtype,
@@ -138,12 +149,7 @@ pub fn render(r: &Report) -> Value {
         "gradients_unchecked": unchecked(&r.gradients_unchecked),
         "bias_unchecked": unchecked(&r.bias_unchecked),
         "adapter_broken": broken,
-        "glue_found": match &r.overall {
-            Some(Overall::GlueFound { message, count, failed }) => {
-                json!({"message": message, "count": count, "failed_cases": failed})
-            }
-            _ => Value::Null,
-        },
+        "glue_found": glue_found,
         "cases": cases,
     })
 }

@@ -138,12 +138,19 @@ pub fn run_lines(r: &Report) -> String {
         Some(Overall::GlueFound {
             message,
             count,
+            same,
             failed,
         }) => {
-            let share = if count == failed {
-                format!("all {failed} saying")
+            let which = if *same {
+                "saying".to_owned()
             } else {
-                format!("{failed} cases; {count} of them saying")
+                // The same finding in each case's own figures: the first said.
+                "finding the same, the first saying".to_owned()
+            };
+            let share = if count == failed {
+                format!("all {failed} {which}")
+            } else {
+                format!("{failed} cases; {count} of them {which}")
             };
             let _ = writeln!(
                 out,

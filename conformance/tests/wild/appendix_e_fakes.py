@@ -150,6 +150,22 @@ class LengthFromLastAxis(Correct):
         return self.bias(x.shape[-1])
 
 
+class XLeaksIntoBias(Correct):
+    """Appendix E's forward(x), but returns x * 0.125 + bias (x broadcast over the keys): the
+    hidden states leak into the bias. With x of zeros it is exactly the bias."""
+
+    def __call__(self, x):
+        return x * 0.125 + self.bias(x.shape[2])
+
+
+class XPlusBias(Correct):
+    """Correct: forward(x) takes x for the attention scores [B, H, T, T] (a parameter named x, not
+    scores), reads the length from x.shape[2] and returns x + bias."""
+
+    def __call__(self, x):
+        return x + self.bias(x.shape[2])
+
+
 class LengthsFirstRows(Correct):
     """forward(query_length, key_length) returning the first query_length rows of the key_length
     square where the queries are the last: a decoding step (one query after cached keys) gets the
