@@ -70,6 +70,10 @@ pub enum Overall {
     /// Every failing case is an f64 case that agrees with the reference within this looser
     /// profile's tolerance: a step computed at lower precision. spec: [num.profiles]
     Precision(&'static str),
+    /// Every failing case is the reference's with FIRE's parameters rounded to this storage
+    /// ([`diagnose::Stored`]): the module holds them at a lower precision than it computes in.
+    /// spec: [num.profiles]
+    Stored(diagnose::Stored),
     /// Every failing case is, on its causal triangle, the expected bias plus a constant per
     /// query row: attention is unchanged, the bias values are not (Press et al.'s ALiBi `r·j`).
     /// spec: [alibi.bias], [attn.logits]
@@ -335,6 +339,8 @@ pub(crate) fn diagnose_run(
             Overall::Variants(none) if none.is_empty() => {
                 if let Some(values) = other_initial(outcomes, ran, &failed) {
                     Overall::OtherInitial(values)
+                } else if let Some(s) = stored(outcomes, ran, &failed) {
+                    Overall::Stored(s)
                 } else if let Some(p) = failing_findings(outcomes, ran, &failed)
                     .and_then(|f| f.iter().map(|f| f.precision).collect::<Option<Vec<_>>>())
                     // The widest a case needs: every failing case agrees within it.
@@ -423,6 +429,23 @@ fn failing_findings<'a>(
         .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
         .collect();
     (!findings.is_empty() && findings.len() == failed_values(outcomes)).then_some(findings)
+}
+
+/// The lower-precision storage of the parameters that explains every failing case, when each
+/// failing case has one and all name the same format (c and L_multiplier said rounded too
+/// where some case needs them). spec: [num.profiles]
+fn stored(outcomes: &[Outcome], ran: &[Ran], failed: &[bool]) -> Option<diagnose::Stored> {
+    let each: Vec<diagnose::Stored> = failing_findings(outcomes, ran, failed)?
+        .iter()
+        .map(|f| f.stored)
+        .collect::<Option<_>>()?;
+    let first = *each.first()?;
+    each.iter()
+        .all(|s| s.format == first.format)
+        .then(|| diagnose::Stored {
+            format: first.format,
+            scalars: each.iter().any(|s| s.scalars),
+        })
 }
 
 /// The other initial values that explain every failing case, the distinct ones in the order
@@ -676,6 +699,10 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
         // −0.1: the bias the same, the gradient of c negated): that, not a wrong gradient path.
         if let Some(values) = other_initial(outcomes, ran, failed) {
             return Overall::OtherInitial(values);
+        }
+        // Every failing gradient the reference's at parameters held at a lower precision.
+        if let Some(s) = stored(outcomes, ran, failed) {
+            return Overall::Stored(s);
         }
         let mut params: Vec<String> = Vec::new();
         let (mut nan, mut layout) = (false, true);

@@ -338,3 +338,33 @@ fn mapped_jax_weights_in_either_layout_are_graded() {
     let (code, _) = run(&jax_fake("ExplicitWeights"), &RANDOM_AND_GRADIENT);
     assert_eq!(code, 3);
 }
+
+/// A module whose f_θ holds its parameters in float16 and computes in float32 (Flax's
+/// `param_dtype=jnp.float16`) fails every case, and each, bias and gradient alike, is named as
+/// the reference's with those parameters rounded to float16, where it had been said to be a
+/// shift per query row (audit 21 F10).
+#[test]
+fn a_jax_module_holding_its_weights_in_float16_is_named_so() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("Float16Weights"), &RANDOM_AND_GRADIENT);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    assert_eq!(
+        r["overall_stored"],
+        serde_json::json!({"format": "float16", "scalars": false}),
+        "{r:#}"
+    );
+    for case in r["cases"].as_array().unwrap() {
+        assert_eq!(case["stored"]["format"], "float16", "{case:#}");
+        let notes = case["notes"].as_array().unwrap();
+        assert!(
+            !notes
+                .iter()
+                .any(|n| n.as_str().unwrap().contains("constant per query row")),
+            "{case:#}"
+        );
+    }
+    assert_eq!(r["overall_row_shift"], false, "{r:#}");
+}

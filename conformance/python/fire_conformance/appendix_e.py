@@ -294,6 +294,16 @@ class Glue:
                 square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
                                  heads, cols, cols)
                 calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype)
+            counting = calls.counted(p.args[0]) if style in calls.POSITION_LAYOUTS else None
+            if counting is not None:
+                given = tensor(counting) if style == "positions" else tensor(counting)[None]
+                if torch_module:
+                    with torch.no_grad():
+                        again = m(given)
+                else:
+                    again = m(given)
+                calls.check_positions_used(as_numpy(full), as_numpy(squeeze(again, heads, rows, cols)),
+                                           list(p.args[0]))
             if style in ("x", "hidden"):
                 probe = array(calls.x_probe(x))
                 if torch_module:

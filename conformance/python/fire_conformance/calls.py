@@ -4,10 +4,10 @@ what one call computes (``Plan``) and where each of the case's queries and keys 
 
 A style that can hand the module the case's positions does, so that a mistake shown only there
 is caught rather than answered by the glue's gather [proto.hello]: a ``positions`` module gets the
-case's positions themselves, unsorted and repeated as they are (a module that ignores them and
-counts ``0..n``, or sorts them, fails);
-a ``lengths`` module gets the decoding call, as many query rows as reach from the first query to
-the last key (a module that returns the first rows of a shorter query block fails); a ``scores``
+case's positions themselves, unsorted and repeated as they are (a module that sorts them fails;
+one that counts ``0..n`` in place of them is said to, ``check_positions_used``); a ``lengths``
+module gets the decoding call, as many query rows as reach from the first query to the last key
+(a module that returns the first rows of a shorter query block fails); a ``scores``
 module gets non-zero scores, which it must return added to the bias (``check_scores``); an ``x``
 module gets a non-zero x as well, whose values must not change the bias (``check_x``).
 """
@@ -223,6 +223,38 @@ def scores_probe(shape):
     """Non-zero attention scores of ``shape`` ([B, H, T, T]) in float32, the same for every call
     of a shape: what a ``scores`` call hands the module besides zeros (``check_scores``)."""
     return np.random.default_rng(list(shape)).standard_normal(shape, dtype=np.float32)
+
+
+def counted(listed):
+    """The positions ``0..n`` a ``positions`` call of ``listed`` is repeated with
+    (``check_positions_used``), or None where they could not tell a module that counts from one
+    that reads the positions: ``listed`` is already ``p, p + 1, …`` (the same distances)."""
+    n = len(listed)
+    if n < 2 or all(listed[r] == listed[0] + r for r in range(n)):
+        return None
+    return list(range(n))
+
+
+class PositionsIgnored(fire_kit.Mistake, ValueError):
+    """A ``forward(positions)`` that counts its positions rather than reading them."""
+
+
+def check_positions_used(bias, counting, listed):
+    """Checks a ``positions`` call: ``bias`` [H, n, n] is the module's output for the case's
+    positions ``listed``, ``counting`` its output for ``0..n`` (``counted``; float64 NumPy arrays
+    both). Where the lists' distances differ, a module that reads the positions computes other
+    values (unless its bias is one constant per head, as a zero f_θ is); one that returns exactly
+    the same uses only their count or their indices, and is said to, for the case's failure
+    alone would not name it where its lists were concatenated [conv.positions]."""
+    same = np.array_equal(bias, counting, equal_nan=True)
+    flat = bias.reshape(bias.shape[0], -1)
+    varies = any(len(np.unique(row[np.isfinite(row)])) > 1 for row in flat)
+    if same and varies:
+        shown = listed if len(listed) <= 8 else listed[:8] + ["…"]
+        raise PositionsIgnored(
+            f"forward(positions) returned exactly the same bias for the positions {shown} as for "
+            f"0..{len(listed) - 1}: it uses their count or their indices, not their values, so gapped, "
+            "unsorted and KV-cache positions get the bias of the wrong distances [conv.positions]")
 
 
 def x_probe(shape):

@@ -347,6 +347,12 @@ class JaxGlue:
                                   self.dtype)
         as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
                                                     else jnp.float64), dtype=np.float64)
+        counting = calls.counted(plan.args[0]) if plan.style in calls.POSITION_LAYOUTS else None
+        if counting is not None:
+            given = jnp.asarray(counting) if plan.style == "positions" else jnp.asarray(counting)[None]
+            again = m.apply({**variables, "params": params}, given)
+            calls.check_positions_used(as_numpy(full), as_numpy(appendix_e.squeeze(again, heads, rows, cols)),
+                                       list(plan.args[0]))
         if plan.style in ("x", "hidden"):
             probe = calls.x_probe(args[0].shape)
             probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=self.dt))

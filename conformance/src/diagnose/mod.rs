@@ -24,11 +24,14 @@ use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
 
 mod explanations;
+mod stored;
 mod subset;
 
 pub(crate) use explanations::other_placement;
 pub use explanations::placement_words;
 use explanations::{gradient_of_l, lower_precision, row_shifted};
+use stored::lower_storage;
+pub use stored::Stored;
 use subset::subsets;
 pub use subset::Subset;
 
@@ -64,6 +67,11 @@ pub struct Finding {
     /// no larger than its rounding. The statements on subsets are not made then:
     /// at that size they describe the rounding, not a mistake ("agrees below L" on one query).
     pub precision: Option<&'static str>,
+    /// When no variant explains a FIRE case: the storage below the profile (float16, …) in
+    /// which the case's parameters, rounded, make the reference reproduce the output — a
+    /// module holding its parameters at a lower precision than it computes in. Tried before
+    /// [`Self::precision`], which it then leaves unset.
+    pub stored: Option<Stored>,
     /// Whether the catalogue was consulted: some variant applies to the case, or it is a bias
     /// case (a gradient case diagnosed only for [`Self::other_initial`] or [`Self::precision`]
     /// has no "no catalogued variant" to say).
@@ -256,9 +264,14 @@ pub fn diagnose(
         // An exact explanation: a variant merely nearest is no longer worth a line.
         finding.closest = None;
     } else if finding.variants.is_empty() && finding.closest.is_none() {
-        finding.precision = lower_precision(case, got, profile, caps);
+        finding.stored = lower_storage(case, got, profile, caps, future);
+        if finding.stored.is_none() {
+            finding.precision = lower_precision(case, got, profile, caps);
+        }
     }
-    let explained = !finding.other_initial.is_empty() || finding.precision.is_some();
+    let explained = !finding.other_initial.is_empty()
+        || finding.precision.is_some()
+        || finding.stored.is_some();
     if finding.variants.is_empty() && finding.closest.is_none() && !explained {
         for s in subsets(case) {
             let reference = agrees(case, expected, got, profile, future, Some(s));
@@ -385,6 +398,7 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
         && f.variants.is_empty()
         && f.other_initial.is_empty()
         && f.precision.is_none()
+        && f.stored.is_none()
     {
         lines.push("diagnosis: no catalogued variant matches the whole output".into());
     }
@@ -416,6 +430,12 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
             "diagnosis: agrees with the reference within {p} tolerance, not within {}'s: some of the computation in {} (a distance, ψ or the normaliser cast) though the output is in a wider dtype, or a mistake that small (an extra guard, a small constant) [num.profiles]",
             profile.name,
             if p == "bf16" { "bfloat16 or float16" } else { p }
+        ));
+    }
+    if let Some(s) = f.stored {
+        lines.push(format!(
+            "diagnosis: matches the reference with {s}: the module holds its parameters in {} (Flax's `param_dtype`, a layer made `.half()`, a checkpoint loaded in it) though it computes and returns a wider dtype, so it cannot hold the values it is given, nor in training the small updates an optimiser makes; keep them in the dtype it computes in [num.profiles]",
+            s.format
         ));
     }
     for s in &f.agrees_on {

@@ -54,6 +54,7 @@ pub fn render(r: &Report) -> Value {
                     "failing_off_defaults": finding.map_or(0, |f| f.failing_off_defaults),
                 })),
                 "precision": finding.and_then(|f| f.precision),
+                "stored": finding.and_then(|f| f.stored).map(|s| json!({"format": s.format, "scalars": s.scalars})),
                 "seconds": o.duration.as_secs_f64(),
             })
         })
@@ -74,6 +75,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::RowShift
             | Overall::OtherInitial(_)
             | Overall::Precision(_)
+            | Overall::Stored(_)
             | Overall::Placement(_),
         ) => (Some(vec![]), Value::Null),
         Some(Overall::GlueFound { .. }) => (Some(vec![]), Value::Null),
@@ -123,6 +125,10 @@ pub fn render(r: &Report) -> Value {
         },
         "overall_precision": match &r.overall {
             Some(Overall::Precision(p)) => json!(p),
+            _ => Value::Null,
+        },
+        "overall_stored": match &r.overall {
+            Some(Overall::Stored(s)) => json!({"format": s.format, "scalars": s.scalars}),
             _ => Value::Null,
         },
         "overall_some_inputs": match &r.overall {

@@ -1,0 +1,225 @@
+//! Parameters held at a lower precision than the output: whether a failing output is the
+//! reference's with FIRE's parameters rounded to float16, bfloat16 or float32.
+//!
+//! A module whose f_θ keeps its weights in float16 (Flax's `param_dtype=jnp.float16`, an MLP made
+//! `.half()` that is cast back before it computes) computes in the dtype it is asked for from
+//! parameters that cannot hold the case's values. Its output differs from the reference by the
+//! parameters' rounding alone, a difference no catalogued mistake and no lower precision of the
+//! arithmetic describes (the output is not 16-bit), and which, being mostly the output layer's
+//! bias rounded, a constant per head, had been read as a shift per query row. Rounding the case's
+//! parameters and evaluating the reference on them names it exactly. spec: [num.profiles]
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::compare::Profile;
+use crate::diagnose::agrees;
+use crate::implementation::{Capabilities, FutureKeys};
+use crate::implementations::reference::evaluate_placed;
+use crate::vectors::format::{Case, Encoding, FireParams, Kind, Tensor};
+
+/// A lower-precision storage that reproduces an output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// `float16`, `bfloat16` or `float32`.
+    pub format: &'static str,
+    /// Whether c and L_multiplier are rounded too, not only f_θ's weights and biases.
+    pub scalars: bool,
+}
+
+impl Stored {
+    /// The parameters it rounds, in words.
+    pub fn what(&self) -> &'static str {
+        if self.scalars {
+            "every parameter (f_θ's weights and biases, c and L_multiplier)"
+        } else {
+            "f_θ's weights and biases"
+        }
+    }
+}
+
+impl fmt::Display for Stored {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} rounded to {}", self.what(), self.format)
+    }
+}
+
+/// A binary floating-point format: significant bits after the leading one, and the exponent of
+/// its smallest normal number (below which its spacing stays that of the subnormals).
+struct Format {
+    name: &'static str,
+    mantissa: i32,
+    min_exponent: i32,
+}
+
+/// The storage formats tried, narrowest spacing first among those below a profile.
+const FORMATS: [Format; 3] = [
+    Format {
+        name: "float32",
+        mantissa: 23,
+        min_exponent: -126,
+    },
+    Format {
+        name: "float16",
+        mantissa: 10,
+        min_exponent: -14,
+    },
+    Format {
+        name: "bfloat16",
+        mantissa: 7,
+        min_exponent: -126,
+    },
+];
+
+/// `v` rounded to the nearest value of `format` (ties to even), subnormals included; values
+/// past its largest are left as they are (no FIRE parameter of the suite comes near one).
+fn rounded(v: f64, format: &Format) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    let exponent = (v.abs().log2().floor() as i32).max(format.min_exponent);
+    let spacing = 2f64.powi(exponent - format.mantissa);
+    (v / spacing).round_ties_even() * spacing
+}
+
+fn round_all(t: &mut Tensor, format: &Format) {
+    t.data.iter_mut().for_each(|v| *v = rounded(*v, format));
+}
+
+/// One module's parameters rounded: f_θ's, and with `scalars` c and L_multiplier as well.
+fn round_module(p: &mut FireParams, format: &Format, scalars: bool) {
+    for layer in &mut p.mlp.layers {
+        round_all(&mut layer.weight, format);
+        round_all(&mut layer.bias, format);
+    }
+    if scalars {
+        p.c = rounded(p.c, format);
+        p.l_multiplier = rounded(p.l_multiplier, format);
+    }
+}
+
+/// The encoding with every FIRE module's parameters rounded; `None` for a baseline.
+fn round_encoding(encoding: &Encoding, format: &Format, scalars: bool) -> Option<Encoding> {
+    let mut changed = encoding.clone();
+    match &mut changed {
+        Encoding::Fire(p) => round_module(p, format, scalars),
+        Encoding::FireShared(s) => round_module(&mut s.module, format, scalars),
+        Encoding::FirePerLayer(p) => p
+            .modules
+            .iter_mut()
+            .for_each(|m| round_module(m, format, scalars)),
+        Encoding::Baseline(_) => return None,
+    }
+    Some(changed)
+}
+
+/// A gradient case's `predicted` with each gradient that `got` returns in `format` (every value
+/// one of its values: a parameter's gradient comes back in the dtype the parameter is held in)
+/// rounded to it as well. Not a bias: one rounded to the output's dtype is a lower precision of
+/// the arithmetic ([`super::lower_precision`]), not of the parameters.
+fn held_as(
+    mut predicted: BTreeMap<String, Tensor>,
+    got: &BTreeMap<String, Tensor>,
+    format: &Format,
+) -> BTreeMap<String, Tensor> {
+    for (name, p) in &mut predicted {
+        let held = got
+            .get(name)
+            .is_some_and(|g| g.data.iter().all(|&v| rounded(v, format) == v));
+        if held {
+            round_all(p, format);
+        }
+    }
+    predicted
+}
+
+/// The narrowest-spaced storage below `profile` (f_θ's alone before every parameter) with which
+/// the reference reproduces `got` under the implementation's declarations; `None` where none
+/// does, where the case is no FIRE case, or where the profile is no wider than float32.
+pub(super) fn lower_storage(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+    future: FutureKeys,
+) -> Option<Stored> {
+    let below: &[&str] = match profile.name {
+        "f64" => &["float32", "float16", "bfloat16"],
+        "f32" => &["float16", "bfloat16"],
+        _ => return None,
+    };
+    // Outputs rounded to a format, gradients held in it, at the case's own parameters: rounding
+    // of the output alone, which the precision of the arithmetic names, not the parameters'.
+    let output_rounded = |format: &Format| {
+        case.kind == Kind::Vjp
+            && evaluate_placed(
+                &case.encoding,
+                case.kind,
+                &case.inputs,
+                None,
+                caps.placement,
+            )
+            .is_ok_and(|reference| {
+                agrees(
+                    case,
+                    &held_as(reference, got, format),
+                    got,
+                    profile,
+                    future,
+                    None,
+                )
+            })
+    };
+    for format in FORMATS.iter().filter(|f| below.contains(&f.name)) {
+        if output_rounded(format) {
+            return None;
+        }
+        for scalars in [false, true] {
+            let changed = round_encoding(&case.encoding, format, scalars)?;
+            // Parameters the format holds exactly explain nothing by being held in it.
+            if changed == case.encoding {
+                continue;
+            }
+            let fits = evaluate_placed(&changed, case.kind, &case.inputs, None, caps.placement)
+                .is_ok_and(|mut predicted| {
+                    if case.kind == Kind::Vjp {
+                        predicted = held_as(predicted, got, format);
+                    }
+                    agrees(case, &predicted, got, profile, future, None)
+                });
+            if fits {
+                return Some(Stored {
+                    format: format.name,
+                    scalars,
+                });
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_matches_the_formats_own_conversions() {
+        let f32_format = &FORMATS[0];
+        for v in [0.1, -1.0 / 3.0, 512.0, 1e-40, 6.02e23, -2.5e-7] {
+            assert_eq!(rounded(v, f32_format), f64::from(v as f32), "{v}");
+        }
+        let f16 = &FORMATS[1];
+        // 1 + 2^-10 is float16's next value after 1; 1 + 2^-11 ties to even (1).
+        assert_eq!(rounded(1.0 + 2f64.powi(-11), f16), 1.0);
+        assert_eq!(
+            rounded(1.0 + 3.0 * 2f64.powi(-11), f16),
+            1.0 + 2.0 * 2f64.powi(-10)
+        );
+        assert_eq!(rounded(0.1, f16), 0.099_975_585_937_5);
+        // Subnormal: spacing 2^-24.
+        assert_eq!(rounded(1e-6, f16), 17.0 * 2f64.powi(-24));
+        let bf16 = &FORMATS[2];
+        assert_eq!(rounded(0.1, bf16), 0.100_097_656_25);
+        assert_eq!(rounded(-3.0, bf16), -3.0);
+    }
+}
