@@ -500,8 +500,8 @@ fn a_square_glue_says_the_position_lists_were_gathered() {
 }
 
 /// A module given attention scores ([B, H, T, T]) is handed non-zero ones: it must return them
-/// added to its bias. One that drops them (a model's logits replaced by the bias) or changes
-/// them otherwise errors saying so; one that reads only their length and returns the bias
+/// added to its bias. One that drops them (a model's logits replaced by the bias), scales them
+/// (said with its factor) or changes them otherwise errors saying so; one that reads only their length and returns the bias
 /// alone, under a parameter not named for scores, is graded as a bias.
 #[test]
 fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
@@ -509,10 +509,11 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
         return;
     }
     let args = ["--run", "fire/random-params/*", "--fail-on", "values"];
-    // The second: whether every case says exactly the same (the scaled scores' figures differ).
+    // The second: whether every case says exactly the same (the changed scores' figures differ).
     for (class, same, says) in [
         ("ScoresDropped", true, "returned the bias without them"),
-        ("ScoresScaled", false, "returned neither scores + bias"),
+        ("ScoresScaled", false, "returned them scaled by 0.125 plus the bias"),
+        ("ScoresTanh", false, "returned neither scores + bias"),
     ] {
         let (code, r) = run(&appendix(class, "f32"), &args);
         // A mistake the glue found, not a broken adapter ([proto.reply]'s `cause: module`).

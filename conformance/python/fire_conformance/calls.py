@@ -338,6 +338,10 @@ def check_scores(bias, probed, scores, dtype, named, to_numpy=np.asarray):
                             "its output's shape depends on the scores' values")
     added = ignored = 0.0
     scale = 1.0
+    # Σ d·s and Σ s² of d = output − bias against the scores, for the one factor k with which
+    # the output would be k·scores + bias (a module that scales the scores it is given).
+    ds = ss = 0.0
+    pairs = []
     for b in range(B):
         for h in range(H):
             got = to_numpy(probed[min(b, probed.shape[0] - 1)][h]).astype(np.float64)
@@ -351,9 +355,23 @@ def check_scores(bias, probed, scores, dtype, named, to_numpy=np.asarray):
                                                  nan=np.inf))
                 ignored = max(ignored, np.nan_to_num(np.max(np.abs(got - want), where=keep, initial=0.0),
                                                      nan=np.inf))
+                d = got - want
+                ds += float(np.sum(d * s, where=keep & np.isfinite(d)))
+                ss += float(np.sum(s * s, where=keep & np.isfinite(d)))
+                pairs.append((d, s, keep))
     allowed = ROUNDING[dtype] * scale
     if added <= allowed or (ignored <= allowed and not named):
         return
+    k = ds / ss if ss > 0 else 0.0
+    with np.errstate(invalid="ignore"):
+        scaled = max((np.nan_to_num(np.max(np.abs(d - k * s), where=keep, initial=0.0), nan=np.inf)
+                      for d, s, keep in pairs), default=np.inf)
+    if ignored > allowed and scaled <= allowed:
+        raise ScoresMisused(
+            f"forward was given non-zero attention scores and returned them scaled by {k:.6g} plus the bias "
+            f"(k·scores + bias, to within {scaled:.3g}): a module given scores must return them unchanged "
+            "with the bias added, scores + bias; any scaling of the logits (1/√d) is the caller's "
+            "[fire.bias]")
     if ignored <= allowed:
         raise ScoresMisused(
             "forward was given non-zero attention scores (its parameter's name says it adds the bias "

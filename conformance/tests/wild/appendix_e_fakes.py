@@ -142,6 +142,14 @@ class ScoresScaled(Correct):
         return scores / 8 + self.bias(scores.shape[-1])
 
 
+class ScoresTanh(Correct):
+    """Takes the attention scores and returns tanh(scores) + bias (a soft cap applied inside the
+    module): the scores changed, by no one factor."""
+
+    def __call__(self, scores):
+        return np.tanh(scores) + self.bias(scores.shape[-1])
+
+
 class LengthFromLastAxis(Correct):
     """Correct: forward(x) reads the length from x.shape[-1] (the x it is written for is [.., T]),
     and returns the bias alone: x's values mean nothing to it."""
