@@ -36,6 +36,28 @@ fn a_min_threshold_is_named() {
     }
 }
 
+/// Positions clamped to a table's last entry (511) are named so, per case and for the run,
+/// where the only statement had been a partial match of `future-distance-clamped` (audit 20).
+#[test]
+fn positions_clamped_at_a_tables_end_are_named() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(
+        &appendix("PositionsClamped", "f32"),
+        &["--run", "fire/default-init/*", "--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(r["overall_clamped"], 511, "{r:#}");
+    let failed = failed_saying(&r, "positions clamped to 511");
+    assert!(
+        failed.iter().any(|id| id.contains("causal-rows-600")),
+        "{failed:?}\n{r:#}"
+    );
+    // Right wherever every position is below 512.
+    assert!(count(&r, "values", "passed") >= 2, "{r:#}");
+}
+
 #[test]
 fn a_missing_abs_on_c_is_named_by_its_nan_pattern() {
     if !numpy() {
@@ -512,7 +534,11 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
     // The second: whether every case says exactly the same (the changed scores' figures differ).
     for (class, same, says) in [
         ("ScoresDropped", true, "returned the bias without them"),
-        ("ScoresScaled", false, "returned them scaled by 0.125 plus the bias"),
+        (
+            "ScoresScaled",
+            false,
+            "returned them scaled by 0.125 plus the bias",
+        ),
         ("ScoresTanh", false, "returned neither scores + bias"),
     ] {
         let (code, r) = run(&appendix(class, "f32"), &args);

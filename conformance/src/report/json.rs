@@ -54,6 +54,7 @@ pub fn render(r: &Report) -> Value {
                     "failing_off_defaults": finding.map_or(0, |f| f.failing_off_defaults),
                 })),
                 "precision": finding.and_then(|f| f.precision),
+                "clamped": finding.and_then(|f| f.clamped),
                 "stored": finding.and_then(|f| f.stored).map(|s| json!({"format": s.format, "scalars": s.scalars})),
                 "seconds": o.duration.as_secs_f64(),
             })
@@ -76,6 +77,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::OtherInitial(_)
             | Overall::Precision(_)
             | Overall::Stored(_)
+            | Overall::Clamped(_)
             | Overall::Placement(_),
         ) => (Some(vec![]), Value::Null),
         Some(Overall::GlueFound { .. }) => (Some(vec![]), Value::Null),
@@ -125,6 +127,10 @@ pub fn render(r: &Report) -> Value {
         },
         "overall_precision": match &r.overall {
             Some(Overall::Precision(p)) => json!(p),
+            _ => Value::Null,
+        },
+        "overall_clamped": match &r.overall {
+            Some(Overall::Clamped(last)) => json!(last),
             _ => Value::Null,
         },
         "overall_stored": match &r.overall {

@@ -48,6 +48,14 @@ class Correct:
         return self.bias(x.shape[2])
 
 
+class PositionsClamped(Correct):
+    """Appendix E with its positions clamped to 511 (``arange(T).clamp(max=511)``, a table of 512
+    positions' habit): right up to T = 512, every position past 511 read as 511 beyond."""
+
+    def positions(self, seq_len):
+        return np.minimum(np.arange(seq_len), 511).astype(self.dt)
+
+
 class EpsTwice(Correct):
     """Adds ε to the numerator as well."""
 
