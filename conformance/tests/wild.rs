@@ -36,6 +36,29 @@ fn a_min_threshold_is_named() {
     }
 }
 
+/// A bias returned with its heads on the last axis ([1, T, T, H], the permute missing) fails as
+/// a mistake the glue found, naming the layout, where no layout of x fitting its shape had called
+/// the adapter broken (exit 3, audit 19).
+#[test]
+fn a_bias_with_its_heads_last_fails_naming_the_layout() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(
+        &appendix("HeadsLast", "f32"),
+        &["--run", "fire/random-params/*", "--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    assert!(
+        r["glue_found"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("its heads on the last axis"),
+        "{r:#}"
+    );
+}
+
 /// Positions clamped to a table's last entry (511) are named so, per case and for the run,
 /// where the only statement had been a partial match of `future-distance-clamped` (audit 20).
 #[test]

@@ -501,6 +501,11 @@ class NotABias(TypeError):
     changes that, so it is said at once, not after trying each."""
 
 
+class HeadsLast(fire_kit.Mistake, ValueError):
+    """The module returned its bias with the heads on the last axis ([1, T, T, H]), where every
+    layout of x gives the same: the permute to [1, H, T, T] is missing."""
+
+
 class BatchMixed(fire_kit.Mistake, ValueError):
     """The module's [B, H, T, T] differs between the sequences of the batch: the layout was taken
     (the shape is right), so no other layout is tried."""
@@ -542,6 +547,11 @@ def squeeze(out, heads, rows, cols, batch=1, check=True):
                     "inputs are the same: the bias of one sequence depends on where it sits in the batch "
                     "(batch and heads mixed up, e.g. by a repeat_interleave or a view of [B*H, T, T])")
         return first
+    if len(shape) in (3, 4) and shape[-1] == heads and shape[-3:-1] == (rows, cols):
+        raise HeadsLast(
+            f"the module returned shape {returned}, its heads on the last axis: attention logits are "
+            f"[B, H, T, T], to which a [.., T, T, H] bias adds the wrong heads (or fails to broadcast); "
+            "return [1, H, T, T] (Appendix E's permute(0, 3, 1, 2)) [conv.layout]")
     raise ValueError(f"the module returned shape {list(shape)}; expected [H, T, T], [1, H, T, T] or "
                      f"[B, H, T, T] with H = {heads}, T = {rows}" + ("" if rows == cols else f" x {cols}")
                      + (f" (x held B = {batch} sequences)" if batch > 1 else ""))

@@ -56,6 +56,13 @@ class PositionsClamped(Correct):
         return np.minimum(np.arange(seq_len), 511).astype(self.dt)
 
 
+class HeadsLast(Correct):
+    """Appendix E without its final permute: the bias returned as [1, T, T, H]."""
+
+    def __call__(self, x):
+        return np.transpose(self.bias(x.shape[2]), (0, 2, 3, 1))
+
+
 class EpsTwice(Correct):
     """Adds ε to the numerator as well."""
 
