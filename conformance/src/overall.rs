@@ -74,9 +74,9 @@ pub enum Overall {
     /// ([`diagnose::Stored`]): the module holds them at a lower precision than it computes in.
     /// spec: [num.profiles]
     Stored(diagnose::Stored),
-    /// Every failing case is the reference's at its positions clamped to this last position
-    /// of a table ([`diagnose::Finding::clamped`]). spec: [conv.positions]
-    Clamped(i64),
+    /// Every failing case is the reference's at its positions held so
+    /// ([`diagnose::Finding::positions`]). spec: [conv.positions]
+    Positions(diagnose::HeldPositions),
     /// Every failing case is, on its causal triangle, the expected bias plus a constant per
     /// query row: attention is unchanged, the bias values are not (Press et al.'s ALiBi `r·j`).
     /// spec: [alibi.bias], [attn.logits]
@@ -342,8 +342,8 @@ pub(crate) fn diagnose_run(
             Overall::Variants(none) if none.is_empty() => {
                 if let Some(values) = other_initial(outcomes, ran, &failed) {
                     Overall::OtherInitial(values)
-                } else if let Some(last) = clamped(outcomes, ran, &failed) {
-                    Overall::Clamped(last)
+                } else if let Some(held) = held_positions(outcomes, ran, &failed) {
+                    Overall::Positions(held)
                 } else if let Some(s) = stored(outcomes, ran, &failed) {
                     Overall::Stored(s)
                 } else if let Some(p) = failing_findings(outcomes, ran, &failed)
@@ -436,15 +436,19 @@ fn failing_findings<'a>(
     (!findings.is_empty() && findings.len() == failed_values(outcomes)).then_some(findings)
 }
 
-/// The clamp of the positions that explains every failing case, when each failing case has
-/// the same one. spec: [conv.positions]
-fn clamped(outcomes: &[Outcome], ran: &[Ran], failed: &[bool]) -> Option<i64> {
-    let each: Vec<i64> = failing_findings(outcomes, ran, failed)?
+/// How the positions were held, where that explains every failing case the same way.
+/// spec: [conv.positions]
+fn held_positions(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<diagnose::HeldPositions> {
+    let each: Vec<diagnose::HeldPositions> = failing_findings(outcomes, ran, failed)?
         .iter()
-        .map(|f| f.clamped)
+        .map(|f| f.positions)
         .collect::<Option<_>>()?;
     let first = *each.first()?;
-    each.iter().all(|&c| c == first).then_some(first)
+    each.iter().all(|&h| h == first).then_some(first)
 }
 
 /// The lower-precision storage of the parameters that explains every failing case, when each
@@ -716,8 +720,8 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
         if let Some(values) = other_initial(outcomes, ran, failed) {
             return Overall::OtherInitial(values);
         }
-        if let Some(last) = clamped(outcomes, ran, failed) {
-            return Overall::Clamped(last);
+        if let Some(held) = held_positions(outcomes, ran, failed) {
+            return Overall::Positions(held);
         }
         // Every failing gradient the reference's at parameters held at a lower precision.
         if let Some(s) = stored(outcomes, ran, failed) {

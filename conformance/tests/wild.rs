@@ -60,7 +60,8 @@ fn a_bias_with_its_heads_last_fails_naming_the_layout() {
 }
 
 /// Positions clamped to a table's last entry (511) are named so, per case and for the run,
-/// where the only statement had been a partial match of `future-distance-clamped` (audit 20).
+/// where the only statement had been a partial match of `future-distance-clamped` (audit 20);
+/// so are positions rounded to bfloat16 (a position buffer cast with the model).
 #[test]
 fn positions_clamped_at_a_tables_end_are_named() {
     if !numpy() {
@@ -71,7 +72,11 @@ fn positions_clamped_at_a_tables_end_are_named() {
         &["--run", "fire/default-init/*", "--fail-on", "values"],
     );
     assert_eq!(code, 1, "{r:#}");
-    assert_eq!(r["overall_clamped"], 511, "{r:#}");
+    assert_eq!(
+        r["overall_positions"],
+        serde_json::json!({"clamped": 511}),
+        "{r:#}"
+    );
     let failed = failed_saying(&r, "positions clamped to 511");
     assert!(
         failed.iter().any(|id| id.contains("causal-rows-600")),
@@ -79,6 +84,17 @@ fn positions_clamped_at_a_tables_end_are_named() {
     );
     // Right wherever every position is below 512.
     assert!(count(&r, "values", "passed") >= 2, "{r:#}");
+    // Positions held in bfloat16 (exact to 256) are named by that rounding.
+    let (code, r) = run(
+        &appendix("PositionsInBfloat16", "f32"),
+        &["--run", "fire/default-init/*", "--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        r["overall_positions"],
+        serde_json::json!({"rounded": "bfloat16"}),
+        "{r:#}"
+    );
 }
 
 #[test]

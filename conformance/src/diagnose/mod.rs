@@ -23,15 +23,16 @@ use crate::initial::{self, OtherInitial};
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding, Kind, Tensor, Verdict};
 
-mod clamped;
 mod explanations;
+mod positions;
 mod stored;
 mod subset;
 
-use clamped::clamped_positions;
 pub(crate) use explanations::other_placement;
 pub use explanations::placement_words;
 use explanations::{gradient_of_l, lower_precision, row_shifted};
+use positions::held_positions;
+pub use positions::HeldPositions;
 use stored::lower_storage;
 pub use stored::Stored;
 use subset::subsets;
@@ -74,10 +75,10 @@ pub struct Finding {
     /// module holding its parameters at a lower precision than it computes in. Tried before
     /// [`Self::precision`], which it then leaves unset.
     pub stored: Option<Stored>,
-    /// When no variant explains a FIRE bias or gradient case: the last position `P − 1` of a
-    /// table size at which the case's positions, clamped, make the reference reproduce the
-    /// output (`positions.clamp(max=511)`).
-    pub clamped: Option<i64>,
+    /// When no variant explains a FIRE bias or gradient case: how the module held the case's
+    /// positions, where the reference at positions so held reproduces the output (clamped to
+    /// a table's last entry, `positions.clamp(max=511)`; rounded to a 16-bit float).
+    pub positions: Option<HeldPositions>,
     /// Whether the catalogue was consulted: some variant applies to the case, or it is a bias
     /// case (a gradient case diagnosed only for [`Self::other_initial`] or [`Self::precision`]
     /// has no "no catalogued variant" to say).
@@ -270,18 +271,18 @@ pub fn diagnose(
         // An exact explanation: a variant merely nearest is no longer worth a line.
         finding.closest = None;
     } else if finding.variants.is_empty() && finding.closest.is_none() {
-        finding.clamped = clamped_positions(case, got, profile, caps, future);
-        if finding.clamped.is_none() {
+        finding.positions = held_positions(case, got, profile, caps, future);
+        if finding.positions.is_none() {
             finding.stored = lower_storage(case, got, profile, caps, future);
         }
-        if finding.clamped.is_none() && finding.stored.is_none() {
+        if finding.positions.is_none() && finding.stored.is_none() {
             finding.precision = lower_precision(case, got, profile, caps);
         }
     }
     let explained = !finding.other_initial.is_empty()
         || finding.precision.is_some()
         || finding.stored.is_some()
-        || finding.clamped.is_some();
+        || finding.positions.is_some();
     if finding.variants.is_empty() && finding.closest.is_none() && !explained {
         for s in subsets(case) {
             let reference = agrees(case, expected, got, profile, future, Some(s));
@@ -409,7 +410,7 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
         && f.other_initial.is_empty()
         && f.precision.is_none()
         && f.stored.is_none()
-        && f.clamped.is_none()
+        && f.positions.is_none()
     {
         lines.push("diagnosis: no catalogued variant matches the whole output".into());
     }
@@ -443,11 +444,8 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
             if p == "bf16" { "bfloat16 or float16" } else { p }
         ));
     }
-    if let Some(last) = f.clamped {
-        lines.push(format!(
-            "diagnosis: matches the reference at the case's positions clamped to {last} (`positions.clamp(max={last})`, a table of {} positions): every position past {last} is read as {last}, so two of them are at distance 0 and a query past it is normalised by ψ(max({last}, L)); FIRE's positions are not bounded [conv.positions]",
-            last + 1
-        ));
+    if let Some(held) = f.positions {
+        lines.push(format!("diagnosis: matches the reference {held}"));
     }
     if let Some(s) = f.stored {
         lines.push(format!(

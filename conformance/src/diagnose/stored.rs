@@ -46,14 +46,14 @@ impl fmt::Display for Stored {
 
 /// A binary floating-point format: significant bits after the leading one, and the exponent of
 /// its smallest normal number (below which its spacing stays that of the subnormals).
-struct Format {
-    name: &'static str,
-    mantissa: i32,
+pub(super) struct Format {
+    pub(super) name: &'static str,
+    pub(super) mantissa: i32,
     min_exponent: i32,
 }
 
 /// The storage formats tried, narrowest spacing first among those below a profile.
-const FORMATS: [Format; 3] = [
+pub(super) const FORMATS: [Format; 3] = [
     Format {
         name: "float32",
         mantissa: 23,
@@ -73,7 +73,7 @@ const FORMATS: [Format; 3] = [
 
 /// `v` rounded to the nearest value of `format` (ties to even), subnormals included; values
 /// past its largest are left as they are (no FIRE parameter of the suite comes near one).
-fn rounded(v: f64, format: &Format) -> f64 {
+pub(super) fn rounded(v: f64, format: &Format) -> f64 {
     if v == 0.0 || !v.is_finite() {
         return v;
     }

@@ -54,7 +54,7 @@ pub fn render(r: &Report) -> Value {
                     "failing_off_defaults": finding.map_or(0, |f| f.failing_off_defaults),
                 })),
                 "precision": finding.and_then(|f| f.precision),
-                "clamped": finding.and_then(|f| f.clamped),
+                "positions_held": finding.and_then(|f| f.positions).map(|h| held_json(&h)),
                 "stored": finding.and_then(|f| f.stored).map(|s| json!({"format": s.format, "scalars": s.scalars})),
                 "seconds": o.duration.as_secs_f64(),
             })
@@ -77,7 +77,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::OtherInitial(_)
             | Overall::Precision(_)
             | Overall::Stored(_)
-            | Overall::Clamped(_)
+            | Overall::Positions(_)
             | Overall::Placement(_),
         ) => (Some(vec![]), Value::Null),
         Some(Overall::GlueFound { .. }) => (Some(vec![]), Value::Null),
@@ -129,8 +129,8 @@ pub fn render(r: &Report) -> Value {
             Some(Overall::Precision(p)) => json!(p),
             _ => Value::Null,
         },
-        "overall_clamped": match &r.overall {
-            Some(Overall::Clamped(last)) => json!(last),
+        "overall_positions": match &r.overall {
+            Some(Overall::Positions(held)) => held_json(held),
             _ => Value::Null,
         },
         "overall_stored": match &r.overall {
@@ -177,4 +177,12 @@ fn unchecked(list: &[crate::coverage::Unchecked]) -> Vec<serde_json::Value> {
             })
         })
         .collect()
+}
+
+/// `{"clamped": 511}` or `{"rounded": "float16"}`: how a module held the positions.
+fn held_json(held: &crate::diagnose::HeldPositions) -> Value {
+    match held {
+        crate::diagnose::HeldPositions::Clamped(last) => json!({"clamped": last}),
+        crate::diagnose::HeldPositions::Rounded(format) => json!({"rounded": format}),
+    }
 }

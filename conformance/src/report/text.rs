@@ -237,12 +237,8 @@ pub fn run_lines(r: &Report) -> String {
                 r.dtype
             );
         }
-        Some(Overall::Clamped(last)) => {
-            let _ = writeln!(
-                out,
-                "overall: every failing case is the reference's at its positions clamped to {last} (`positions.clamp(max={last})`, a table of {} positions): every position past {last} is read as {last}; FIRE's positions are not bounded [conv.positions]",
-                last + 1
-            );
+        Some(Overall::Positions(held)) => {
+            let _ = writeln!(out, "overall: every failing case is the reference's {held}");
         }
         Some(Overall::Stored(s)) => {
             let _ = writeln!(

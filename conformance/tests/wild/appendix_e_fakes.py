@@ -56,6 +56,18 @@ class PositionsClamped(Correct):
         return np.minimum(np.arange(seq_len), 511).astype(self.dt)
 
 
+class PositionsInBfloat16(Correct):
+    """Appendix E with its positions held in bfloat16 (a buffer cast with the model), emulated:
+    each rounded to 8 significant bits, exact only up to 256."""
+
+    def positions(self, seq_len):
+        p = np.arange(seq_len, dtype=np.float32)
+        bits = p.view(np.uint32)
+        # Round to nearest even on the 16 bits bfloat16 drops.
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+        return rounded.view(np.float32).astype(self.dt)
+
+
 class HeadsLast(Correct):
     """Appendix E without its final permute: the bias returned as [1, T, T, H]."""
 
