@@ -452,8 +452,8 @@ fn held_positions(
 }
 
 /// The lower-precision storage of the parameters that explains every failing case, when each
-/// failing case has one and all name the same format (c and L_multiplier said rounded too
-/// where some case needs them). spec: [num.profiles]
+/// failing case has one and all name the same format (of the parameters they name, the most:
+/// a case whose scalars the spec's values already hold names f_θ's alone). spec: [num.profiles]
 fn stored(outcomes: &[Outcome], ran: &[Ran], failed: &[bool]) -> Option<diagnose::Stored> {
     let each: Vec<diagnose::Stored> = failing_findings(outcomes, ran, failed)?
         .iter()
@@ -464,7 +464,7 @@ fn stored(outcomes: &[Outcome], ran: &[Ran], failed: &[bool]) -> Option<diagnose
         .all(|s| s.format == first.format)
         .then(|| diagnose::Stored {
             format: first.format,
-            scalars: each.iter().any(|s| s.scalars),
+            which: diagnose::Which::union(each.iter().map(|s| s.which)),
         })
 }
 

@@ -608,6 +608,28 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
     }
 }
 
+/// The positions probe on lists no vector holds: a correct `forward(positions)` given
+/// consecutive positions reversed (below L its bias is 0..n's) is not told it counts, where one
+/// that counts is, with a probe whose distances differ (audit 22).
+#[test]
+fn the_positions_probe_tells_a_counting_module_from_a_correct_one() {
+    if !numpy() {
+        return;
+    }
+    let out = std::process::Command::new("python3")
+        .arg(root().join("conformance/tests/wild/probes.py"))
+        .arg(root().join("conformance/tests/wild"))
+        .env("PYTHONPATH", root().join("conformance/python"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A `forward(x)` module is handed a non-zero x as well as zeros: one whose bias moves with x's
 /// values (`x * 0.125 + bias`, which x of zeros alone passes) fails saying so, as a mistake the
 /// glue found (exit 1); one that returns x + bias takes x for scores and is graded in that

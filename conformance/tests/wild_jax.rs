@@ -353,7 +353,7 @@ fn a_jax_module_holding_its_weights_in_float16_is_named_so() {
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     assert_eq!(
         r["overall_stored"],
-        serde_json::json!({"format": "float16", "scalars": false}),
+        serde_json::json!({"format": "float16", "parameters": "mlp"}),
         "{r:#}"
     );
     for case in r["cases"].as_array().unwrap() {
@@ -367,4 +367,15 @@ fn a_jax_module_holding_its_weights_in_float16_is_named_so() {
         );
     }
     assert_eq!(r["overall_row_shift"], false, "{r:#}");
+    // c alone in float16: its constructor holds init_c as float16 rounds it, no argument
+    // ignored; every failing bias case is named by c so rounded (its gradient, reduced in
+    // float16 by JAX's transpose of the broadcast, is further off than one rounding).
+    let (code, r) = run(&jax_fake("CFloat16"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        r["overall_stored"],
+        serde_json::json!({"format": "float16", "parameters": "c"}),
+        "{r:#}"
+    );
+    assert!(failed_saying(&r, "ignores").is_empty(), "{r:#}");
 }

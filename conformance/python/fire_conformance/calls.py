@@ -226,35 +226,47 @@ def scores_probe(shape):
 
 
 def counted(listed):
-    """The positions ``0..n`` a ``positions`` call of ``listed`` is repeated with
-    (``check_positions_used``), or None where they could not tell a module that counts from one
-    that reads the positions: ``listed`` is already ``p, p + 1, …`` (the same distances)."""
+    """The positions a ``positions`` call of ``listed`` is repeated with (``check_positions_used``):
+    ``0..n``, or ``0, 2, 4, …`` or ``0, 3, 6, …`` where the distances between ``listed``'s
+    positions are those of ``0..n`` (``p, p + 1, …``, or the same reversed, whose bias below L
+    is 0..n's): a module reading the positions then returns another bias, since FIRE's moves with
+    the distances; one that counts returns the same. None for fewer than two positions, or for
+    ``0..n`` itself, on which a module that counts is right."""
     n = len(listed)
-    if n < 2 or all(listed[r] == listed[0] + r for r in range(n)):
+    if n < 2 or list(listed) == list(range(n)):
         return None
-    return list(range(n))
+    given = np.asarray(listed, dtype=np.int64)
+    distances = np.abs(given[:, None] - given[None, :])
+    for step in (1, 2, 3):
+        probe = np.arange(n, dtype=np.int64) * step
+        if not np.array_equal(distances, np.abs(probe[:, None] - probe[None, :])):
+            return probe.tolist()
+    return None
 
 
 class PositionsIgnored(fire_kit.Mistake, ValueError):
     """A ``forward(positions)`` that counts its positions rather than reading them."""
 
 
-def check_positions_used(bias, counting, listed):
+def check_positions_used(bias, counting, listed, probe):
     """Checks a ``positions`` call: ``bias`` [H, n, n] is the module's output for the case's
-    positions ``listed``, ``counting`` its output for ``0..n`` (``counted``; float64 NumPy arrays
-    both). Where the lists' distances differ, a module that reads the positions computes other
-    values (unless its bias is one constant per head, as a zero f_θ is); one that returns exactly
-    the same uses only their count or their indices, and is said to, for the case's failure
-    alone would not name it where its lists were concatenated [conv.positions]."""
+    positions ``listed``, ``counting`` its output for ``probe`` (``counted``; float64 NumPy arrays
+    both). Their distances differ, so a module that reads the positions computes other values
+    (unless its bias is one constant per head, as a zero f_θ is); one that returns exactly the
+    same uses only their count or their indices (or a cache keyed on the count), and is said
+    to, for the case's failure alone would not name it where its lists were concatenated
+    [conv.positions]."""
     same = np.array_equal(bias, counting, equal_nan=True)
     flat = bias.reshape(bias.shape[0], -1)
     varies = any(len(np.unique(row[np.isfinite(row)])) > 1 for row in flat)
     if same and varies:
         shown = listed if len(listed) <= 8 else listed[:8] + ["…"]
+        other = probe if len(probe) <= 8 else probe[:8] + ["…"]
         raise PositionsIgnored(
             f"forward(positions) returned exactly the same bias for the positions {shown} as for "
-            f"0..{len(listed) - 1}: it uses their count or their indices, not their values, so gapped, "
-            "unsorted and KV-cache positions get the bias of the wrong distances [conv.positions]")
+            f"{other}, whose distances differ: it uses their count or their indices (or a bias cached "
+            "by their count), not their values, so gapped, unsorted and KV-cache positions get the "
+            "bias of the wrong distances [conv.positions]")
 
 
 def x_probe(shape):

@@ -34,7 +34,7 @@ use explanations::{gradient_of_l, lower_precision, row_shifted};
 use positions::held_positions;
 pub use positions::HeldPositions;
 use stored::lower_storage;
-pub use stored::Stored;
+pub use stored::{Stored, Which};
 use subset::subsets;
 pub use subset::Subset;
 
@@ -449,7 +449,7 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
     }
     if let Some(s) = f.stored {
         lines.push(format!(
-            "diagnosis: matches the reference with {s}: the module holds its parameters in {} (Flax's `param_dtype`, a layer made `.half()`, a checkpoint loaded in it) though it computes and returns a wider dtype, so it cannot hold the values it is given, nor in training the small updates an optimiser makes; keep them in the dtype it computes in [num.profiles]",
+            "diagnosis: matches the reference with {s}: the module holds them in {} (Flax's `param_dtype`, a layer made `.half()`, a checkpoint loaded in it) though it computes and returns a wider dtype, so it cannot hold the values it is given, nor in training the small updates an optimiser makes; keep them in the dtype it computes in [num.profiles]",
             s.format
         ));
     }

@@ -23,17 +23,74 @@ use crate::vectors::format::{Case, Encoding, FireParams, Kind, Tensor};
 pub struct Stored {
     /// `float16`, `bfloat16` or `float32`.
     pub format: &'static str,
-    /// Whether c and L_multiplier are rounded too, not only f_θ's weights and biases.
-    pub scalars: bool,
+    /// Which parameters it holds so.
+    pub which: Which,
+}
+
+/// The parameters a lower-precision storage holds, in the order tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// f_θ's weights and biases (a layer made `.half()`, Flax's `param_dtype` on the `Dense`s).
+    Mlp,
+    /// c alone (a scalar made 16-bit on its own).
+    C,
+    /// c and L_multiplier.
+    Scalars,
+    /// Both.
+    Every,
+}
+
+impl Which {
+    const ALL: [Which; 4] = [Which::Mlp, Which::C, Which::Scalars, Which::Every];
+
+    /// Its name in the JSON report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Which::Mlp => "mlp",
+            Which::C => "c",
+            Which::Scalars => "scalars",
+            Which::Every => "every",
+        }
+    }
+
+    /// The parameters any of `each` names, together (a case whose L_multiplier the format holds
+    /// exactly names c alone, one whose c it holds names the rest).
+    pub fn union(each: impl IntoIterator<Item = Which>) -> Which {
+        let (mut mlp, mut c, mut m) = (false, false, false);
+        for w in each {
+            mlp |= w.mlp();
+            c |= w.c();
+            m |= w.multiplier();
+        }
+        match (mlp, c || m, m) {
+            (true, true, _) => Which::Every,
+            (false, true, true) => Which::Scalars,
+            (false, true, false) => Which::C,
+            _ => Which::Mlp,
+        }
+    }
+
+    fn mlp(self) -> bool {
+        matches!(self, Which::Mlp | Which::Every)
+    }
+
+    fn c(self) -> bool {
+        self != Which::Mlp
+    }
+
+    fn multiplier(self) -> bool {
+        matches!(self, Which::Scalars | Which::Every)
+    }
 }
 
 impl Stored {
     /// The parameters it rounds, in words.
     pub fn what(&self) -> &'static str {
-        if self.scalars {
-            "every parameter (f_θ's weights and biases, c and L_multiplier)"
-        } else {
-            "f_θ's weights and biases"
+        match self.which {
+            Which::Mlp => "f_θ's weights and biases",
+            Which::C => "c",
+            Which::Scalars => "c and L_multiplier",
+            Which::Every => "every parameter (f_θ's weights and biases, c and L_multiplier)",
         }
     }
 }
@@ -86,28 +143,32 @@ fn round_all(t: &mut Tensor, format: &Format) {
     t.data.iter_mut().for_each(|v| *v = rounded(*v, format));
 }
 
-/// One module's parameters rounded: f_θ's, and with `scalars` c and L_multiplier as well.
-fn round_module(p: &mut FireParams, format: &Format, scalars: bool) {
-    for layer in &mut p.mlp.layers {
-        round_all(&mut layer.weight, format);
-        round_all(&mut layer.bias, format);
+/// One module's parameters rounded, those `which` names.
+fn round_module(p: &mut FireParams, format: &Format, which: Which) {
+    if which.mlp() {
+        for layer in &mut p.mlp.layers {
+            round_all(&mut layer.weight, format);
+            round_all(&mut layer.bias, format);
+        }
     }
-    if scalars {
+    if which.c() {
         p.c = rounded(p.c, format);
+    }
+    if which.multiplier() {
         p.l_multiplier = rounded(p.l_multiplier, format);
     }
 }
 
 /// The encoding with every FIRE module's parameters rounded; `None` for a baseline.
-fn round_encoding(encoding: &Encoding, format: &Format, scalars: bool) -> Option<Encoding> {
+fn round_encoding(encoding: &Encoding, format: &Format, which: Which) -> Option<Encoding> {
     let mut changed = encoding.clone();
     match &mut changed {
-        Encoding::Fire(p) => round_module(p, format, scalars),
-        Encoding::FireShared(s) => round_module(&mut s.module, format, scalars),
+        Encoding::Fire(p) => round_module(p, format, which),
+        Encoding::FireShared(s) => round_module(&mut s.module, format, which),
         Encoding::FirePerLayer(p) => p
             .modules
             .iter_mut()
-            .for_each(|m| round_module(m, format, scalars)),
+            .for_each(|m| round_module(m, format, which)),
         Encoding::Baseline(_) => return None,
     }
     Some(changed)
@@ -133,7 +194,8 @@ fn held_as(
     predicted
 }
 
-/// The narrowest-spaced storage below `profile` (f_θ's alone before every parameter) with which
+/// The narrowest-spaced storage below `profile` (f_θ's alone, then c, then c and L_multiplier,
+/// then all) with which
 /// the reference reproduces `got` under the implementation's declarations; `None` where none
 /// does, where the case is no FIRE case, or where the profile is no wider than float32.
 pub(super) fn lower_storage(
@@ -174,8 +236,8 @@ pub(super) fn lower_storage(
         if output_rounded(format) {
             return None;
         }
-        for scalars in [false, true] {
-            let changed = round_encoding(&case.encoding, format, scalars)?;
+        for which in Which::ALL {
+            let changed = round_encoding(&case.encoding, format, which)?;
             // Parameters the format holds exactly explain nothing by being held in it.
             if changed == case.encoding {
                 continue;
@@ -190,7 +252,7 @@ pub(super) fn lower_storage(
             if fits {
                 return Some(Stored {
                     format: format.name,
-                    scalars,
+                    which,
                 });
             }
         }

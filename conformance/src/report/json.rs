@@ -55,7 +55,7 @@ pub fn render(r: &Report) -> Value {
                 })),
                 "precision": finding.and_then(|f| f.precision),
                 "positions_held": finding.and_then(|f| f.positions).map(|h| held_json(&h)),
-                "stored": finding.and_then(|f| f.stored).map(|s| json!({"format": s.format, "scalars": s.scalars})),
+                "stored": finding.and_then(|f| f.stored).map(|s| json!({"format": s.format, "parameters": s.which.name()})),
                 "seconds": o.duration.as_secs_f64(),
             })
         })
@@ -134,7 +134,7 @@ pub fn render(r: &Report) -> Value {
             _ => Value::Null,
         },
         "overall_stored": match &r.overall {
-            Some(Overall::Stored(s)) => json!({"format": s.format, "scalars": s.scalars}),
+            Some(Overall::Stored(s)) => json!({"format": s.format, "parameters": s.which.name()}),
             _ => Value::Null,
         },
         "overall_some_inputs": match &r.overall {

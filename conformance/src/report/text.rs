@@ -243,7 +243,7 @@ pub fn run_lines(r: &Report) -> String {
         Some(Overall::Stored(s)) => {
             let _ = writeln!(
                 out,
-                "overall: every failing case is the reference's with {s}: the module holds its parameters in {} though it computes and returns {}, so it cannot hold the values it is given (nor, in training, an optimiser's small updates); keep them in the dtype it computes in [num.profiles]",
+                "overall: every failing case is the reference's with {s}: the module holds them in {} though it computes and returns {}, so it cannot hold the values it is given (nor, in training, an optimiser's small updates); keep them in the dtype it computes in [num.profiles]",
                 s.format, r.dtype
             );
         }

@@ -337,6 +337,17 @@ class Float16Weights(FIRE):
         return v
 
 
+class CFloat16(FIRE):
+    """c held in float16 (``self.param("c", init, (), jnp.float16)``), the rest in float32: it
+    holds its init_c as float16 rounds it, which is no argument ignored, and its bias is the
+    reference's with c so rounded (audit 22: it had been told its constructor ignores init_c)."""
+
+    def init(self, rng, x):
+        v = super().init(rng, x)
+        v["params"]["c"] = v["params"]["c"].astype(jnp.float16)
+        return v
+
+
 class NoLinenInterface:
     """FIRE as a plain callable with its parameters as attributes (flax.nnx's style): no
     ``init``/``apply``, so the glue refuses it before any case, naming the interface."""
