@@ -195,9 +195,9 @@ fn held_as(
 }
 
 /// The narrowest-spaced storage below `profile` (f_θ's alone, then c, then c and L_multiplier,
-/// then all) with which
-/// the reference reproduces `got` under the implementation's declarations; `None` where none
-/// does, where the case is no FIRE case, or where the profile is no wider than float32.
+/// then all) with which the reference reproduces `got` under the implementation's declarations;
+/// `None` where none does, where the case is no FIRE case, or where the profile is no wider than
+/// float32.
 pub(super) fn lower_storage(
     case: &Case,
     got: &BTreeMap<String, Tensor>,

@@ -11,6 +11,11 @@ use crate::runner::{Outcome, Question, Status};
 use crate::vectors::format::{Case, Kind, Tensor};
 use fire_reference::variants::Deviation;
 
+mod replies;
+mod shared;
+pub(crate) use replies::{broken_adapter, glue_found};
+use shared::{held_positions, other_initial, stored};
+
 /// The run-level judgement of the values.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Overall {
@@ -107,57 +112,6 @@ pub enum Overall {
     },
 }
 
-/// What kind of finding a glue's message is: the error type it starts with (`XMisused: …`),
-/// else the whole message.
-fn kind_of(message: &str) -> &str {
-    match message.split_once(": ") {
-        Some((kind, _))
-            if !kind.is_empty()
-                && kind
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.') =>
-        {
-            kind
-        }
-        _ => message,
-    }
-}
-
-/// [`Overall::GlueFound`], where every failed value case of `outcomes` is one of `mistakes`
-/// (indices into `outcomes`, with the glue's message).
-pub(crate) fn glue_found(outcomes: &[Outcome], mistakes: &[(usize, String)]) -> Option<Overall> {
-    let failed: Vec<usize> = (0..outcomes.len())
-        .filter(|&n| {
-            outcomes[n].question == Question::Values && outcomes[n].status == Status::Failed
-        })
-        .collect();
-    if failed.is_empty() || !failed.iter().all(|n| mistakes.iter().any(|(i, _)| i == n)) {
-        return None;
-    }
-    let found: Vec<&str> = mistakes
-        .iter()
-        .filter(|(i, _)| failed.contains(i))
-        .map(|(_, m)| m.as_str())
-        .collect();
-    let mut freq: BTreeMap<&str, usize> = BTreeMap::new();
-    for m in &found {
-        *freq.entry(kind_of(m)).or_default() += 1;
-    }
-    // The most frequent kind; of kinds as frequent, the first found.
-    let count = freq.values().copied().max()?;
-    let message = *found.iter().find(|m| freq[kind_of(m)] == count)?;
-    let kind = kind_of(message);
-    Some(Overall::GlueFound {
-        message: message.to_owned(),
-        count,
-        same: found
-            .iter()
-            .filter(|m| kind_of(m) == kind)
-            .all(|m| *m == message),
-        failed: failed.len(),
-    })
-}
-
 /// One valid case that ran and gave an output: what it is, what came back, how it was graded.
 pub(crate) struct Ran<'a> {
     pub(crate) outcome: usize,
@@ -166,55 +120,6 @@ pub(crate) struct Ran<'a> {
     pub(crate) profile: Profile,
     /// Whether some catalogued variant applies ([`diagnose::diagnosable`]).
     pub(crate) diagnosable: bool,
-}
-
-/// Glue that cannot call the module errors on every case, valid or not, and its rejections of
-/// invalid cases then prove nothing. When every valid case that ran errored or broke, the run is
-/// an adapter failure; otherwise an invalid case rejected with an error that some valid case
-/// also got is inconclusive. spec: [vec.invalid], [proto.report]
-pub(crate) fn broken_adapter(
-    outcomes: &mut [Outcome],
-    errors: &[(usize, String)],
-) -> Option<Overall> {
-    let message = |n: usize| {
-        errors
-            .iter()
-            .find(|(i, _)| *i == n)
-            .map(|(_, m)| m.as_str())
-    };
-    let valid_ran: Vec<usize> = (0..outcomes.len())
-        .filter(|&n| outcomes[n].question == Question::Values && outcomes[n].profile.is_some())
-        .filter(|&n| !matches!(outcomes[n].status, Status::Skipped))
-        .collect();
-    let valid_errors: Vec<&str> = valid_ran.iter().filter_map(|&n| message(n)).collect();
-    let all_broken = !valid_ran.is_empty() && valid_errors.len() == valid_ran.len();
-    for (n, o) in outcomes.iter_mut().enumerate() {
-        if o.question != Question::Validation || o.status != Status::Passed {
-            continue;
-        }
-        let same = message(n).is_some_and(|m| valid_errors.contains(&m));
-        if all_broken || same {
-            o.status = Status::Inconclusive;
-            o.details.push(if all_broken {
-                "not assessed: every valid case errored too, so this rejection says nothing about validation".into()
-            } else {
-                "not assessed: a valid case errored with the same message, so this rejection says nothing about validation".into()
-            });
-        }
-    }
-    if !all_broken {
-        return None;
-    }
-    let mut freq: BTreeMap<&str, usize> = BTreeMap::new();
-    for m in &valid_errors {
-        *freq.entry(m).or_default() += 1;
-    }
-    let (error, count) = freq.into_iter().max_by_key(|(_, c)| *c).unwrap_or(("", 0));
-    Some(Overall::AdapterBroken {
-        error: error.to_owned(),
-        count,
-        ran: valid_ran.len(),
-    })
 }
 
 /// Diagnoses every failing diagnosable case, then names the variants consistent with every
@@ -434,77 +339,6 @@ fn failing_findings<'a>(
         .filter_map(|(r, _)| outcomes[r.outcome].finding.as_ref())
         .collect();
     (!findings.is_empty() && findings.len() == failed_values(outcomes)).then_some(findings)
-}
-
-/// How the positions were held, where that explains every failing case the same way.
-/// spec: [conv.positions]
-fn held_positions(
-    outcomes: &[Outcome],
-    ran: &[Ran],
-    failed: &[bool],
-) -> Option<diagnose::HeldPositions> {
-    let each: Vec<diagnose::HeldPositions> = failing_findings(outcomes, ran, failed)?
-        .iter()
-        .map(|f| f.positions)
-        .collect::<Option<_>>()?;
-    let first = *each.first()?;
-    each.iter().all(|&h| h == first).then_some(first)
-}
-
-/// The lower-precision storage of the parameters that explains every failing case, when each
-/// failing case has one and all name the same format (of the parameters they name, the most:
-/// a case whose scalars the spec's values already hold names f_θ's alone). spec: [num.profiles]
-fn stored(outcomes: &[Outcome], ran: &[Ran], failed: &[bool]) -> Option<diagnose::Stored> {
-    let each: Vec<diagnose::Stored> = failing_findings(outcomes, ran, failed)?
-        .iter()
-        .map(|f| f.stored)
-        .collect::<Option<_>>()?;
-    let first = *each.first()?;
-    each.iter()
-        .all(|s| s.format == first.format)
-        .then(|| diagnose::Stored {
-            format: first.format,
-            which: diagnose::Which::union(each.iter().map(|s| s.which)),
-        })
-}
-
-/// The other initial values that explain every failing case, the distinct ones in the order
-/// first met, when each failing case has one ([`crate::initial`]). Of the values a case cannot
-/// tell apart, the one every case of the same scalar shares is named (a threshold of 511 on a
-/// case whose queries are all past it and 256 as well).
-fn other_initial(
-    outcomes: &[Outcome],
-    ran: &[Ran],
-    failed: &[bool],
-) -> Option<Vec<crate::initial::OtherInitial>> {
-    let sets: Vec<&[crate::initial::OtherInitial]> = failing_findings(outcomes, ran, failed)?
-        .iter()
-        .map(|f| (!f.other_initial.is_empty()).then_some(&f.other_initial[..]))
-        .collect::<Option<_>>()?;
-    let shared = |o: &crate::initial::OtherInitial| {
-        sets.iter()
-            .filter(|s| s.first().is_some_and(|f| f.name == o.name))
-            .all(|s| s.contains(o))
-    };
-    let mut values: Vec<crate::initial::OtherInitial> = Vec::new();
-    for set in &sets {
-        let o = *set.iter().find(|o| shared(o)).unwrap_or(&set[0]);
-        if !values.contains(&o) {
-            values.push(o);
-        }
-    }
-    // A threshold the bias cases show is said by the factor a gradient case names.
-    let named = |l: f64| {
-        values
-            .iter()
-            .any(|o| o.name != crate::initial::THRESHOLD && o.threshold() == Some(l))
-    };
-    let kept = values
-        .iter()
-        .filter(|o| o.name != crate::initial::THRESHOLD || !o.threshold().is_some_and(named))
-        .copied()
-        .collect();
-    Some(kept)
 }
 
 /// Per failing case, the variants it matches whole ([`failing_findings`]).

@@ -1,0 +1,84 @@
+//! What explains every failing case the same way without a catalogued variant: the positions
+//! held otherwise ([`diagnose::HeldPositions`]), the parameters held at a lower precision
+//! ([`diagnose::Stored`]), another initial value ([`crate::initial`]) — each found per case by
+//! the diagnosis, named for the run where every failing case has the same.
+//! spec: [proto.report], [conv.positions], [num.profiles], [fire.defaults]
+
+use super::{failing_findings, Ran};
+use crate::diagnose;
+use crate::runner::Outcome;
+
+/// How the positions were held, where that explains every failing case the same way.
+/// spec: [conv.positions]
+pub(super) fn held_positions(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<diagnose::HeldPositions> {
+    let each: Vec<diagnose::HeldPositions> = failing_findings(outcomes, ran, failed)?
+        .iter()
+        .map(|f| f.positions)
+        .collect::<Option<_>>()?;
+    let first = *each.first()?;
+    each.iter().all(|&h| h == first).then_some(first)
+}
+
+/// The lower-precision storage of the parameters that explains every failing case, when each
+/// failing case has one and all name the same format (of the parameters they name, the most:
+/// a case whose scalars the spec's values already hold names f_θ's alone). spec: [num.profiles]
+pub(super) fn stored(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<diagnose::Stored> {
+    let each: Vec<diagnose::Stored> = failing_findings(outcomes, ran, failed)?
+        .iter()
+        .map(|f| f.stored)
+        .collect::<Option<_>>()?;
+    let first = *each.first()?;
+    each.iter()
+        .all(|s| s.format == first.format)
+        .then(|| diagnose::Stored {
+            format: first.format,
+            which: diagnose::Which::union(each.iter().map(|s| s.which)),
+        })
+}
+
+/// The other initial values that explain every failing case, the distinct ones in the order
+/// first met, when each failing case has one ([`crate::initial`]). Of the values a case cannot
+/// tell apart, the one every case of the same scalar shares is named (a threshold of 511 on a
+/// case whose queries are all past it and 256 as well).
+pub(super) fn other_initial(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<Vec<crate::initial::OtherInitial>> {
+    let sets: Vec<&[crate::initial::OtherInitial]> = failing_findings(outcomes, ran, failed)?
+        .iter()
+        .map(|f| (!f.other_initial.is_empty()).then_some(&f.other_initial[..]))
+        .collect::<Option<_>>()?;
+    let shared = |o: &crate::initial::OtherInitial| {
+        sets.iter()
+            .filter(|s| s.first().is_some_and(|f| f.name == o.name))
+            .all(|s| s.contains(o))
+    };
+    let mut values: Vec<crate::initial::OtherInitial> = Vec::new();
+    for set in &sets {
+        let o = *set.iter().find(|o| shared(o)).unwrap_or(&set[0]);
+        if !values.contains(&o) {
+            values.push(o);
+        }
+    }
+    // A threshold the bias cases show is said by the factor a gradient case names.
+    let named = |l: f64| {
+        values
+            .iter()
+            .any(|o| o.name != crate::initial::THRESHOLD && o.threshold() == Some(l))
+    };
+    let kept = values
+        .iter()
+        .filter(|o| o.name != crate::initial::THRESHOLD || !o.threshold().is_some_and(named))
+        .copied()
+        .collect();
+    Some(kept)
+}
