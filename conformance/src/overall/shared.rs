@@ -8,6 +8,21 @@ use super::{failing_findings, Ran};
 use crate::diagnose;
 use crate::runner::Outcome;
 
+/// What `pick` reads off each failing case's finding, where every failing case has it; `None`
+/// where one has not, or none failed ([`failing_findings`]).
+fn each_failing<T>(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+    pick: impl Fn(&diagnose::Finding) -> Option<T>,
+) -> Option<Vec<T>> {
+    let each: Vec<T> = failing_findings(outcomes, ran, failed)?
+        .into_iter()
+        .map(pick)
+        .collect::<Option<_>>()?;
+    Some(each)
+}
+
 /// How the positions were held, where that explains every failing case the same way.
 /// spec: [conv.positions]
 pub(super) fn held_positions(
@@ -15,10 +30,7 @@ pub(super) fn held_positions(
     ran: &[Ran],
     failed: &[bool],
 ) -> Option<diagnose::HeldPositions> {
-    let each: Vec<diagnose::HeldPositions> = failing_findings(outcomes, ran, failed)?
-        .iter()
-        .map(|f| f.positions)
-        .collect::<Option<_>>()?;
+    let each = each_failing(outcomes, ran, failed, |f| f.positions)?;
     let first = *each.first()?;
     each.iter().all(|&h| h == first).then_some(first)
 }
@@ -31,10 +43,7 @@ pub(super) fn stored(
     ran: &[Ran],
     failed: &[bool],
 ) -> Option<diagnose::Stored> {
-    let each: Vec<diagnose::Stored> = failing_findings(outcomes, ran, failed)?
-        .iter()
-        .map(|f| f.stored)
-        .collect::<Option<_>>()?;
+    let each = each_failing(outcomes, ran, failed, |f| f.stored)?;
     let first = *each.first()?;
     each.iter()
         .all(|s| s.format == first.format)
