@@ -295,34 +295,30 @@ class Glue:
                 square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
                                  heads, cols, cols)
                 calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype)
+            # The probes below are checks, not the graded call: no graph for them.
+            probing = torch.no_grad if torch_module else contextlib.nullcontext
             counting = calls.counted(p.args[0]) if style in calls.POSITION_LAYOUTS else None
             if counting is not None:
                 given = tensor(counting) if style == "positions" else tensor(counting)[None]
                 try:
-                    with torch.no_grad() if torch_module else contextlib.nullcontext():
+                    with probing():
                         again = as_numpy(squeeze(m(given), heads, rows, cols))
                 except Exception:  # a probe past the module's own bounds tells nothing
                     again = None
                 if again is not None:
                     calls.check_positions_used(as_numpy(full), again, list(p.args[0]), counting)
             if style in ("x", "hidden"):
-                probe = array(calls.x_probe(x))
-                if torch_module:
-                    with torch.no_grad():
-                        probed = m(probe)
-                else:
-                    probed = m(probe)
+                probe = calls.x_probe(x)
+                with probing():
+                    probed = m(array(probe))
                 calls.check_x(as_numpy(full), as_numpy(squeeze(probed, heads, rows, cols, batch=p.batch)),
-                              calls.x_probe(x), self.dtype)
+                              probe, self.dtype)
             if style == "scores":
                 scores = array(calls.scores_probe(x))
                 # A copy: a module adding its bias in place (`scores += bias`, as T5 does)
                 # changes what it is given, not what its output is checked against.
-                if torch_module:
-                    with torch.no_grad():
-                        probed = m(scores.clone())
-                else:
-                    probed = m(scores.copy())
+                with probing():
+                    probed = m(scores.clone() if torch_module else scores.copy())
                 calls.check_scores(full, probed, scores, self.dtype,
                                    calls.takes_scores(calls.parameter_names(m)), to_numpy=as_numpy)
             return full, p

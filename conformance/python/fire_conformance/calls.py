@@ -269,6 +269,12 @@ def check_positions_used(bias, counting, listed, probe):
             "bias of the wrong distances [conv.positions]")
 
 
+def unmasked(bias):
+    """The entries of ``bias`` a probe's check compares: finite, and above −1e3 (a ``masked``
+    module's −∞ or large negative value is no bias value)."""
+    return np.isfinite(bias) & (bias > -1e3)
+
+
 def x_probe(shape):
     """A non-zero x of ``shape`` (an x layout's, ``Plan.x_shape``) in float32, the same for every
     call of a shape and for every sequence of its batch (whose bias must not differ, ``squeeze``):
@@ -295,7 +301,7 @@ def check_x(bias, probed, x, dtype):
     dependence on x's values (``x * 0.125 + bias``, a mask read from x) is refused saying by how
     much, for with x of zeros alone it would pass unseen. Entries the bias masks (non-finite, or
     ≤ −1e3 under ``masked``) are left out."""
-    keep = np.isfinite(bias) & (bias > -1e3)
+    keep = unmasked(bias)
     scale = max(1.0, float(np.max(np.abs(bias), where=keep, initial=0.0)))
     allowed = ROUNDING[dtype] * scale
     with np.errstate(invalid="ignore"):
@@ -359,7 +365,7 @@ def check_scores(bias, probed, scores, dtype, named, to_numpy=np.asarray):
             got = to_numpy(probed[min(b, probed.shape[0] - 1)][h]).astype(np.float64)
             s = to_numpy(scores[b][h]).astype(np.float64)
             want = to_numpy(bias[h]).astype(np.float64)
-            keep = np.isfinite(want) & (want > -1e3)
+            keep = unmasked(want)
             with np.errstate(invalid="ignore"):
                 scale = max(scale, np.max(np.abs(s) + np.abs(want), where=keep, initial=0.0))
                 # A NaN or infinity where the bias is finite is as far off as can be.
