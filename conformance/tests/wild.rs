@@ -14,6 +14,42 @@ mod common;
 use common::*;
 use serde_json::Value;
 
+/// A bias cached in a module-level dict keyed on the length (audit 20): every module built
+/// after the first with a given length returned the first one's bias, and the failing cases
+/// were "no catalogued variant". A failing case whose output repeats, value for value, an
+/// earlier case's with another f_θ is now said to carry a result over, naming that case, per
+/// case and for the run; the cases it computed itself pass.
+#[test]
+fn a_bias_carried_from_one_case_to_the_next_is_named_with_the_case_it_repeats() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(
+        &appendix("CachedAcrossInstances", "f32"),
+        &["--run", "fire/*", "--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let carried = &r["overall_carried"];
+    assert!(carried["count"].as_u64().unwrap() >= 5, "{r:#}");
+    assert_eq!(carried["from"], "fire/epsilon/eps-half-small-c", "{r:#}");
+    let repeating: Vec<&str> = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["carried_from"] == "fire/epsilon/eps-half-small-c")
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        repeating.contains(&"fire/random-params/seed-1-square-16"),
+        "{repeating:?}\n{r:#}"
+    );
+    // The case that filled the cache, and every length first seen, computed their own bias.
+    assert!(count(&r, "values", "passed") >= 5, "{r:#}");
+    let said = r.to_string();
+    assert!(said.contains("carried from one call to the next"), "{r:#}");
+    assert!(!said.contains("no single catalogued variant"), "{r:#}");
+}
+
 #[test]
 fn eps_twice_is_caught_in_f32_and_named_alone() {
     if numpy() {

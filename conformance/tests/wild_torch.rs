@@ -350,6 +350,55 @@ fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cac
     passes_in(&torch_fake("CachesInEvalOnly", "f32"), 6, &small);
 }
 
+/// An inference cache meant per instance but made a class attribute (`_cache = {}` in the class
+/// body): every module built after the first shares it. Its failing cases had been told "no
+/// catalogued variant" (six) and a shape error (two: another case's heads), and a cache filled
+/// by the probes of the call before the load (`CachesWithoutGradients`) had been told that
+/// forward(x) leaks x. Each is now
+/// said to return a tensor another case, or the call before the load, got; a cache shared by
+/// every instance but keyed on the parameters too passes.
+#[test]
+fn a_cache_every_instance_shares_fails_saying_so_and_one_keyed_on_the_parameters_passes() {
+    if !torch() {
+        return;
+    }
+    let cases = [
+        "--run",
+        "fire/*",
+        "--run",
+        "fire-grad/vjp/*",
+        "--run",
+        "edge/positions/*",
+        "--skip",
+        "edge/positions/randomised-positions",
+    ];
+    let (code, r) = run(&torch_fake("CachesInTheClass", "f32"), &cases);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = count(&r, "values", "failed");
+    assert!(failed >= 5, "{r:#}");
+    let carried = failed_saying(&r, "the module returned for the earlier case");
+    let first = failed_saying(&r, "returned exactly the bias of its first call");
+    assert_eq!(carried.len() + first.len(), failed as usize, "{r:#}");
+    assert!(!carried.is_empty(), "{r:#}");
+    let said = r.to_string();
+    assert!(!said.contains("XMisused"), "{r:#}");
+    assert!(!said.contains("no catalogued variant"), "{r:#}");
+    passes_in(
+        &torch_fake("SharedCacheKeyedOnParameters", "f32"),
+        20,
+        &cases,
+    );
+    // Filled under no_grad by a probe of the call before the load: the bias kept from then.
+    let (code, r) = run(&torch_fake("CachesWithoutGradients", "f32"), &cases);
+    assert_eq!(code, 1, "{r:#}");
+    let said = r.to_string();
+    assert!(
+        said.contains("returned exactly the bias of its first call"),
+        "{r:#}"
+    );
+    assert!(!said.contains("XMisused"), "{r:#}");
+}
+
 /// A module built with an MLP in float16 (`.half()` in its `__init__`) passed at f32 and f64
 /// (audit 20): the glue cast the whole module to the dtype asked. A module whose floating
 /// parameters are of several dtypes as built now keeps them, and fails on its float16 error; a

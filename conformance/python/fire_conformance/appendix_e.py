@@ -92,6 +92,7 @@ import numpy as np
 
 from fire_conformance import calls
 from fire_conformance import kit as fire_kit
+from fire_conformance import numpy_fire, repeats
 from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, parse_kwargs, construct_own, construct)
@@ -157,6 +158,8 @@ class Glue:
         self.layout = None
         # This case's bias before its parameters were loaded (`first_call`, `stale`).
         self.first = None
+        # What the module returned for earlier cases (`repeats`).
+        self.repeats = repeats.Repeats()
 
     def torch_class(self):
         return torch is not None and isinstance(self.cls, type) and issubclass(self.cls, torch.nn.Module)
@@ -187,6 +190,9 @@ class Glue:
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = in_dtype(m, dt)
+            # Every call from here on, the probes' included (`repeats`).
+            self.repeats.start(case.id, ours)
+            m.register_forward_hook(self.repeats.hook)
             first = self.first_call(m, heads, case)
             initial = {k: v.clone() for k, v in effective_state(m).items()}
             names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
@@ -194,6 +200,7 @@ class Glue:
             changed = any(not torch.equal(initial[k], v) for k, v in effective_state(m).items()
                           if k in initial and initial[k].shape == v.shape)
             self.first = first if changed else None
+            self.repeats.loaded(changed)
             if not own:
                 # Built from the case's c and L_init: it must hold them ([fire.params]).
                 theirs = {k: n for n, k in names.items()}
@@ -244,13 +251,7 @@ class Glue:
         if (first is None or not isinstance(full, torch.Tensor) or first.shape != full.shape
                 or not torch.equal(first, full.detach())):
             return
-        raise fire_kit.Mistake(
-            "the module returned exactly the bias of its first call, made before the case's "
-            "parameters were loaded into it: it keeps a bias computed once (a cache keyed on the "
-            "length, functools.lru_cache, a tensor stored at the first call) and does not "
-            "recompute it when its parameters change, so in training every step after the first "
-            "would use a stale bias; recompute it on every call, or key a cache on the "
-            "parameters' versions as well [fire.bias]")
+        raise repeats.stale()
 
     def forward(self, m, heads, case, torch_module):
         """The module's bias over what it was asked: (``[H, R, C]`` array-like, the
@@ -355,6 +356,24 @@ class Glue:
             raise fire_kit.Skip(f"kind `{case.kind}`: the module returns the bias only")
         m, heads, names, ours = self.module(case)
         torch_module = torch is not None and isinstance(m, torch.nn.Module)
+        if not torch_module:
+            self.repeats.start(case.id, ours)
+        try:
+            return self.graded(case, m, heads, names, ours, torch_module)
+        except fire_kit.Skip:
+            raise
+        except Exception as e:
+            # A check failing on a call that returned a tensor kept from before the load, or
+            # from an earlier case: that is why, whatever the check would say.
+            earlier = self.repeats.repeated()
+            if earlier is not None:
+                raise repeats.carried(earlier, "one of the module's calls for this case returned") from e
+            if self.repeats.stale():
+                raise repeats.stale() from e
+            raise
+
+    def graded(self, case, m, heads, names, ours, torch_module):
+        """The case's outputs from the module built and loaded for it (``build``)."""
         cot = None
         if case.kind == "vjp":
             if not torch_module:
@@ -383,6 +402,14 @@ class Glue:
             full, plan = self.forward(m, heads, case, torch_module)
         if torch_module:
             self.stale(full)
+        # A call since the load that returned an earlier case's tensor, or one from before the
+        # load: a mistake where the bias is also clearly not this case's.
+        earlier = self.repeats.repeated()
+        if (earlier is not None or self.repeats.stale()) and case.encoding.get("type") == "fire" and \
+                repeats.clearly_differs(plan.pick(as_numpy(full)),
+                                        numpy_fire.Fire(case.encoding).bias(case.queries, case.keys),
+                                        case.queries, case.keys):
+            raise repeats.carried(earlier, "the module returned") if earlier else repeats.stale()
         if torch_module and not isinstance(full, torch.Tensor):
             # A torch module handing back a NumPy array (a `.numpy()` at the end of forward):
             # its bias is graded as it is; autograd cannot reach through it.

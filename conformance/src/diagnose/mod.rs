@@ -79,6 +79,11 @@ pub struct Finding {
     /// positions, where the reference at positions so held reproduces the output (clamped to
     /// a table's last entry, `positions.clamp(max=511)`; rounded to a 16-bit float).
     pub positions: Option<HeldPositions>,
+    /// The id of an earlier case of the run whose output this failing one's repeats exactly,
+    /// though that case has another f_θ and expects other values: a result carried from one
+    /// case to the next (a cache keyed on the length alone, kept across module instances).
+    /// Set by the run's diagnosis, which sees every case. spec: [fire.bias]
+    pub carried: Option<String>,
     /// Whether the catalogue was consulted: some variant applies to the case, or it is a bias
     /// case (a gradient case diagnosed only for [`Self::other_initial`] or [`Self::precision`]
     /// has no "no catalogued variant" to say).
@@ -411,8 +416,14 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
         && f.precision.is_none()
         && f.stored.is_none()
         && f.positions.is_none()
+        && f.carried.is_none()
     {
         lines.push("diagnosis: no catalogued variant matches the whole output".into());
+    }
+    if let Some(earlier) = &f.carried {
+        lines.push(format!(
+            "diagnosis: the output is exactly, value for value, what the implementation returned for the earlier case `{earlier}`, which has another f_θ and expects other values: it carries a result over from one call to the next — a bias cached under a key that leaves out the parameters (the length, the shape) where a new module does not reset it (a module-level dict, a class attribute every instance shares, `functools.lru_cache` on a function of the length) — so in a model every layer, and every step after the first, would get the first bias computed; recompute it, or keep the cache on the instance and key it on everything the bias depends on [fire.bias]"
+        ));
     }
     if let Some((o, alike)) = f.other_initial.split_first() {
         let alike = if alike.is_empty() {

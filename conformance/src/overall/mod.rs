@@ -11,10 +11,11 @@ use crate::runner::{Outcome, Question, Status};
 use crate::vectors::format::{Case, Kind, Tensor};
 use fire_reference::variants::Deviation;
 
+mod carried;
 mod replies;
 mod shared;
 pub(crate) use replies::{broken_adapter, glue_found};
-use shared::{held_positions, other_initial, stored};
+use shared::{carried, held_positions, other_initial, stored};
 
 /// The run-level judgement of the values.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +83,19 @@ pub enum Overall {
     /// Every failing case is the reference's at its positions held so
     /// ([`diagnose::Finding::positions`]). spec: [conv.positions]
     Positions(diagnose::HeldPositions),
+    /// Failing cases repeat exactly the output of an earlier case with another f_θ
+    /// ([`diagnose::Finding::carried`]): a result carried from one call to the next.
+    /// spec: [fire.bias]
+    Carried {
+        /// How many value cases failed.
+        failed: usize,
+        /// How many failing cases repeat an earlier one.
+        count: usize,
+        /// The first of them.
+        case: String,
+        /// The earlier case whose output it repeats.
+        from: String,
+    },
     /// Every failing case is, on its causal triangle, the expected bias plus a constant per
     /// query row: attention is unchanged, the bias values are not (Press et al.'s ALiBi `r·j`).
     /// spec: [alibi.bias], [attn.logits]
@@ -157,6 +171,16 @@ pub(crate) fn diagnose_run(
             explained.extend(f.variants.iter().map(|v| v.name));
             explained.extend(f.closest.map(|(v, _)| v.name));
             outcomes[r.outcome].finding = Some(f);
+        }
+    }
+    // An output repeating an earlier case's: said on the case, diagnosed or not.
+    for (r, earlier) in ran.iter().zip(carried::carried_over(ran, &failed, caps)) {
+        if let Some(q) = earlier {
+            let id = outcomes[ran[q].outcome].id.clone();
+            outcomes[r.outcome]
+                .finding
+                .get_or_insert_with(Default::default)
+                .carried = Some(id);
         }
     }
     // Failing FIRE cases off the defaults: another initial value does not explain them.
@@ -245,7 +269,9 @@ pub(crate) fn diagnose_run(
         let passing_agree = |name: &str| passing_disagree(name).is_none();
         return Some(match unexplained(outcomes, ran, &failed, caps) {
             Overall::Variants(none) if none.is_empty() => {
-                if let Some(values) = other_initial(outcomes, ran, &failed) {
+                if let Some(c) = carried(outcomes, ran, &failed) {
+                    c
+                } else if let Some(values) = other_initial(outcomes, ran, &failed) {
                     Overall::OtherInitial(values)
                 } else if let Some(held) = held_positions(outcomes, ran, &failed) {
                     Overall::Positions(held)

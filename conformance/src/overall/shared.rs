@@ -1,7 +1,8 @@
 //! What explains every failing case the same way without a catalogued variant: the positions
 //! held otherwise ([`diagnose::HeldPositions`]), the parameters held at a lower precision
-//! ([`diagnose::Stored`]), another initial value ([`crate::initial`]) — each found per case by
-//! the diagnosis, named for the run where every failing case has the same.
+//! ([`diagnose::Stored`]), another initial value ([`crate::initial`]), an earlier case's output
+//! repeated ([`diagnose::Finding::carried`]) — each found per case by the diagnosis, named for
+//! the run where every failing case has the same.
 //! spec: [proto.report], [conv.positions], [num.profiles], [fire.defaults]
 
 use super::{failing_findings, Ran};
@@ -33,6 +34,33 @@ pub(super) fn held_positions(
     let each = each_failing(outcomes, ran, failed, |f| f.positions)?;
     let first = *each.first()?;
     each.iter().all(|&h| h == first).then_some(first)
+}
+
+/// Where failing cases repeat an earlier case's output ([`diagnose::Finding::carried`]): how
+/// many, and the first with the case it repeats. Named for the run even where other failing
+/// cases do not (they errored on a tensor of another case's shape, say): a module carrying a
+/// result from one call to the next has that defect whatever else it computes.
+/// spec: [fire.bias]
+pub(super) fn carried(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+) -> Option<super::Overall> {
+    let mut each = ran
+        .iter()
+        .zip(failed)
+        .filter(|(_, &f)| f)
+        .filter_map(|(r, _)| {
+            let o = &outcomes[r.outcome];
+            Some((o.id.clone(), o.finding.as_ref()?.carried.clone()?))
+        });
+    let (case, from) = each.next()?;
+    Some(super::Overall::Carried {
+        count: 1 + each.count(),
+        failed: super::failed_values(outcomes),
+        case,
+        from,
+    })
 }
 
 /// The lower-precision storage of the parameters that explains every failing case, when each

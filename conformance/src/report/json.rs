@@ -56,6 +56,7 @@ pub fn render(r: &Report) -> Value {
                 "precision": finding.and_then(|f| f.precision),
                 "positions_held": finding.and_then(|f| f.positions).map(|h| held_json(&h)),
                 "stored": finding.and_then(|f| f.stored).map(|s| json!({"format": s.format, "parameters": s.which.name()})),
+                "carried_from": finding.and_then(|f| f.carried.clone()),
                 "seconds": o.duration.as_secs_f64(),
             })
         })
@@ -78,6 +79,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::Precision(_)
             | Overall::Stored(_)
             | Overall::Positions(_)
+            | Overall::Carried { .. }
             | Overall::Placement(_),
         ) => (Some(vec![]), Value::Null),
         Some(Overall::GlueFound { .. }) => (Some(vec![]), Value::Null),
@@ -131,6 +133,10 @@ pub fn render(r: &Report) -> Value {
         },
         "overall_positions": match &r.overall {
             Some(Overall::Positions(held)) => held_json(held),
+            _ => Value::Null,
+        },
+        "overall_carried": match &r.overall {
+            Some(Overall::Carried { failed, count, case, from }) => json!({"count": count, "failed_cases": failed, "case": case, "from": from}),
             _ => Value::Null,
         },
         "overall_stored": match &r.overall {

@@ -247,6 +247,22 @@ pub fn run_lines(r: &Report) -> String {
                 s.format, r.dtype
             );
         }
+        Some(Overall::Carried {
+            failed,
+            count,
+            case,
+            from,
+        }) => {
+            let which = if count == failed {
+                format!("every failing case ({count})")
+            } else {
+                format!("{count} of the {failed} failing cases")
+            };
+            let _ = writeln!(
+                out,
+                "overall: {which} returned exactly what the implementation returned for an earlier case with another f_θ (`{case}` repeats `{from}`): its output does not follow the parameters it is given but is carried from one call to the next — a bias cached under the length or shape alone where a new module does not reset it (a module-level dict, a class attribute, `functools.lru_cache`); in a model every layer, and every step after the first, would get the first bias computed [fire.bias]"
+            );
+        }
         Some(Overall::RowShift) => {
             let _ = writeln!(
                 out,

@@ -413,3 +413,49 @@ class PerLayer(nn.Module):
 
     def forward(self, x: torch.Tensor):
         return self.layers[0](x)
+
+
+class CachesInTheClass(FIRE):
+    """An inference cache meant per instance but made a class attribute (``_cache = {}`` in the
+    class body), keyed on the length: every module built after the first shares it, and gets
+    the first one's bias for a length it has seen."""
+
+    _cache = {}
+
+    def forward(self, x):
+        if self.training or torch.is_grad_enabled():
+            return super().forward(x)
+        T = x.size(2)
+        if T not in self._cache:
+            self._cache[T] = super().forward(x)
+        return self._cache[T]
+
+
+class SharedCacheKeyedOnParameters(FIRE):
+    """Correct: a cache shared by every instance, keyed on the length and on the parameters'
+    values, so an instance with other parameters computes its own bias."""
+
+    _cache = {}
+
+    def forward(self, x):
+        key = (x.size(2), x.dtype, tuple(tuple(p.detach().reshape(-1).tolist()) for p in self.parameters()))
+        if self.training or torch.is_grad_enabled():
+            return super().forward(x)
+        if key not in self._cache:
+            self._cache[key] = super().forward(x)
+        return self._cache[key]
+
+
+class CachesWithoutGradients(FIRE):
+    """A cache per instance, used whenever gradients are off (eval or not) and keyed on the
+    length: a call under ``no_grad`` before the parameters change fills it with a bias the
+    later calls under ``no_grad`` return."""
+
+    def forward(self, x):
+        if torch.is_grad_enabled():
+            return super().forward(x)
+        cache = self.__dict__.setdefault("_cache", {})
+        T = x.size(2)
+        if T not in cache:
+            cache[T] = super().forward(x)
+        return cache[T]
