@@ -17,6 +17,25 @@ const RANDOM_AND_GRADIENT: [&str; 4] = [
     "fire-grad/vjp/random-*",
 ];
 
+/// A Flax module whose distances' ψ comes from the constructor's `init_c` (a table made in
+/// `setup`) rather than the `c` in `params` passed every case (audit 23): the glue builds it
+/// with the case's c. Built again with another init_c and applied to the same variables, its
+/// bias differs, and the case fails saying it follows the constructor; Appendix E passes.
+#[test]
+fn a_jax_bias_that_follows_the_constructors_init_c_fails_saying_so() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("PsiFromInitC"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        failed_saying(&r, "FollowsInitC: built with init_c").len(),
+        6,
+        "{r:#}"
+    );
+    passes_in(&jax_fake("FIRE"), 6, &JAX_BIAS);
+}
+
 #[test]
 fn the_catalogued_mlp_mistakes_written_in_jax_are_graded_and_named() {
     if !jax() {

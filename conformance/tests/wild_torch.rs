@@ -329,9 +329,10 @@ fn a_torch_constructor_that_ignores_its_initial_values_fails_naming_them() {
 }
 
 /// A module that keeps the bias of its first call passed every case (audit 20): each case builds
-/// a module, loads the case's values and calls it once. The glue now calls it once before the
-/// load, as training calls it before an optimiser's step, and a bias that did not change with
-/// the parameters fails naming the cache; an inference cache (eval mode, no gradients) passes.
+/// a module, loads the case's values and calls it once. The glue now runs one training step
+/// first (the parameters changed in place, a forward and backward, the values written back), and
+/// a bias that did not change with the parameters fails naming the cache; an inference cache
+/// (eval mode, no gradients) passes.
 #[test]
 fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cache_passes() {
     if !torch() {
@@ -344,10 +345,90 @@ fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cac
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     assert!(
         r.to_string()
-            .contains("returned exactly the bias of its first call"),
+            .contains("returned exactly the bias of its training step"),
         "{r:#}"
     );
     passes_in(&torch_fake("CachesInEvalOnly", "f32"), 6, &small);
+}
+
+/// Hand-written backward passes (audit 23), the forward right in each: a correct one passes;
+/// one taking ∂|c|/∂c as 1 fails the negative-c case told the gradient is negated there; one
+/// leaving ε out of its normaliser passed every case (ε = 10⁻⁶ hides it) and now fails the
+/// large-ε gradient case; one sending L's gradient through max(i, L)'s other branch is told so
+/// where every query is below L.
+#[test]
+fn hand_written_backward_mistakes_fail_their_gradient_cases_saying_what_they_show() {
+    if !torch() {
+        return;
+    }
+    let cases = ["--run", "fire/*", "--run", "fire-grad/vjp/*"];
+    let backward = |class: &str| fake("backward_fakes.py", class, "f32");
+    passes_in(&backward("HandWrittenBackward"), 12, &cases);
+    let (code, r) = run(&backward("BackwardWithoutSignOfC"), &cases);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        failed_saying(&r, "the expected one negated for `c`'s (here c = -"),
+        ["fire-grad/vjp/negative-c-and-m"],
+        "{r:#}"
+    );
+    let (code, r) = run(&backward("BackwardWithoutEps"), &cases);
+    assert_eq!(code, 1, "{r:#}");
+    // Every failing case says something: "" matches each.
+    assert_eq!(failed_saying(&r, ""), ["fire-grad/vjp/large-eps"], "{r:#}");
+    let (code, r) = run(&backward("BackwardOnTheWrongBranch"), &cases);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        failed_saying(&r, "through the wrong branch of max(i, L)"),
+        ["fire-grad/vjp/default-init-square-6"],
+        "{r:#}"
+    );
+}
+
+/// What one call of a freshly loaded module cannot show (audit 23): a ψ table built in
+/// `__init__` from the constructor's c (right whenever the glue builds the module with the
+/// case's c), a cache cleared by `load_state_dict` alone (the glue's load cleared it), a
+/// normaliser cached under the length (said to ignore the multiplier) — each had passed or been
+/// misnamed. The training step before the graded call and a second module built with another
+/// init_c and loaded with the same values name each; a cache keyed on the parameters' versions
+/// and a `torch.compile` wrapper (which had failed every default case on `len()`) pass.
+#[test]
+fn what_training_does_to_a_module_is_checked_and_named() {
+    if !torch() {
+        return;
+    }
+    let cases = [
+        "--run",
+        "fire/*",
+        "--run",
+        "fire-grad/vjp/*",
+        "--run",
+        "edge/positions/*",
+        "--skip",
+        "edge/positions/randomised-positions",
+    ];
+    let (code, r) = run(&torch_fake("PsiTableFromInitC", "f32"), &cases);
+    assert_eq!(code, 1, "{r:#}");
+    let follows = failed_saying(&r, "FollowsInitC: built with init_c");
+    assert!(follows.len() >= 10, "{follows:?}\n{r:#}");
+    for (class, said) in [
+        (
+            "CacheClearedOnLoad",
+            "StaleBias: the module returned exactly the bias of its training step",
+        ),
+        ("CachesItsNormaliser", "StaleBias: after one training step"),
+    ] {
+        let (code, r) = run(&torch_fake(class, "f32"), &cases);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
+        let message = r["glue_found"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(said), "{class}: {r:#}");
+        assert!(
+            !r.to_string().contains("multiplier-ignored"),
+            "{class}: {r:#}"
+        );
+    }
+    passes_in(&torch_fake("CacheKeyedOnVersions", "f32"), 20, &cases);
+    passes_in(&torch_fake("compiled_fire", "f32"), 20, &cases);
 }
 
 /// An inference cache meant per instance but made a class attribute (`_cache = {}` in the class
@@ -377,7 +458,7 @@ fn a_cache_every_instance_shares_fails_saying_so_and_one_keyed_on_the_parameters
     let failed = count(&r, "values", "failed");
     assert!(failed >= 5, "{r:#}");
     let carried = failed_saying(&r, "the module returned for the earlier case");
-    let first = failed_saying(&r, "returned exactly the bias of its first call");
+    let first = failed_saying(&r, "returned exactly the bias of its training step");
     assert_eq!(carried.len() + first.len(), failed as usize, "{r:#}");
     assert!(!carried.is_empty(), "{r:#}");
     let said = r.to_string();
@@ -393,7 +474,7 @@ fn a_cache_every_instance_shares_fails_saying_so_and_one_keyed_on_the_parameters
     assert_eq!(code, 1, "{r:#}");
     let said = r.to_string();
     assert!(
-        said.contains("returned exactly the bias of its first call"),
+        said.contains("returned exactly the bias of its training step"),
         "{r:#}"
     );
     assert!(!said.contains("XMisused"), "{r:#}");

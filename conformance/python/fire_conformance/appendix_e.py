@@ -92,7 +92,8 @@ import numpy as np
 
 from fire_conformance import calls
 from fire_conformance import kit as fire_kit
-from fire_conformance import numpy_fire, repeats
+from fire_conformance import numpy_fire, repeats, steps
+from fire_conformance.outputs import NotABias, every_layout_failed, remembered_layout_failed, squeeze
 from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, parse_kwargs, construct_own, construct)
@@ -156,7 +157,7 @@ class Glue:
         # The x layout that gave a bias of the right length where the layouts disagree
         # (T != H): tried first from then on.
         self.layout = None
-        # This case's bias before its parameters were loaded (`first_call`, `stale`).
+        # This case's bias in the training step before the graded call (`steps.step`, `stale`).
         self.first = None
         # What the module returned for earlier cases (`repeats`).
         self.repeats = repeats.Repeats()
@@ -170,55 +171,78 @@ class Glue:
         any_depth = torch is not None and isinstance(self.cls, type) and issubclass(self.cls, torch.nn.Module)
         return appendix_params(enc, any_depth=any_depth)
 
-    def module(self, case):
-        enc = case.encoding
-        heads, width, ours = self.params(enc)
+    def constructed(self, case, init_c=None):
+        """The module for ``case`` as constructed, and whether it was built on its own defaults
+        (``own``); ``init_c`` builds it with that ``c`` in place of the case's (``twin``)."""
+        enc = case.encoding if init_c is None else {**case.encoding, "c": init_c}
+        heads, width, _ = self.params(case.encoding)
         # At the spec's defaults a torch module is built on its own: c, L_init and ε from its
         # constructor's defaults, c and the multiplier as it initialises them, so that a
         # module whose defaults are not [fire.defaults]' (a multiplier starting at 0.5, ε of
         # 1e-3) fails those cases rather than having them overwritten with the right values.
         # A factory function (``make_fire(num_heads=…)``) given for CLASS is built on its
-        # defaults too, where what it returns is a torch module.
+        # defaults too, where what it returns is a torch module. Compared with None, never
+        # tested for truth: a torch.compile wrapper forwards ``len()`` to a module without one.
         factory = torch is not None and not isinstance(self.cls, type)
-        own = at_defaults(enc) and (self.torch_class() or factory) and construct_own(
-            self.cls, heads, width, self.kwargs, enc)
-        if own and not isinstance(own, torch.nn.Module):
-            own = None
-        m = own or construct(self.cls, heads, width, enc, self.kwargs)
+        own = None
+        if init_c is None and at_defaults(enc) and (self.torch_class() or factory):
+            own = construct_own(self.cls, heads, width, self.kwargs, enc)
+            if own is not None and not isinstance(own, torch.nn.Module):
+                own = None
+        if own is not None:
+            return own, True
+        return construct(self.cls, heads, width, enc, self.kwargs), False
+
+    def loaded(self, m, case, own, dt, check=True):
+        """Loads the case's values into the torch module ``m`` (``load_torch``): on a module built
+        from the case's c and L_init, first checking (``check``) that it holds them; on one built
+        on its own defaults, keeping the scalars it made that are not the spec's. Returns the
+        names, ours by theirs."""
+        enc = case.encoding
+        heads, width, ours = self.params(enc)
+        initial = {k: v.clone() for k, v in effective_state(m).items()}
+        names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
+        if not own and check:
+            # Built from the case's c and L_init: it must hold them ([fire.params]).
+            theirs = {k: n for n, k in names.items()}
+
+            def rebuild(name, arg, value):
+                key = {"init_c": "c", "init_L": "l_init"}[arg]
+                again = construct(self.cls, heads, width, {**enc, key: value}, self.kwargs)
+                return effective_state(in_dtype(again, dt))[theirs[name]]
+
+            check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype,
+                            rebuild)
+        elif own:
+            # The MLP as the case has it (its initialisation is random), the scalars as
+            # the module made them where they are not the default: one made in float32 and
+            # cast (c = 0.1 is not exact there) takes the case's exact value.
+            wrong = {n: initial[n] for n, k in names.items()
+                     if k in SCALARS and not same_in_f32(initial[n], ours[k])}
+            assign(m, wrong)
+        return names
+
+    def module(self, case):
+        heads, width, ours = self.params(case.encoding)
+        m, own = self.constructed(case)
+        self.own = own
         if torch is not None and isinstance(m, torch.nn.Module):
             # The whole module in the dtype asked, bf16 included: a bf16 module computes and
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = in_dtype(m, dt)
-            # Every call from here on, the probes' included (`repeats`).
-            self.repeats.start(case.id, ours)
-            m.register_forward_hook(self.repeats.hook)
-            first = self.first_call(m, heads, case)
-            initial = {k: v.clone() for k, v in effective_state(m).items()}
-            names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
-            # The first call's bias, kept only where the load changed a parameter (`stale`).
-            changed = any(not torch.equal(initial[k], v) for k, v in effective_state(m).items()
-                          if k in initial and initial[k].shape == v.shape)
-            self.first = first if changed else None
-            self.repeats.loaded(changed)
-            if not own:
-                # Built from the case's c and L_init: it must hold them ([fire.params]).
-                theirs = {k: n for n, k in names.items()}
-
-                def rebuild(name, arg, value):
-                    key = {"init_c": "c", "init_L": "l_init"}[arg]
-                    again = construct(self.cls, heads, width, {**enc, key: value}, self.kwargs)
-                    return effective_state(in_dtype(again, dt))[theirs[name]]
-
-                check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype,
-                                rebuild)
-            else:
-                # The MLP as the case has it (its initialisation is random), the scalars as
-                # the module made them where they are not the default: one made in float32 and
-                # cast (c = 0.1 is not exact there) takes the case's exact value.
-                wrong = {n: initial[n] for n, k in names.items()
-                         if k in SCALARS and not same_in_f32(initial[n], ours[k])}
-                assign(m, wrong)
+            # Every call from here on, the probes' included (`repeats`); a module that takes no
+            # hooks (a TorchScript module) is graded without that record.
+            self.repeats.start(case.id, ours, settings(case.encoding))
+            try:
+                m.register_forward_hook(self.repeats.hook)
+            except RuntimeError:
+                pass
+            names = self.loaded(m, case, own, dt)
+            # One training step before the graded call (`steps`); its bias, for `stale`.
+            self.first = steps.step(m, lambda: self.forward(m, heads, case, True)[0],
+                                    backward=case.length ** 2 <= steps.TWIN_LIMIT)
+            self.repeats.loaded(self.first is not None)
             m.eval()
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
@@ -227,35 +251,44 @@ class Glue:
             m.load_state_dict({k: np.asarray(ours[v], dtype=dt) for k, v in names.items()})
         return m, heads, names, ours
 
-    def first_call(self, m, heads, case):
-        """The module's bias before the case's parameters are loaded, called as in training
-        (train mode, gradients on), or None where that call fails (the real one says why). A
-        module that keeps the bias of its first call (a cache keyed on the length, a
-        ``functools.lru_cache``, a tensor stored once) and does not recompute it when its
-        parameters change returns it again after the load: in training every step after the
-        first would use it. Called once before the load, as an optimiser's step would follow a
-        first forward, so that such a module is caught (``stale``); a cache made only in eval
-        mode or under ``no_grad`` (an inference cache) is not filled by it."""
-        m.train()
+    def twin(self, case, full, plan, heads):
+        """Raises where a module built anew and loaded with the case's values returns another
+        bias than ``full`` (``steps.twin_mistake``): built with another ``init_c`` where the
+        glue passes the case's. Only on squares up to ``steps.TWIN_LIMIT``; a twin that cannot
+        be built or called tells nothing."""
+        rows, cols = plan.shape
+        if rows * cols > steps.TWIN_LIMIT:
+            return
+        dt = getattr(torch, TORCH_DTYPES[self.dtype])
+        c = float(case.encoding["c"])
+        other = None if self.own else (c * 1.5 if c != 0 else 0.25)
         try:
-            with torch.enable_grad():
-                out, _ = self.forward(m, heads, case, True)
+            m, own = self.constructed(case, init_c=other)
+            m = in_dtype(m, dt)
+            self.loaded(m, case, own, dt, check=False)
+            m.eval()
+            with torch.no_grad():
+                twin, _ = self.forward(m, heads, case, True, probes=False)
         except Exception:
-            return None
-        return out.detach().clone() if isinstance(out, torch.Tensor) else None
+            return
+        got, twin = plan.pick(as_numpy(full)), plan.pick(as_numpy(twin))
+        if steps.twin_differs(got, twin, self.dtype):
+            reference = numpy_fire.Fire(case.encoding).bias(case.queries, case.keys)
+            raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other)
 
     def stale(self, full):
-        """Raises where the bias is exactly the one the first call returned though the load
-        changed the module's parameters (``first_call``)."""
+        """Raises where the bias is exactly the one the training step returned though the step
+        changed the module's parameters (``steps.step``)."""
         first = self.first
         if (first is None or not isinstance(full, torch.Tensor) or first.shape != full.shape
                 or not torch.equal(first, full.detach())):
             return
         raise repeats.stale()
 
-    def forward(self, m, heads, case, torch_module):
+    def forward(self, m, heads, case, torch_module, probes=True):
         """The module's bias over what it was asked: (``[H, R, C]`` array-like, the
-        ``calls.Plan`` saying where the case's queries and keys are in it)."""
+        ``calls.Plan`` saying where the case's queries and keys are in it); ``probes``: with the
+        glue's probe calls and checks of the call style (the graded call, not the twin's)."""
         style = self.call or call_style(m)
         if torch_module:
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
@@ -296,6 +329,8 @@ class Glue:
                 square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
                                  heads, cols, cols)
                 calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype)
+            if not probes:
+                return full, p
             # The probes below are checks, not the graded call: no graph for them.
             probing = torch.no_grad if torch_module else contextlib.nullcontext
             counting = calls.counted(p.args[0]) if style in calls.POSITION_LAYOUTS else None
@@ -357,15 +392,15 @@ class Glue:
         m, heads, names, ours = self.module(case)
         torch_module = torch is not None and isinstance(m, torch.nn.Module)
         if not torch_module:
-            self.repeats.start(case.id, ours)
+            self.repeats.start(case.id, ours, settings(case.encoding))
         try:
             return self.graded(case, m, heads, names, ours, torch_module)
         except fire_kit.Skip:
             raise
         except Exception as e:
-            # A check failing on a call that returned a tensor kept from before the load, or
+            # A check failing on a call that returned a tensor kept from the training step, or
             # from an earlier case: that is why, whatever the check would say.
-            earlier = self.repeats.repeated()
+            earlier = self.repeats.repeated(of="any")
             if earlier is not None:
                 raise repeats.carried(earlier, "one of the module's calls for this case returned") from e
             if self.repeats.stale():
@@ -400,16 +435,19 @@ class Glue:
                 full, plan = self.forward(m, heads, case, torch_module)
         else:
             full, plan = self.forward(m, heads, case, torch_module)
-        if torch_module:
-            self.stale(full)
-        # A call since the load that returned an earlier case's tensor, or one from before the
-        # load: a mistake where the bias is also clearly not this case's.
+        # A call of the graded phase that returned an earlier case's tensor, or the training
+        # step's: a mistake where the bias is also clearly not this case's. An earlier case's
+        # first: a cache outliving the module is the deeper cause.
         earlier = self.repeats.repeated()
         if (earlier is not None or self.repeats.stale()) and case.encoding.get("type") == "fire" and \
                 repeats.clearly_differs(plan.pick(as_numpy(full)),
                                         numpy_fire.Fire(case.encoding).bias(case.queries, case.keys),
                                         case.queries, case.keys):
             raise repeats.carried(earlier, "the module returned") if earlier else repeats.stale()
+        if torch_module:
+            self.stale(full)
+        if torch_module and isinstance(full, torch.Tensor) and case.encoding.get("type") == "fire":
+            self.twin(case, full, plan, heads)
         if torch_module and not isinstance(full, torch.Tensor):
             # A torch module handing back a NumPy array (a `.numpy()` at the end of forward):
             # its bias is graded as it is; autograd cannot reach through it.
@@ -430,7 +468,13 @@ class Glue:
                              "in forward, or a tensor cached from another call), so no parameter gets "
                              "a gradient and none would train [grad.vjp]")
         g = torch.as_tensor(plan.cotangent(cot), dtype=full.dtype, device=full.device)
-        (full * g).sum().backward()
+        try:
+            (full * g).sum().backward()
+        except RuntimeError as e:
+            found = steps.second_backward(e)
+            if found is not None:
+                raise found from e
+            raise
         # Every trainable parameter's gradient under our name, in the case's shape (a scalar the
         # module keeps as [1] has a gradient of [1]). A module that trains `init_L`, which
         # [grad.layout] freezes, sends that gradient too, unasked for: the reply shows it. A
@@ -442,6 +486,11 @@ class Glue:
             grads.pop("L_multiplier", None)
         return {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k]))
                 for k, v in grads.items()}
+
+
+def settings(enc):
+    """What of a FIRE encoding besides its parameters the bias depends on (``repeats``)."""
+    return tuple(str(enc.get(k)) for k in ("eps", "transform", "threshold"))
 
 
 def frozen(m, names, case):
@@ -475,110 +524,6 @@ def in_dtype(m, dt):
     would grade another module."""
     kinds = {t.dtype for t in [*m.parameters(), *m.buffers()] if t.is_floating_point()}
     return m.to(dt) if len(kinds) <= 1 else m
-
-
-# What each layout of x is, for the error that names them all.
-X_SHAPES = {"x": "[B, H, T, 1]", "hidden": "[B, T, 1]", "scores": "[B, H, T, T]",
-            "positions": "[n] positions", "position_ids": "[1, n] position_ids"}
-
-
-def every_layout_failed(errors):
-    """The error for a ``forward(x)`` (or ``forward(positions)``) that failed with every layout of
-    its argument: each attempt's error (once, where all are the same), the first's type (a
-    ``ValueError`` where that type cannot take a message). An error about the call's arguments
-    is the signature, not the layout."""
-    first = errors[0][1]
-    arg = "positions" if errors[0][0] in calls.POSITION_LAYOUTS else "x"
-    said = [f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}" for _, e in errors]
-    if len(set(said)) == 1:
-        tried = f"the same with {arg} as each of {', '.join(X_SHAPES[s] for s, _ in errors)}: {said[0]}"
-    else:
-        tried = "; ".join(f"{arg} as {X_SHAPES[s]}: {w}" for (s, _), w in zip(errors, said))
-    signature = isinstance(first, TypeError) and any(
-        w in str(first) for w in ("positional argument", "unexpected keyword"))
-    how = (f"forward takes none of the calls the glue knows (--call {'|'.join(CALLS)}): write a "
-           "build(case) glue" if signature else "force one with --call, or write a build(case) glue")
-    return retold(first, f"forward({arg}) failed with every layout of {arg} ({tried}); {how}")
-
-
-def retold(e, text):
-    """``e`` told as ``text``: an exception of its type where that type takes a message (a
-    ``ValueError`` otherwise), caused by ``e``."""
-    try:
-        err = type(e)(text)
-    except Exception:  # an exception type with a constructor of its own
-        err = ValueError(text)
-    err.__cause__ = e
-    return err
-
-
-def remembered_layout_failed(layout, e, T):
-    """The error for a ``forward(x)`` that fails with the layout of x earlier cases took: the
-    module's own failure at this length (a table of 512 positions at T = 601), said alone rather
-    than after trying the layouts it never took."""
-    return retold(e, f"forward(x) with x as {X_SHAPES[layout]}, the layout of x earlier cases took, "
-                     f"failed at T = {T}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
-
-
-class NotABias(TypeError):
-    """The module returned something other than one array (a tuple, a dict): no layout of x
-    changes that, so it is said at once, not after trying each."""
-
-
-class HeadsLast(fire_kit.Mistake, ValueError):
-    """The module returned its bias with the heads on the last axis ([1, T, T, H]), where every
-    layout of x gives the same: the permute to [1, H, T, T] is missing."""
-
-
-class BatchMixed(fire_kit.Mistake, ValueError):
-    """The module's [B, H, T, T] differs between the sequences of the batch: the layout was taken
-    (the shape is right), so no other layout is tried."""
-
-
-def squeeze(out, heads, rows, cols, batch=1, check=True):
-    """[H, R, C] from [H, R, C], [1, H, R, C] or [B, H, R, C] with equal batch entries (NaN where
-    NaN: a declared ``negated`` convention may put it above the diagonal), or, for an input of
-    ``batch`` > 1 sequences, ``[batch·H, R, C]`` batch-major (``nn.MultiheadAttention``'s
-    ``attn_mask``). ``check=False`` skips the comparison of the entries (under JAX's tracing,
-    where the caller checks the concrete output)."""
-    if not hasattr(out, "shape"):
-        what = type(out).__name__
-        if isinstance(out, (tuple, list)):
-            what = f"a {what} of {len(out)}"
-        elif isinstance(out, dict):
-            what = f"a dict with keys {list(out)}"
-        else:
-            what = f"a {what}"
-        raise NotABias(f"forward returned {what}; the glue expects one tensor, the bias (or scores + bias, "
-                       "for a module given scores), alone: write a "
-                       "build(case) glue that picks it out (--fire-glue, fire-conformance-glue)")
-    shape = tuple(out.shape)
-    if len(shape) == 3 and shape == (heads, rows, cols):
-        return out
-    returned = list(shape)
-    if batch > 1 and len(shape) == 3 and shape == (batch * heads, rows, cols):
-        out = out.reshape(batch, heads, rows, cols)
-        shape = tuple(out.shape)
-    if len(shape) == 4 and shape[1:] == (heads, rows, cols):
-        first = out[0]
-        for b in range(1, shape[0] if check else 1):
-            other = out[b]
-            same = (other == first) | ((other != other) & (first != first))
-            if not bool(same.all()):
-                read = "" if returned == list(shape) else f" (read batch-major as {list(shape)})"
-                raise BatchMixed(
-                    f"the module's output {returned}{read} differs between batch entries 0 and {b}, whose "
-                    "inputs are the same: the bias of one sequence depends on where it sits in the batch "
-                    "(batch and heads mixed up, e.g. by a repeat_interleave or a view of [B*H, T, T])")
-        return first
-    if len(shape) in (3, 4) and shape[-1] == heads and shape[-3:-1] == (rows, cols):
-        raise HeadsLast(
-            f"the module returned shape {returned}, its heads on the last axis: attention logits are "
-            f"[B, H, T, T], to which a [.., T, T, H] bias adds the wrong heads (or fails to broadcast); "
-            "return [1, H, T, T] (Appendix E's permute(0, 3, 1, 2)) [conv.layout]")
-    raise ValueError(f"the module returned shape {list(shape)}; expected [H, T, T], [1, H, T, T] or "
-                     f"[B, H, T, T] with H = {heads}, T = {rows}" + ("" if rows == cols else f" x {cols}")
-                     + (f" (x held B = {batch} sequences)" if batch > 1 else ""))
 
 
 def parser(description=__doc__):

@@ -47,6 +47,9 @@ from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
+from fire_conformance import numpy_fire
+from fire_conformance import outputs
+from fire_conformance import steps
 from fire_conformance.loading import chain_order
 
 SCALARS = ("c", "init_L", "L_multiplier")
@@ -259,24 +262,25 @@ class JaxGlue:
             plan = calls.plan(style, case, self.max_len, self.query_rows)
             try:
                 out = self.evaluate(m, heads, case, ours, plan, loading.Built(self.cls, heads, width),
-                                    own=bool(own))
-            except (appendix_e.NotABias, loading.ParamsMismatch, fire_kit.Mistake):
+                                    own=bool(own), width=width)
+            except (outputs.NotABias, loading.ParamsMismatch, fire_kit.Mistake):
                 raise
             except appendix_e.LAYOUT_ERRORS as e:
                 if len(styles) == 1:
                     raise
                 if style == self.layout:
-                    raise appendix_e.remembered_layout_failed(style, e, case.length)
+                    raise outputs.remembered_layout_failed(style, e, case.length)
                 errors.append((style, e))
                 continue
             if case.length != heads:
                 self.layout = style
             return out
-        raise appendix_e.every_layout_failed(errors)
+        raise outputs.every_layout_failed(errors)
 
-    def evaluate(self, m, heads, case, ours, plan, built, own=False):
-        """The case's output from ``m`` called as ``plan`` says (``built``: how ``m`` was built;
-        ``own``: on its own defaults, whose initial scalars it keeps)."""
+    def evaluate(self, m, heads, case, ours, plan, built, own=False, width=None):
+        """The case's output from ``m`` called as ``plan`` says (``built``: how ``m`` was built,
+        with ``heads`` and ``width``; ``own``: on its own defaults, whose initial scalars it
+        keeps)."""
         jax, jnp = self.jax, self.jnp
         args = self.args(plan, heads)
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
@@ -324,7 +328,7 @@ class JaxGlue:
 
         def bias(p, check=True, given=args):
             out = m.apply({**variables, "params": p}, *given)
-            return appendix_e.squeeze(out, heads, rows, cols, batch=plan.batch, check=check)
+            return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=check)
 
         if case.kind == "bias":
             full = bias(params)
@@ -343,7 +347,7 @@ class JaxGlue:
         if plan.style in ("lengths", "lengths_device") and self.query_rows == "last" and rows_n < cols_n:
             square = m.apply({**variables, "params": params}, *((cols_n, cols_n) + args[2:]))
             calls.check_last_rows(np.asarray(full, dtype=np.float64),
-                                  np.asarray(appendix_e.squeeze(square, heads, cols_n, cols_n), dtype=np.float64),
+                                  np.asarray(outputs.squeeze(square, heads, cols_n, cols_n), dtype=np.float64),
                                   self.dtype)
         as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
                                                     else jnp.float64), dtype=np.float64)
@@ -351,7 +355,7 @@ class JaxGlue:
         if counting is not None:
             given = jnp.asarray(counting) if plan.style == "positions" else jnp.asarray(counting)[None]
             try:
-                again = as_numpy(appendix_e.squeeze(m.apply({**variables, "params": params}, given),
+                again = as_numpy(outputs.squeeze(m.apply({**variables, "params": params}, given),
                                                     heads, rows, cols))
             except Exception:  # a probe past the module's own bounds tells nothing
                 again = None
@@ -360,13 +364,15 @@ class JaxGlue:
         if plan.style in ("x", "hidden"):
             probe = calls.x_probe(args[0].shape)
             probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=self.dt))
-            calls.check_x(as_numpy(full), as_numpy(appendix_e.squeeze(probed, heads, rows, cols, batch=plan.batch)),
+            calls.check_x(as_numpy(full), as_numpy(outputs.squeeze(probed, heads, rows, cols, batch=plan.batch)),
                           probe, self.dtype)
         if plan.style == "scores":
             scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
             probed = m.apply({**variables, "params": params}, scores)
             calls.check_scores(full, probed, scores, self.dtype, calls.takes_scores(parameter_names(m)),
                                to_numpy=as_numpy)
+        if not own and width is not None:
+            self.twin(case, heads, width, {**variables, "params": params}, args, plan, as_numpy(full))
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
                                             f"was given; {appendix_e.rerun_advice(full.dtype)}")
@@ -387,6 +393,30 @@ class JaxGlue:
         if case.encoding["threshold"] != "learnable":
             out.pop("L_multiplier", None)
         return out
+
+
+    def twin(self, case, heads, width, variables, args, plan, full):
+        """Raises where the module built with another ``init_c`` and applied to the same
+        variables returns another bias than ``full`` (``steps.twin_mistake``): a bias that
+        follows the constructor's ``init_c`` (a ψ table computed in ``setup`` from it) rather
+        than the ``c`` in ``params``. Only on squares up to ``steps.TWIN_LIMIT``; a twin that
+        cannot be built or applied tells nothing."""
+        rows, cols = plan.shape
+        if case.encoding.get("type") != "fire" or rows * cols > steps.TWIN_LIMIT:
+            return
+        c = float(case.encoding["c"])
+        other = c * 1.5 if c != 0 else 0.25
+        try:
+            m = construction.construct(self.cls, heads, width, {**case.encoding, "c": other}, self.kwargs)
+            out = outputs.squeeze(m.apply(variables, *args), heads, rows, cols, batch=plan.batch)
+            twin = np.asarray(self.jnp.asarray(out, dtype=self.jnp.float64 if self.dtype == "f64"
+                                               else self.jnp.float32), dtype=np.float64)
+        except Exception:
+            return
+        got, twin = plan.pick(full), plan.pick(twin)
+        if steps.twin_differs(got, twin, self.dtype):
+            reference = numpy_fire.Fire(case.encoding).bias(case.queries, case.keys)
+            raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other)
 
 
 def linen_interface(cls):

@@ -8,19 +8,23 @@ it: a module-level dict, a class attribute every instance shares (``_cache = {}`
 body, then ``self._cache[T] = bias``), ``functools.lru_cache`` on a function of the length. In
 a model every layer would get the first layer's bias, and every step after the first the first
 step's. The ready-made glues build a new module for each case, so only such a cache reaches
-across them; the per-instance cache that survives a parameter load is ``Glue.stale``'s.
+across them; the per-instance cache that outlives a parameter change is ``steps``' and
+``Glue.stale``'s.
 
 ``Repeats`` remembers a digest of every tensor the module returned in this process, with the
-case it was returned for and a digest of that case's f_θ. Two rules use it:
+case it was returned for and digests of that case's f_θ and of all its parameters. Two rules
+use it:
 
 * a case the glue's own checks fail (a probe call answering otherwise than the graded call, an
-  output of the wrong shape) is told the repeat instead, where one of its calls returned an
-  earlier case's tensor: that is the cause, and the check's own words would name another;
-* a case whose calls repeated such a tensor, and whose checks passed, is failed only where its
-  bias also differs clearly from this case's (the independent NumPy FIRE of ``numpy_fire``, on
-  the causal entries, by more than ``CLEARLY`` of its scale): repeated values that are right
-  for this case are not a mistake. The same holds for a tensor kept from before the case's
-  parameters were loaded (``stale``).
+  output of the wrong shape) is told the repeat instead, where one of its calls returned the
+  tensor of an earlier case with other parameters: that is the cause, and the check's own words
+  would name another;
+* a case whose calls repeated the tensor of an earlier case with another f_θ (a module ignoring
+  a scalar repeats itself across cases differing in it alone: the catalogue names that), and
+  whose checks passed, is failed only where its bias also differs clearly from this case's
+  (the independent NumPy FIRE of ``numpy_fire``, on the causal entries, by more than
+  ``CLEARLY`` of its scale): repeated values that are right for this case are not a mistake.
+  The same holds for a tensor kept from the case's training step (``stale``, ``steps``).
 
 Outputs of more than ``LIMIT`` values are not remembered (hashing a 4 096-square of twelve
 heads in every call would cost more than the case).
@@ -67,10 +71,12 @@ def digest(t):
     return h.hexdigest()
 
 
-def mlp_digest(params):
-    """A digest of a case's f_θ: its parameters named ``mlp…`` (the glue's names)."""
+def params_digest(params, only="mlp", extra=()):
+    """A digest of a case's parameters whose names (the glue's) start with ``only`` (f_θ's by
+    default, every one with ``only=""``) and of ``extra`` (the encoding's other settings)."""
     h = hashlib.blake2b(digest_size=16)
-    for k in sorted(k for k in params if k.startswith("mlp")):
+    h.update(repr(extra).encode())
+    for k in sorted(k for k in params if k.startswith(only)):
         h.update(k.encode())
         h.update(np.ascontiguousarray(np.asarray(params[k], dtype=np.float64)).tobytes())
     return h.hexdigest()
@@ -78,26 +84,29 @@ def mlp_digest(params):
 
 class Repeats:
     def __init__(self):
-        # digest -> (case id, f_θ digest, None before the load) of the first case that
-        # returned it.
+        # digest -> (case id, (f_θ digest, all parameters' digest), None in its training step)
+        # of the first case that returned it.
         self.earlier = {}
-        # This case's: its id, f_θ digest, what its calls returned before the case's parameters
-        # were loaded (computed from the module's own initial f_θ: never "earlier" for another
-        # case) and after, and whether the load changed a parameter.
+        # This case's: its id, f_θ digest, what its calls returned before the graded phase (the
+        # training step's, from parameters changed in place: never "earlier" for another case's
+        # f_θ) and since, and whether the step changed a parameter.
         self.case, self.mlp, self.before, self.now, self.changed = None, None, [], [], False
 
-    def start(self, case_id, params):
-        """Begins a case, before its module's first call: what the calls of the case before
-        returned becomes "earlier" — after its load with its f_θ, before it with none (the
-        module's own initial f_θ, which no case's output may repeat either)."""
+    def start(self, case_id, params, settings=()):
+        """Begins a case, before its module's first call (``settings``: what else of the
+        encoding than ``params`` the bias depends on, ε say): what the calls of the case before
+        returned becomes "earlier" — of its graded phase with its f_θ, of its training step with
+        none (parameters changed in place, which no case's output may repeat either)."""
         for d in self.before:
             self.earlier.setdefault(d, (self.case, None))
         for d in self.now:
             self.earlier.setdefault(d, (self.case, self.mlp))
-        self.case, self.mlp, self.before, self.now, self.changed = case_id, mlp_digest(params), [], [], False
+        self.case, self.before, self.now, self.changed = case_id, [], [], False
+        self.mlp = (params_digest(params), params_digest(params, only="", extra=settings))
 
     def loaded(self, changed):
-        """The case's parameters are in the module (``changed``: the load changed one)."""
+        """The graded phase begins: the case's values are back in the module after the training
+        step (``changed``: the step changed a parameter)."""
         self.before, self.now, self.changed = self.now, [], changed
 
     def note(self, output):
@@ -111,38 +120,50 @@ class Repeats:
         self.note(output)
 
     def stale(self):
-        """Whether a call after the load returned exactly a tensor a call before it returned,
-        though the load changed the parameters (a probe answering with the bias kept from the
-        first call, say)."""
+        """Whether a call of the graded phase returned exactly a tensor a call of the training
+        step returned, though the step changed the parameters (a probe answering with the bias
+        kept from the step, say)."""
         return self.changed and any(d in self.before for d in self.now)
 
-    def repeated(self, output=None):
-        """The id of an earlier case, with another f_θ or before its load, that got exactly
-        ``output`` (by default any of this case's calls since its load); ``None`` where there
-        is none."""
+    def repeated(self, output=None, of="mlp"):
+        """The id of an earlier case that got exactly ``output`` (by default any of this case's
+        calls of the graded phase), in its training step or with other parameters: another
+        f_θ (``of="mlp"``), or any other parameter (``of="any"``: where a check of the glue
+        already failed, a module ignoring that parameter would not have failed it); ``None``
+        where there is none."""
         digests = [digest(output)] if output is not None else self.now
+        at = 0 if of == "mlp" else 1
         for d in digests:
             seen = self.earlier.get(d) if d is not None else None
-            if seen is not None and seen[1] != self.mlp:
+            if seen is not None and (seen[1] is None or seen[1][at] != self.mlp[at]):
                 return seen[0]
         return None
 
 
+class StaleBias(fire_kit.Mistake):
+    """The module's bias did not follow a change of its parameters."""
+
+
+class CarriedBias(fire_kit.Mistake):
+    """The module returned a tensor it had returned for an earlier case."""
+
+
 def stale():
-    """The glue's finding for a module that keeps the bias of its first call (``Repeats.stale``,
-    ``Glue.stale``)."""
-    return fire_kit.Mistake(
-        "the module returned exactly the bias of its first call, made before the case's "
-        "parameters were loaded into it: it keeps a bias computed once (a cache keyed on the "
-        "length, functools.lru_cache, a tensor stored at the first call) and does not "
-        "recompute it when its parameters change, so in training every step after the first "
-        "would use a stale bias; recompute it on every call, or key a cache on the parameters' "
-        "versions as well [fire.bias]")
+    """The glue's finding for a module that kept the bias of the training step the glue ran
+    before the graded call (``Repeats.stale``, ``Glue.stale``; ``steps.step``)."""
+    return StaleBias(
+        "the module returned exactly the bias of its training step (the call the glue makes "
+        "before the graded one, with the parameters changed in place as an optimiser changes "
+        "them, then the case's values written back in place): it keeps a bias computed once (a "
+        "cache keyed on the length, functools.lru_cache, a tensor stored at the first call, a "
+        "cache cleared only by load_state_dict) and does not recompute it when its parameters "
+        "change, so in training every step after the first would use a stale bias; recompute it "
+        "on every call, or key a cache on the parameters' versions as well [fire.bias]")
 
 
 def carried(earlier, where):
     """The glue's finding for a case whose call returned what the earlier case ``earlier`` got."""
-    return fire_kit.Mistake(
+    return CarriedBias(
         f"{where} exactly the tensor the module returned for the earlier case `{earlier}`, whose "
         "f_θ differs: its output does not follow the parameters it is given but is carried from "
         "one call to the next — most often a bias cached under the length or shape alone and kept "

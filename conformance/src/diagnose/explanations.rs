@@ -1,6 +1,6 @@
 //! What explains a failing case besides a catalogued variant: arithmetic at a lower precision,
-//! the other placement of the bias, the gradient of L sent for m's, and a constant per query row
-//! (which the softmax does not see). Each is a sentence of the case's finding
+//! the other placement of the bias, the gradient of L sent for m's, a gradient negated, and a
+//! constant per query row (which the softmax does not see). Each is a sentence of the case's finding
 //! ([`super::Finding`]). spec: [num.profiles], [attn.placement], [grad.layout], [attn.logits]
 
 use std::collections::BTreeMap;
@@ -105,10 +105,20 @@ pub(super) fn gradient_of_l(
     let mut right_m = got.clone();
     right_m.insert("L_multiplier".to_owned(), want.clone());
     if zero && !agrees(case, &right_m, got, profile, future, None) {
-        return Some(
-            "the gradient sent for `L_multiplier` is zero: the multiplier is detached (a stop-gradient, an int cast of L), frozen or unused, so the threshold L = |m·L_init| never trains [grad.vjp]"
-                .to_owned(),
-        );
+        // Every query below L: max(i, L) takes L's branch everywhere, so a backward sending L's
+        // gradient through the other branch (only where i > L) sends none.
+        let l = (p.l_init * p.l_multiplier).abs();
+        let below = case.inputs.queries.iter().all(|&i| (i as f64) < l);
+        let branch = if below {
+            format!(
+                ", or a hand-written backward sends L's gradient through the wrong branch of max(i, L) (every query here is below L = {l}, where ∂max(i, L)/∂L = 1)"
+            )
+        } else {
+            String::new()
+        };
+        return Some(format!(
+            "the gradient sent for `L_multiplier` is zero: the multiplier is detached (a stop-gradient, an int cast of L), frozen or unused, so the threshold L = |m·L_init| never trains{branch} [grad.vjp]"
+        ));
     }
     // The expected outputs with m's gradient replaced by L's: the reply, if that is all it did.
     let mut of_l = expected.clone();
@@ -118,6 +128,57 @@ pub(super) fn gradient_of_l(
     agrees(case, &of_l, got, profile, future, None).then(|| {
         format!(
             "the gradient sent for `L_multiplier` is the one with respect to the threshold L = |m·L_init| (the expected one ÷ L_init·sign m = {factor}): [grad.layout] asks for m's, ∂ℓ/∂m = ∂ℓ/∂L · L_init · sign(m·L_init)"
+        )
+    })
+}
+
+/// On a failing gradient case: the parameters whose gradient is the expected one negated (each
+/// within the tolerance, and the expected one not zero), said with the sign a hand-written
+/// backward most often loses there — ∂|c|/∂c = sign c where c < 0, ∂|m·L_init|/∂m =
+/// L_init·sign(m·L_init) where m·L_init < 0. spec: [grad.c], [grad.m], [grad.vjp]
+pub(super) fn negated_gradients(
+    case: &Case,
+    expected: &BTreeMap<String, Tensor>,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+) -> Option<String> {
+    let p = case.encoding.fire()?;
+    if case.kind != Kind::Vjp {
+        return None;
+    }
+    let negated: Vec<&str> = expected
+        .iter()
+        .filter(|(_, want)| want.data.iter().any(|v| *v != 0.0))
+        .filter(|(name, want)| {
+            got.get(name.as_str()).is_some_and(|g| {
+                let minus = Tensor {
+                    data: want.data.iter().map(|v| -v).collect(),
+                    ..(*want).clone()
+                };
+                crate::compare::excess_ratio(g, want, profile, None) > 1.0
+                    && crate::compare::excess_ratio(g, &minus, profile, None) <= 1.0
+            })
+        })
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let said: Vec<String> = negated
+        .iter()
+        .map(|&name| match name {
+            "c" if p.c < 0.0 => format!(
+                "`c`'s (here c = {}: the sign of c, ∂|c|/∂c = sign c, dropped from a backward of ψ = ln(|c|·x + 1))",
+                p.c
+            ),
+            "L_multiplier" if p.l_multiplier * p.l_init < 0.0 => format!(
+                "`L_multiplier`'s (here m·L_init = {}: the sign of ∂|m·L_init|/∂m = L_init·sign(m·L_init) dropped)",
+                p.l_multiplier * p.l_init
+            ),
+            other => format!("`{other}`'s"),
+        })
+        .collect();
+    (!said.is_empty()).then(|| {
+        format!(
+            "the gradient sent is the expected one negated for {}: a sign lost in a hand-written backward [grad.vjp]",
+            said.join(", ")
         )
     })
 }

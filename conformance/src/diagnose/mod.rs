@@ -30,7 +30,7 @@ mod subset;
 
 pub(crate) use explanations::other_placement;
 pub use explanations::placement_words;
-use explanations::{gradient_of_l, lower_precision, row_shifted};
+use explanations::{gradient_of_l, lower_precision, negated_gradients, row_shifted};
 use positions::held_positions;
 pub use positions::HeldPositions;
 use stored::lower_storage;
@@ -269,6 +269,9 @@ pub fn diagnose(
         }
     }
     if let Some(note) = gradient_of_l(case, expected, got, profile, future) {
+        finding.notes.push(note);
+    }
+    if let Some(note) = negated_gradients(case, expected, got, profile) {
         finding.notes.push(note);
     }
     finding.other_initial = initial::other_initial(case, got, profile, caps, future);

@@ -117,6 +117,22 @@ pub fn fire_grad() -> crate::error::Result<Vec<(String, VectorFile)>> {
             Flag::FutureKeys,
         ]),
     );
+    // ε large enough that a backward leaving it out (or putting it elsewhere than the forward)
+    // shows at f32 tolerance: at 10⁻⁶ it moves ∂/∂c and ∂/∂m by about 10⁻⁶ of themselves.
+    let mut large = r.clone();
+    large.eps = 0.1;
+    vjps.push(
+        vjp(
+            "large-eps",
+            "ε = 0.1 in the normaliser enters ∂/∂c and ∂/∂m",
+            &large,
+            range(12),
+            range(12),
+            cot(3, 12, 10),
+        )
+        .clauses(&["fire.normalizer"])
+        .flags(&[Flag::LargeEps, Flag::RandomParams, Flag::FutureKeys]),
+    );
     let mut rows = Vec::new();
     for (n, at) in [[0usize, 11, 3], [2, 5, 5], [1, 9, 0]]
         .into_iter()

@@ -78,7 +78,7 @@ class FIRE:
         rel_distance = positions[:, None] - positions[None, :]
         threshold = jnp.abs(L_multiplier * init_L)
         pos_normalizer = jnp.maximum(positions, threshold)[:, None]
-        rel_distance = jnp.log(jnp.abs(c * rel_distance) + 1)
+        rel_distance = self.psi_of_distances(c, rel_distance)
         pos_normalizer = jnp.log(jnp.abs(c * pos_normalizer) + 1) + self.eps
         h = (rel_distance / pos_normalizer)[..., None]
         names = self.layer_names()
@@ -89,8 +89,20 @@ class FIRE:
                 h = self.activation(h)
         return self.finish(jnp.transpose(h, (2, 0, 1))[None], p)
 
+    def psi_of_distances(self, c, rel_distance):
+        return jnp.log(jnp.abs(c * rel_distance) + 1)
+
     def finish(self, bias, p):
         return bias
+
+
+class PsiFromInitC(FIRE):
+    """The distances' ψ from the constructor's ``init_c`` (a table made in ``setup``), not from
+    the ``c`` in ``params``: right while c is where it started, never after training or a
+    checkpoint."""
+
+    def psi_of_distances(self, c, rel_distance):
+        return jnp.log(jnp.abs(self.init_c * rel_distance) + 1)
 
 
 class HiddenBiasFalse(FIRE):

@@ -432,13 +432,15 @@ class CachesInTheClass(FIRE):
 
 
 class SharedCacheKeyedOnParameters(FIRE):
-    """Correct: a cache shared by every instance, keyed on the length and on the parameters'
-    values, so an instance with other parameters computes its own bias."""
+    """Correct: a cache shared by every instance, keyed on the length, ε and the parameters'
+    values, so an instance with other values computes its own bias (keyed on the parameters
+    alone, it would hand one ε's bias to a module with another)."""
 
     _cache = {}
 
     def forward(self, x):
-        key = (x.size(2), x.dtype, tuple(tuple(p.detach().reshape(-1).tolist()) for p in self.parameters()))
+        key = (x.size(2), x.dtype, self.eps,
+               tuple(tuple(p.detach().reshape(-1).tolist()) for p in self.parameters()))
         if self.training or torch.is_grad_enabled():
             return super().forward(x)
         if key not in self._cache:
@@ -459,3 +461,70 @@ class CachesWithoutGradients(FIRE):
         if T not in cache:
             cache[T] = super().forward(x)
         return cache[T]
+
+
+class PsiTableFromInitC(FIRE):
+    """ψ of every distance up to 4 096 tabulated in ``__init__`` from the constructor's c, as a
+    plain tensor (no graph) never rebuilt: right only while c is the constructor's, so a loaded
+    checkpoint's c or a trained one never reaches the distances."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.table = torch.log(abs(init_c) * torch.arange(4096, dtype=torch.float64) + 1)
+
+    def numerator(self, rel_distance):
+        return self.table.to(rel_distance.dtype)[rel_distance.abs().long()]
+
+
+class CacheClearedOnLoad(FIRE):
+    """A bias cached under the length in every mode, cleared when a state dict is loaded: a
+    checkpoint reaches it, an optimiser's in-place step does not."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cache = {}
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._cache.clear()
+        return super()._load_from_state_dict(*args, **kwargs)
+
+    def forward(self, x):
+        T = x.size(2)
+        if T not in self._cache:
+            self._cache[T] = super().forward(x)
+        return self._cache[T]
+
+
+class CachesItsNormaliser(FIRE):
+    """Appendix E with ψ(max(i, L)) + ε cached under the length, never recomputed: the bias
+    follows the MLP and c's distances, not a later c or multiplier in the normaliser."""
+
+    def forward(self, x):
+        cache = self.__dict__.setdefault("_norms", {})
+        T = x.size(2)
+        if T not in cache:
+            positions = torch.arange(T, dtype=x.dtype, device=x.device)
+            threshold = torch.abs(self.L_multiplier * self.init_L)
+            cache[T] = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        positions = torch.arange(T, dtype=x.dtype, device=x.device)
+        rel = self.numerator(positions[:, None] - positions[None, :])
+        out = self.mlp((rel / cache[T][:, None]).unsqueeze(-1))
+        return out.unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class CacheKeyedOnVersions(FIRE):
+    """Correct: a bias cached under the length and the parameters' versions (which every
+    in-place update, an optimiser's included, advances), rebuilt whenever gradients are on."""
+
+    def forward(self, x):
+        key = (x.size(2), x.dtype, tuple(p._version for p in self.parameters()))
+        cache = self.__dict__.setdefault("_cache", {})
+        if torch.is_grad_enabled() or cache.get("key") != key:
+            cache["key"], cache["bias"] = key, super().forward(x)
+        return cache["bias"]
+
+
+def compiled_fire(num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+    """Correct: ``model = torch.compile(model)`` as the factory returns it (eager backend: the
+    wrapper, not the compiler, is what the glue meets)."""
+    return torch.compile(FIRE(num_heads, mlp_width, init_c, init_L, eps), backend="eager")
