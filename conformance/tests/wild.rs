@@ -697,6 +697,21 @@ fn a_forward_x_whose_bias_depends_on_x_values_fails() {
         4,
         &["--run", "fire/random-params/*"],
     );
+    // x read through the differences between the batch's sequences (audit 22): an x the same
+    // for every sequence cannot see it; one whose sequences differ can.
+    let (code, r) = run(
+        &appendix("XLeaksThroughTheBatch", "f32"),
+        &["--run", "fire/random-params/*", "--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    assert!(
+        r["glue_found"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("whose sequences differ"),
+        "{r:#}"
+    );
 }
 
 /// A `forward(query_length, key_length)` module is given the decoding call, the query rows from

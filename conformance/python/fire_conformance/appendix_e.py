@@ -349,6 +349,12 @@ class Glue:
                     probed = m(array(probe))
                 calls.check_x(as_numpy(full), as_numpy(squeeze(probed, heads, rows, cols, batch=p.batch)),
                               probe, self.dtype)
+                if p.batch > 1:
+                    varied = calls.x_probe(x, varied=True)
+                    with probing():
+                        probed = m(array(varied))
+                    if hasattr(probed, "shape"):
+                        calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
             if style == "scores":
                 scores = array(calls.scores_probe(x))
                 # A copy: a module adding its bias in place (`scores += bias`, as T5 does)

@@ -275,11 +275,15 @@ def unmasked(bias):
     return np.isfinite(bias) & (bias > -1e3)
 
 
-def x_probe(shape):
+def x_probe(shape, varied=False):
     """A non-zero x of ``shape`` (an x layout's, ``Plan.x_shape``) in float32, the same for every
     call of a shape and for every sequence of its batch (whose bias must not differ, ``squeeze``):
-    what an ``x`` or ``hidden`` call hands the module besides zeros (``check_x``)."""
-    one = np.random.default_rng([7] + list(shape)).standard_normal((1,) + tuple(shape[1:]), dtype=np.float32)
+    what an ``x`` or ``hidden`` call hands the module besides zeros (``check_x``). ``varied``:
+    each sequence its own values, four times larger (``check_x_varied``)."""
+    rng = np.random.default_rng([7 + varied] + list(shape))
+    if varied:
+        return 4 * rng.standard_normal(tuple(shape), dtype=np.float32)
+    one = rng.standard_normal((1,) + tuple(shape[1:]), dtype=np.float32)
     return np.repeat(one, shape[0], axis=0)
 
 
@@ -324,6 +328,36 @@ def check_x(bias, probed, x, dtype):
         f"shape {list(x.shape)}, it differs from its output at x = 0 by up to {moved:.3g} (allowed "
         f"{allowed:.3g}); FIRE's bias depends on the positions alone [fire.bias], so in a model the "
         "hidden states would leak into it; take from x only its length, device and dtype")
+
+
+def check_x_varied(bias, probed, x, heads, dtype):
+    """Checks an ``x`` or ``hidden`` call, once ``check_x`` passed, with an x whose sequences
+    differ (``x_probe(varied=True)``): ``probed`` is the module's output for it as returned
+    (``[H, R, C]``, ``[1, H, R, C]``, ``[B, H, R, C]`` or ``[B·H, R, C]``, a float64 NumPy
+    array), each of whose sequences must have the bias ``bias`` [H, R, C]. A module reading x
+    only through the differences between its sequences (``x - x.mean(0)``), which an x repeated
+    over the batch leaves at zero, is refused; an output of another shape is left to the graded
+    call's checks."""
+    B = x.shape[0]
+    if probed.ndim == 3 and probed.shape[0] == B * heads and B > 1:
+        probed = probed.reshape((B, heads) + probed.shape[1:])
+    entries = probed if probed.ndim == 4 else probed[None]
+    if entries.shape[1:] != bias.shape:
+        return
+    keep = unmasked(bias)
+    scale = max(1.0, float(np.max(np.abs(bias), where=keep, initial=0.0)))
+    allowed = ROUNDING[dtype] * scale
+    with np.errstate(invalid="ignore"):
+        moved = float(np.nan_to_num(np.max(np.abs(entries - bias[None]), where=keep[None], initial=0.0),
+                                    nan=np.inf))
+    if moved > allowed:
+        raise XMisused(
+            f"forward(x)'s output depends on the values of x, not only on its shape: given an x of "
+            f"shape {list(x.shape)} whose sequences differ, the bias differs from its output at x = 0 "
+            f"by up to {moved:.3g} (allowed {allowed:.3g}), though an x the same for every sequence "
+            "left it unchanged: it reads x through the differences between the batch's sequences "
+            "(a mean or a normalisation over the batch); FIRE's bias depends on the positions alone "
+            "[fire.bias]; take from x only its length, device and dtype")
 
 
 # A relative rounding allowance per --dtype for ``check_scores``: the bias added to scores and

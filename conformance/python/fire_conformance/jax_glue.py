@@ -366,6 +366,11 @@ class JaxGlue:
             probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=self.dt))
             calls.check_x(as_numpy(full), as_numpy(outputs.squeeze(probed, heads, rows, cols, batch=plan.batch)),
                           probe, self.dtype)
+            if plan.batch > 1:
+                varied = calls.x_probe(args[0].shape, varied=True)
+                probed = m.apply({**variables, "params": params}, jnp.asarray(varied, dtype=self.dt))
+                if hasattr(probed, "shape"):
+                    calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
         if plan.style == "scores":
             scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
             probed = m.apply({**variables, "params": params}, scores)

@@ -193,6 +193,15 @@ class XLeaksIntoBias(Correct):
         return x * 0.125 + self.bias(x.shape[2])
 
 
+class XLeaksThroughTheBatch(Correct):
+    """Appendix E's forward(x), plus x less its mean over the batch (a normalisation across the
+    sequences): zero wherever every sequence of x is the same, as the glue's first probe has
+    them."""
+
+    def __call__(self, x):
+        return self.bias(x.shape[2]) + (x - x.mean(axis=0, keepdims=True))
+
+
 class XPlusBias(Correct):
     """Correct: forward(x) takes x for the attention scores [B, H, T, T] (a parameter named x, not
     scores), reads the length from x.shape[2] and returns x + bias."""
