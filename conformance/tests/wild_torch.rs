@@ -351,6 +351,19 @@ fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cac
     passes_in(&torch_fake("CachesInEvalOnly", "f32"), 6, &small);
 }
 
+/// The cases the checks of what training does are run on: FIRE's bias and gradient cases and
+/// the edge positions, less the 4 078-square.
+const TRAINING_CASES: [&str; 8] = [
+    "--run",
+    "fire/*",
+    "--run",
+    "fire-grad/vjp/*",
+    "--run",
+    "edge/positions/*",
+    "--skip",
+    "edge/positions/randomised-positions",
+];
+
 /// Hand-written backward passes (audit 23), the forward right in each: a correct one passes;
 /// one taking ∂|c|/∂c as 1 fails the negative-c case told the gradient is negated there; one
 /// leaving ε out of its normaliser passed every case (ε = 10⁻⁶ hides it) and now fails the
@@ -396,16 +409,7 @@ fn what_training_does_to_a_module_is_checked_and_named() {
     if !torch() {
         return;
     }
-    let cases = [
-        "--run",
-        "fire/*",
-        "--run",
-        "fire-grad/vjp/*",
-        "--run",
-        "edge/positions/*",
-        "--skip",
-        "edge/positions/randomised-positions",
-    ];
+    let cases = TRAINING_CASES;
     let (code, r) = run(&torch_fake("PsiTableFromInitC", "f32"), &cases);
     assert_eq!(code, 1, "{r:#}");
     let follows = failed_saying(&r, "FollowsInitC: built with init_c");
@@ -443,16 +447,7 @@ fn a_cache_every_instance_shares_fails_saying_so_and_one_keyed_on_the_parameters
     if !torch() {
         return;
     }
-    let cases = [
-        "--run",
-        "fire/*",
-        "--run",
-        "fire-grad/vjp/*",
-        "--run",
-        "edge/positions/*",
-        "--skip",
-        "edge/positions/randomised-positions",
-    ];
+    let cases = TRAINING_CASES;
     let (code, r) = run(&torch_fake("CachesInTheClass", "f32"), &cases);
     assert_eq!(code, 1, "{r:#}");
     let failed = count(&r, "values", "failed");
