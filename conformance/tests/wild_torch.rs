@@ -329,10 +329,11 @@ fn a_torch_constructor_that_ignores_its_initial_values_fails_naming_them() {
 }
 
 /// A module that keeps the bias of its first call passed every case (audit 20): each case builds
-/// a module, loads the case's values and calls it once. The glue now runs one training step
-/// first (the parameters changed in place, a forward and backward, the values written back), and
-/// a bias that did not change with the parameters fails naming the cache; an inference cache
-/// (eval mode, no gradients) passes.
+/// a module, loads the case's values and calls it once. The glue now runs what training does
+/// first (the parameters changed in place, an evaluation, forwards and backwards, the values
+/// written back), and a bias that did not change with the parameters fails naming the cache;
+/// so does an inference cache never cleared (an evaluation after a training step gets the bias
+/// of the one before), while one cleared when training resumes passes.
 #[test]
 fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cache_passes() {
     if !torch() {
@@ -348,7 +349,10 @@ fn a_torch_module_that_keeps_its_first_bias_fails_saying_so_and_an_inference_cac
             .contains("returned exactly the bias of its training step"),
         "{r:#}"
     );
-    passes_in(&torch_fake("CachesInEvalOnly", "f32"), 6, &small);
+    let (code, r) = run(&torch_fake("CachesInEvalOnly", "f32"), &small);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    passes_in(&torch_fake("CachesInEvalClearedOnTrain", "f32"), 6, &small);
 }
 
 /// The cases the checks of what training does are run on: FIRE's bias and gradient cases and
@@ -419,7 +423,10 @@ fn what_training_does_to_a_module_is_checked_and_named() {
             "CacheClearedOnLoad",
             "StaleBias: the module returned exactly the bias of its training step",
         ),
-        ("CachesItsNormaliser", "StaleBias: after one training step"),
+        (
+            "CachesItsNormaliser",
+            "StaleBias: after the glue's training step",
+        ),
     ] {
         let (code, r) = run(&torch_fake(class, "f32"), &cases);
         assert_eq!(code, 1, "{class}: {r:#}");
@@ -433,6 +440,18 @@ fn what_training_does_to_a_module_is_checked_and_named() {
     }
     passes_in(&torch_fake("CacheKeyedOnVersions", "f32"), 20, &cases);
     passes_in(&torch_fake("compiled_fire", "f32"), 20, &cases);
+    // Audit 24: a cache that follows every update but keeps its graph fails a second backward
+    // before the next update (gradient accumulation); parameters shared through a registry
+    // (which the twin, loaded with the same values, shares too) pass.
+    let (code, r) = run(&torch_fake("CacheKeptWithItsGraph", "f32"), &cases);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    let message = r["glue_found"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("SecondBackward") && message.contains("gradient accumulation"),
+        "{r:#}"
+    );
+    passes_in(&torch_fake("ParametersInARegistry", "f32"), 20, &cases);
 }
 
 /// An inference cache meant per instance but made a class attribute (`_cache = {}` in the class

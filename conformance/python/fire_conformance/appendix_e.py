@@ -157,7 +157,7 @@ class Glue:
         # The x layout that gave a bias of the right length where the layouts disagree
         # (T != H): tried first from then on.
         self.layout = None
-        # This case's bias in the training step before the graded call (`steps.step`, `stale`).
+        # This case's train-mode bias in the glue's training step (`steps.step`, `stale`).
         self.first = None
         # What the module returned for earlier cases (`repeats`).
         self.repeats = repeats.Repeats()
@@ -233,16 +233,18 @@ class Glue:
             m = in_dtype(m, dt)
             # Every call from here on, the probes' included (`repeats`); a module that takes no
             # hooks (a TorchScript module) is graded without that record.
-            self.repeats.start(case.id, ours, settings(case.encoding))
+            self.repeats.start(case.id, ours, case.encoding)
             try:
                 m.register_forward_hook(self.repeats.hook)
             except RuntimeError:
                 pass
             names = self.loaded(m, case, own, dt)
-            # One training step before the graded call (`steps`); its bias, for `stale`.
-            self.first = steps.step(m, lambda: self.forward(m, heads, case, True)[0],
-                                    backward=case.length ** 2 <= steps.TWIN_LIMIT)
-            self.repeats.loaded(self.first is not None)
+            # What training does before the graded call (`steps.step`); its bias, for `stale`.
+            self.first, kept, changed = steps.step(m, lambda: self.forward(m, heads, case, True, probes=False)[0],
+                                                   full=case.length ** 2 <= steps.TWIN_LIMIT)
+            self.repeats.loaded(changed)
+            if kept is not None:
+                raise steps.second_backward(kept) from kept
             m.eval()
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
@@ -398,7 +400,7 @@ class Glue:
         m, heads, names, ours = self.module(case)
         torch_module = torch is not None and isinstance(m, torch.nn.Module)
         if not torch_module:
-            self.repeats.start(case.id, ours, settings(case.encoding))
+            self.repeats.start(case.id, ours, case.encoding)
         try:
             return self.graded(case, m, heads, names, ours, torch_module)
         except fire_kit.Skip:
@@ -406,7 +408,7 @@ class Glue:
         except Exception as e:
             # A check failing on a call that returned a tensor kept from the training step, or
             # from an earlier case: that is why, whatever the check would say.
-            earlier = self.repeats.repeated(of="any")
+            earlier = self.repeats.repeated(case.queries, case.keys)
             if earlier is not None:
                 raise repeats.carried(earlier, "one of the module's calls for this case returned") from e
             if self.repeats.stale():
@@ -452,8 +454,6 @@ class Glue:
             raise repeats.carried(earlier, "the module returned") if earlier else repeats.stale()
         if torch_module:
             self.stale(full)
-        if torch_module and isinstance(full, torch.Tensor) and case.encoding.get("type") == "fire":
-            self.twin(case, full, plan, heads)
         if torch_module and not isinstance(full, torch.Tensor):
             # A torch module handing back a NumPy array (a `.numpy()` at the end of forward):
             # its bias is graded as it is; autograd cannot reach through it.
@@ -467,7 +467,12 @@ class Glue:
         if want_dt is not None and dtype_name(got_dt) != want_dt and not wider_than_bf16(self.dtype, got_dt):
             raise fire_kit.UnsupportedDtype(f"the module returns {got_dt} but --dtype {self.dtype} was "
                                             f"given; {rerun_advice(got_dt)}")
+        # The twin after the graded backward: loading the same values into parameters a twin
+        # shares (a registry of modules of one shape) must not touch the graded graph.
+        twin = torch_module and case.encoding.get("type") == "fire"
         if case.kind == "bias":
+            if twin:
+                self.twin(case, full, plan, heads)
             return plan.pick(as_numpy(full))
         if not full.requires_grad:
             raise fire_kit.Mistake("the module's output carries no autograd graph (a .detach(), torch.no_grad() "
@@ -490,13 +495,11 @@ class Glue:
                      if views else {})
         if case.encoding["threshold"] != "learnable":
             grads.pop("L_multiplier", None)
-        return {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k]))
-                for k, v in grads.items()}
-
-
-def settings(enc):
-    """What of a FIRE encoding besides its parameters the bias depends on (``repeats``)."""
-    return tuple(str(enc.get(k)) for k in ("eps", "transform", "threshold"))
+        out = {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k])).clone()
+               for k, v in grads.items()}
+        if twin:
+            self.twin(case, full.detach(), plan, heads)
+        return out
 
 
 def frozen(m, names, case):

@@ -421,7 +421,7 @@ class JaxGlue:
         got, twin = plan.pick(full), plan.pick(twin)
         if steps.twin_differs(got, twin, self.dtype):
             reference = numpy_fire.Fire(case.encoding).bias(case.queries, case.keys)
-            raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other)
+            raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other, stepped=False)
 
 
 def linen_interface(cls):

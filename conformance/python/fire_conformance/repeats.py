@@ -12,19 +12,20 @@ across them; the per-instance cache that outlives a parameter change is ``steps`
 ``Glue.stale``'s.
 
 ``Repeats`` remembers a digest of every tensor the module returned in this process, with the
-case it was returned for and digests of that case's f_θ and of all its parameters. Two rules
-use it:
+case it was returned for (its f_θ, its encoding) and whether in the training step the glue ran
+on it (``steps.step``: parameters changed in place, which no case holds). Two rules use it:
 
 * a case the glue's own checks fail (a probe call answering otherwise than the graded call, an
   output of the wrong shape) is told the repeat instead, where one of its calls returned the
-  tensor of an earlier case with other parameters: that is the cause, and the check's own words
-  would name another;
-* a case whose calls repeated the tensor of an earlier case with another f_θ (a module ignoring
-  a scalar repeats itself across cases differing in it alone: the catalogue names that), and
-  whose checks passed, is failed only where its bias also differs clearly from this case's
-  (the independent NumPy FIRE of ``numpy_fire``, on the causal entries, by more than
-  ``CLEARLY`` of its scale): repeated values that are right for this case are not a mistake.
-  The same holds for a tensor kept from the case's training step (``stale``, ``steps``).
+  tensor of a training step or of an earlier case whose bias at this case's positions clearly
+  differs from this one's (the independent NumPy FIRE of ``numpy_fire``): that is the cause,
+  and the check's own words would name another;
+* a case whose calls repeated the tensor of a training step or of an earlier case with another
+  f_θ (a module ignoring a scalar repeats itself across cases differing in it alone: the
+  catalogue names that), and whose checks passed, is failed only where its bias also differs
+  clearly from this case's (on the causal entries, by more than ``CLEARLY`` of its scale):
+  repeated values that are right for this case are not a mistake. The same holds for a tensor
+  kept from the case's own training step (``stale``).
 
 Outputs of more than ``LIMIT`` values are not remembered (hashing a 4 096-square of twelve
 heads in every call would cost more than the case).
@@ -71,38 +72,41 @@ def digest(t):
     return h.hexdigest()
 
 
-def params_digest(params, only="mlp", extra=()):
-    """A digest of a case's parameters whose names (the glue's) start with ``only`` (f_θ's by
-    default, every one with ``only=""``) and of ``extra`` (the encoding's other settings)."""
+def mlp_digest(params):
+    """A digest of a case's f_θ: its parameters named ``mlp…`` (the glue's names)."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(repr(extra).encode())
-    for k in sorted(k for k in params if k.startswith(only)):
+    for k in sorted(k for k in params if k.startswith("mlp")):
         h.update(k.encode())
         h.update(np.ascontiguousarray(np.asarray(params[k], dtype=np.float64)).tobytes())
     return h.hexdigest()
 
 
+class Seen:
+    """Where a tensor was first returned: the case's id, its f_θ digest and encoding, and whether
+    in the training step the glue ran on it (``step``: its parameters changed in place)."""
+
+    def __init__(self, case, mlp, encoding, step):
+        self.case, self.mlp, self.encoding, self.step = case, mlp, encoding, step
+
+
 class Repeats:
     def __init__(self):
-        # digest -> (case id, (f_θ digest, all parameters' digest), None in its training step)
-        # of the first case that returned it.
+        # digest -> ``Seen``, of the first case that returned it.
         self.earlier = {}
-        # This case's: its id, f_θ digest, what its calls returned before the graded phase (the
-        # training step's, from parameters changed in place: never "earlier" for another case's
-        # f_θ) and since, and whether the step changed a parameter.
-        self.case, self.mlp, self.before, self.now, self.changed = None, None, [], [], False
+        # This case's: its id, f_θ digest and encoding, what its calls returned in the training
+        # step and since, and whether the step changed a parameter.
+        self.case, self.mlp, self.encoding = None, None, None
+        self.before, self.now, self.changed = [], [], False
 
-    def start(self, case_id, params, settings=()):
-        """Begins a case, before its module's first call (``settings``: what else of the
-        encoding than ``params`` the bias depends on, ε say): what the calls of the case before
-        returned becomes "earlier" — of its graded phase with its f_θ, of its training step with
-        none (parameters changed in place, which no case's output may repeat either)."""
+    def start(self, case_id, params, encoding):
+        """Begins a case, before its module's first call: what the calls of the case before
+        returned becomes "earlier"."""
         for d in self.before:
-            self.earlier.setdefault(d, (self.case, None))
+            self.earlier.setdefault(d, Seen(self.case, self.mlp, self.encoding, True))
         for d in self.now:
-            self.earlier.setdefault(d, (self.case, self.mlp))
-        self.case, self.before, self.now, self.changed = case_id, [], [], False
-        self.mlp = (params_digest(params), params_digest(params, only="", extra=settings))
+            self.earlier.setdefault(d, Seen(self.case, self.mlp, self.encoding, False))
+        self.case, self.mlp, self.encoding = case_id, mlp_digest(params), encoding
+        self.before, self.now, self.changed = [], [], False
 
     def loaded(self, changed):
         """The graded phase begins: the case's values are back in the module after the training
@@ -125,19 +129,42 @@ class Repeats:
         kept from the step, say)."""
         return self.changed and any(d in self.before for d in self.now)
 
-    def repeated(self, output=None, of="mlp"):
-        """The id of an earlier case that got exactly ``output`` (by default any of this case's
-        calls of the graded phase), in its training step or with other parameters: another
-        f_θ (``of="mlp"``), or any other parameter (``of="any"``: where a check of the glue
-        already failed, a module ignoring that parameter would not have failed it); ``None``
-        where there is none."""
-        digests = [digest(output)] if output is not None else self.now
-        at = 0 if of == "mlp" else 1
-        for d in digests:
-            seen = self.earlier.get(d) if d is not None else None
-            if seen is not None and (seen[1] is None or seen[1][at] != self.mlp[at]):
-                return seen[0]
+    def repeated(self, queries=None, keys=None):
+        """The earlier ``Seen`` whose tensor a call of this case's graded phase returned exactly:
+        one of a training step (parameters changed in place, which no case holds), or of a
+        case with another f_θ (by default), or — given this case's ``queries`` and ``keys`` —
+        of any case whose bias there clearly differs from this one's by the NumPy FIRE (two
+        cases differing in the sign of c alone have one bias, and a module ignoring a scalar
+        repeats itself across cases differing in it: only the f_θ rule may call those carried
+        where no check has failed). ``None`` where there is none."""
+        for d in self.now:
+            seen = self.earlier.get(d)
+            if seen is None:
+                continue
+            if queries is None:
+                other = seen.mlp != self.mlp
+            else:
+                other = differs(seen.encoding, self.encoding, queries, keys)
+            # Another case's step tensor this case's own step did not return (with the same
+            # values it would have): carried; one it did return is this case's own stale tensor
+            # unless the two cases' biases differ (a cache shared by every instance).
+            if (seen.step and d not in self.before) or other:
+                return seen
         return None
+
+
+def differs(a, b, queries, keys):
+    """Whether the FIRE encodings ``a`` and ``b`` give clearly different biases at these
+    positions (``clearly_differs``; False where either is not FIRE's or cannot be computed)."""
+    from fire_conformance import numpy_fire
+
+    try:
+        if a.get("type") != "fire" or b.get("type") != "fire":
+            return False
+        return clearly_differs(numpy_fire.Fire(a).bias(queries, keys), numpy_fire.Fire(b).bias(queries, keys),
+                               queries, keys)
+    except Exception:
+        return False
 
 
 class StaleBias(fire_kit.Mistake):
@@ -161,16 +188,18 @@ def stale():
         "on every call, or key a cache on the parameters' versions as well [fire.bias]")
 
 
-def carried(earlier, where):
-    """The glue's finding for a case whose call returned what the earlier case ``earlier`` got."""
+def carried(seen, where):
+    """The glue's finding for a case whose call returned what the earlier ``Seen`` got."""
+    whose = ("in the training step the glue ran on it, with its parameters changed in place"
+             if seen.step else "whose parameters and bias differ")
     return CarriedBias(
-        f"{where} exactly the tensor the module returned for the earlier case `{earlier}`, whose "
-        "f_θ differs: its output does not follow the parameters it is given but is carried from "
-        "one call to the next — most often a bias cached under the length or shape alone and kept "
-        "where a new module does not reset it (a module-level dict, a class attribute every "
-        "instance shares, functools.lru_cache on a function of the length); in a model every "
-        "layer, and every step after the first, would get the first bias computed. Keep the cache "
-        "on the instance and key it on everything the bias depends on, or recompute it [fire.bias]")
+        f"{where} exactly the tensor the module returned for the earlier case `{seen.case}`, {whose}: "
+        "its output does not follow the parameters it is given but is carried from one call to the "
+        "next — most often a bias cached under the length or shape alone and kept where a new "
+        "module does not reset it (a module-level dict, a class attribute every instance shares, "
+        "functools.lru_cache on a function of the length); in a model every layer, and every step "
+        "after the first, would get the first bias computed. Keep the cache on the instance and key "
+        "it on everything the bias depends on, or recompute it [fire.bias]")
 
 
 def clearly_differs(got, want, queries, keys):

@@ -40,7 +40,7 @@ TWIN_LIMIT = 1 << 20
 
 
 class SecondBackward(fire_kit.Mistake):
-    """A backward after the training step's fails on what the module kept from it."""
+    """A backward fails on what the module kept from an earlier call."""
 
 
 class FollowsInitC(fire_kit.Mistake):
@@ -51,25 +51,38 @@ class TwinDiffers(fire_kit.Mistake):
     """Two modules holding the same values return different biases."""
 
 
-def step(m, call, backward=True):
-    """Runs one training step on ``m`` as the module holding the case's values: its trainable
-    floating parameters scaled in place by ``SCALE``, ``call()`` (the glue's forward, returning
-    the bias) in train mode with gradients and, with ``backward``, a backward through its sum,
-    the parameters written back in place and their gradients cleared. Returns the step's bias
-    (detached), or ``None`` where no parameter changed (all zero) or the step failed (the
-    graded call, run next, says why)."""
+def step(m, call, full=True):
+    """Runs what training does between two graded calls on ``m``, the module holding the case's
+    values: its trainable floating parameters scaled in place by ``SCALE`` (an optimiser's
+    step), with ``full`` an evaluation (eval mode, no gradients: ``call()`` is the glue's
+    forward, without its probes, returning the bias) and two forwards and backwards in train mode
+    (gradient accumulation: a graph kept from the first fails the second), else one train-mode
+    forward alone (a square too large for more); then the case's values written back in place
+    and the gradients cleared. Returns ``(bias, error, changed)``: the train-mode bias
+    (detached), or ``None`` where no parameter changed (all zero) or a call failed (the graded
+    call, run next, says why); the second backward's error where it failed on what the first
+    kept (``second_backward``), else ``None``; and whether scaling changed a parameter."""
     params = [p for p in m.parameters() if p.requires_grad and p.is_floating_point()]
     kept = [p.detach().clone() for p in params]
     changed = any(bool((p != 0).any()) for p in kept)
-    m.train()
+    out, error = None, None
     try:
         with torch.no_grad():
             for p in params:
                 p.mul_(SCALE)
+        if full:
+            m.eval()
+            with torch.no_grad():
+                call()
+        m.train()
         with torch.enable_grad():
             out = call()
-            if backward and isinstance(out, torch.Tensor) and out.requires_grad:
+            if full and isinstance(out, torch.Tensor) and out.requires_grad:
                 out.float().sum().backward()
+                try:
+                    call().float().sum().backward()
+                except RuntimeError as e:
+                    error = e if second_backward(e) is not None else None
     except Exception:
         out = None
     finally:
@@ -79,25 +92,30 @@ def step(m, call, backward=True):
         for p in m.parameters():
             p.grad = None
     if not changed or not isinstance(out, torch.Tensor):
-        return None
-    return out.detach().clone()
+        return None, error, changed
+    return out.detach().clone(), error, changed
 
 
 def second_backward(e):
-    """The glue's finding for a graded backward failing after ``step``'s: the module keeps a
-    tensor of an earlier call's graph, or one the in-place update changed under it. ``None``
-    for any other error."""
+    """The glue's finding for a backward failing on what the module kept from an earlier call
+    (the training step's, or the graded forward's before a probe): a tensor of a graph already
+    freed, or one changed in place since it was saved. ``None`` for any other error."""
     text = str(e)
     if "backward through the graph a second time" in text:
-        kept = "a tensor with the autograd graph of an earlier call (a table computed from a parameter in __init__, or cached across calls)"
+        kept = ("a tensor with the autograd graph of an earlier call (a table computed from a "
+                "parameter in __init__, or a bias or normaliser cached across calls), so a second "
+                "backward — the next training step, or gradient accumulation over two batches — fails")
     elif "modified by an inplace operation" in text:
-        kept = "a tensor computed in an earlier call, which the optimiser's in-place update of a parameter then changed (a cached normaliser or ψ table)"
+        kept = ("a tensor one call saved for its backward that something changes in place before "
+                "the backward reads it (a buffer the forward writes in place, a cache updated, a "
+                "parameter an optimiser steps), so a model calling it twice before one backward "
+                "(FIRE-S, one module for every layer) or training past a step fails")
     else:
         return None
     return SecondBackward(
-        f"the second backward through the module fails ({type(e).__name__}: "
-        f"{text.splitlines()[0][:160]}): it keeps {kept}, so training stops at its second step; "
-        "compute it in forward on every call, or detach and recompute what you keep [grad.vjp]")
+        f"a backward through the module fails ({type(e).__name__}: {text.splitlines()[0][:160]}): "
+        f"it keeps {kept}; compute it in forward on every call, or detach and recompute what you "
+        "keep [grad.vjp]")
 
 
 def twin_differs(got, twin, dtype):
@@ -131,30 +149,37 @@ def distance(a, b, queries, keys):
 NEARER = 10.0
 
 
-def twin_mistake(got, twin, reference, queries, keys, other_c):
+def twin_mistake(got, twin, reference, queries, keys, other_c, stepped=True):
     """The glue's finding where the graded bias ``got`` and the twin's differ: which of them is
-    the case's (``reference``, the NumPy FIRE: ``NEARER`` times nearer it than the other), and
-    so which mistake. ``other_c``: the ``init_c`` the twin was built with (``None``: built as
-    the module was)."""
+    the case's (``reference``, the NumPy FIRE: ``NEARER`` times nearer it than the other, on the
+    causal entries, or on every entry where those do not tell), and so which mistake.
+    ``other_c``: the ``init_c`` the twin was built with (``None``: built as the module was);
+    ``stepped``: whether the graded module took ``step`` first (the torch glue's, not JAX's)."""
     d_got, d_twin = distance(got, reference, queries, keys), distance(twin, reference, queries, keys)
-    if d_twin * NEARER < d_got:
+    if d_got == d_twin:
+        # Every entry (each query placed past every key): where the causal ones are the same
+        # for any c (a query 0 sees itself alone).
+        last = [max(keys)] * len(queries)
+        d_got, d_twin = distance(got, reference, last, keys), distance(twin, reference, last, keys)
+    if stepped and d_twin * NEARER < d_got:
         return StaleBias(
-            "after one training step (its parameters changed in place, a forward and backward, "
-            "the case's values written back in place) the module returns a bias a newly built "
-            "module holding the same values does not, and not the case's: it keeps part of what "
-            "it computed before its parameters changed (a cached bias, normaliser or ψ table "
-            "cleared only by load_state_dict, or never), so in training every step after the "
-            "first uses stale values; recompute it, or key a cache on the parameters' versions "
-            "[fire.bias]")
+            "after the glue's training step (its parameters changed in place, an evaluation, "
+            "forwards and backwards, the case's values written back in place) the module returns "
+            "a bias a newly built module holding the same values does not, and not the case's: it "
+            "keeps part of what it computed before its parameters changed (a cached bias, "
+            "normaliser or ψ table cleared only by load_state_dict, or never), so in training every "
+            "step after the first uses stale values; recompute it, or key a cache on the "
+            "parameters' versions [fire.bias]")
     if d_got * NEARER < d_twin and other_c is not None:
         return FollowsInitC(
             f"built with init_c = {other_c:.6g} and given the case's values (its c included), the "
             "module returns another bias than when built with the case's c: its bias follows the "
-            "constructor's init_c, not the c it holds (a table of ψ computed in __init__), so "
-            "neither a loaded checkpoint's c nor a trained one reaches it; compute ψ from the "
+            "constructor's init_c, not the c it holds (a table of ψ computed in __init__ or setup), "
+            "so neither a loaded checkpoint's c nor a trained one reaches it; compute ψ from the "
             "parameter c in forward [fire.psi], [fire.params]")
     return TwinDiffers(
         "two modules holding the same values return different biases (one built anew"
         + (f" with init_c = {other_c:.6g}" if other_c is not None else "")
-        + ", the other after one training step): its bias depends on more than the values it "
-        "holds and the positions (a constructor argument, an earlier call) [fire.bias]")
+        + (", the other after the glue's training step" if stepped else ", the other with the case's c")
+        + "): its bias depends on more than the values it holds and the positions (a constructor "
+        "argument, an earlier call) [fire.bias]")

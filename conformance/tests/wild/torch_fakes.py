@@ -294,7 +294,8 @@ class CachesFirstBias(FIRE):
 
 
 class CachesInEvalOnly(FIRE):
-    """An inference cache, filled only in eval mode without gradients: correct in training."""
+    """An inference cache, filled only in eval mode without gradients and never cleared: right
+    in training, stale in every evaluation after the first training step since."""
 
     def forward(self, x):
         if self.training or torch.is_grad_enabled():
@@ -304,6 +305,15 @@ class CachesInEvalOnly(FIRE):
         if T not in cache:
             cache[T] = super().forward(x)
         return cache[T]
+
+
+class CachesInEvalClearedOnTrain(CachesInEvalOnly):
+    """Correct: the inference cache above, cleared whenever the module is put in training mode,
+    where its parameters start to change."""
+
+    def train(self, mode=True):
+        self.__dict__.setdefault("_cache", {}).clear()
+        return super().train(mode)
 
 
 def make_fire_other_defaults(num_heads=12, mlp_width=32, init_c=0.1, init_L=256.0, eps=1e-6):
@@ -528,3 +538,38 @@ def compiled_fire(num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6
     """Correct: ``model = torch.compile(model)`` as the factory returns it (eager backend: the
     wrapper, not the compiler, is what the glue meets)."""
     return torch.compile(FIRE(num_heads, mlp_width, init_c, init_L, eps), backend="eager")
+
+
+class CacheKeptWithItsGraph(FIRE):
+    """A bias cached under the length and the parameters' versions in every mode, graph and
+    all: it follows every parameter update, but a second backward before the next update
+    (gradient accumulation over two batches) runs through the graph the first one freed."""
+
+    def forward(self, x):
+        key = (x.size(2), torch.is_grad_enabled(), tuple(p._version for p in self.parameters()))
+        cache = self.__dict__.setdefault("_cache", {})
+        if key not in cache:
+            cache.clear()
+            cache[key] = super().forward(x)
+        return cache[key]
+
+
+_REGISTRY = {}
+
+
+class ParametersInARegistry(nn.Module):
+    """Correct: the parameters of every module of one shape live in one module of a module-level
+    registry (FIRE-S's sharing across layers, done through a global), reset by each constructor."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__()
+        shared = _REGISTRY.setdefault((num_heads, mlp_width), FIRE(num_heads, mlp_width, init_c, init_L, eps))
+        with torch.no_grad():
+            shared.c.fill_(init_c)
+            shared.init_L.fill_(init_L)
+            shared.L_multiplier.fill_(1.0)
+        shared.eps = eps
+        self.fire = shared
+
+    def forward(self, x):
+        return self.fire(x)
