@@ -34,6 +34,15 @@ fn a_jax_bias_that_follows_the_constructors_init_c_fails_saying_so() {
         "{r:#}"
     );
     passes_in(&jax_fake("FIRE"), 6, &JAX_BIAS);
+    // The glue's own NumPy FIRE refusing an invalid encoding is no rejection by the module.
+    let invalid = ["--run", "invalid/parameters/*"];
+    let (_, plain) = run(&jax_fake("FIRE"), &invalid);
+    let (_, table) = run(&jax_fake("PsiFromInitC"), &invalid);
+    assert_eq!(
+        count(&table, "validation", "passed"),
+        count(&plain, "validation", "passed"),
+        "{table:#}"
+    );
 }
 
 #[test]

@@ -452,6 +452,18 @@ fn what_training_does_to_a_module_is_checked_and_named() {
         "{r:#}"
     );
     passes_in(&torch_fake("ParametersInARegistry", "f32"), 20, &cases);
+    // The glue's own NumPy FIRE refuses an invalid case's encoding: that must not read as the
+    // module rejecting it (a review of these checks found such a refusal counted so). A module
+    // that validates nothing rejects the same invalid cases as Appendix E itself.
+    let invalid = ["--run", "invalid/*"];
+    let (_, plain) = run(&torch_fake("FIRE", "f32"), &invalid);
+    let (_, table) = run(&torch_fake("PsiTableFromInitC", "f32"), &invalid);
+    assert_eq!(
+        count(&table, "validation", "passed"),
+        count(&plain, "validation", "passed"),
+        "{table:#}"
+    );
+    assert!(count(&plain, "validation", "failed") > 0, "{plain:#}");
 }
 
 /// An inference cache meant per instance but made a class attribute (`_cache = {}` in the class

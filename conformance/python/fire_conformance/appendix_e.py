@@ -159,6 +159,10 @@ class Glue:
         self.layout = None
         # This case's train-mode bias in the glue's training step (`steps.step`, `stale`).
         self.first = None
+        # Whether this case's module was built on its own defaults (`constructed`, `twin`).
+        self.own = False
+        # The forward hook of this case's module (`repeats`), removed when the next begins.
+        self.hook = None
         # What the module returned for earlier cases (`repeats`).
         self.repeats = repeats.Repeats()
 
@@ -234,17 +238,22 @@ class Glue:
             # Every call from here on, the probes' included (`repeats`); a module that takes no
             # hooks (a TorchScript module) is graded without that record.
             self.repeats.start(case.id, ours, case.encoding)
+            # The previous case's hook off first: a factory may return one instance for every
+            # case, which would otherwise record each call once per case so far.
+            if self.hook is not None:
+                self.hook.remove()
+                self.hook = None
             try:
-                m.register_forward_hook(self.repeats.hook)
+                self.hook = m.register_forward_hook(self.repeats.hook)
             except RuntimeError:
                 pass
             names = self.loaded(m, case, own, dt)
             # What training does before the graded call (`steps.step`); its bias, for `stale`.
-            self.first, kept, changed = steps.step(m, lambda: self.forward(m, heads, case, True, probes=False)[0],
-                                                   full=case.length ** 2 <= steps.TWIN_LIMIT)
+            self.first, second, changed = steps.step(m, lambda: self.forward(m, heads, case, True, probes=False)[0],
+                                                     full=case.length ** 2 <= steps.FULL_LIMIT)
             self.repeats.loaded(changed)
-            if kept is not None:
-                raise steps.second_backward(kept) from kept
+            if second is not None:
+                raise second
             m.eval()
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
@@ -256,10 +265,10 @@ class Glue:
     def twin(self, case, full, plan, heads):
         """Raises where a module built anew and loaded with the case's values returns another
         bias than ``full`` (``steps.twin_mistake``): built with another ``init_c`` where the
-        glue passes the case's. Only on squares up to ``steps.TWIN_LIMIT``; a twin that cannot
+        glue passes the case's. Only on squares up to ``steps.FULL_LIMIT``; a twin that cannot
         be built or called tells nothing."""
         rows, cols = plan.shape
-        if rows * cols > steps.TWIN_LIMIT:
+        if rows * cols > steps.FULL_LIMIT:
             return
         dt = getattr(torch, TORCH_DTYPES[self.dtype])
         c = float(case.encoding["c"])
@@ -275,15 +284,17 @@ class Glue:
             return
         got, twin = plan.pick(as_numpy(full)), plan.pick(as_numpy(twin))
         if steps.twin_differs(got, twin, self.dtype):
-            reference = numpy_fire.Fire(case.encoding).bias(case.queries, case.keys)
-            raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other)
+            reference = numpy_fire.reference(case)
+            if reference is not None:
+                raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other)
 
     def stale(self, full):
         """Raises where the bias is exactly the one the training step returned though the step
-        changed the module's parameters (``steps.step``)."""
+        changed the module's parameters (``steps.step``); not for a bias of one value, or none
+        finite (``repeats.digest``: zeros everywhere repeat themselves without being kept)."""
         first = self.first
         if (first is None or not isinstance(full, torch.Tensor) or first.shape != full.shape
-                or not torch.equal(first, full.detach())):
+                or repeats.digest(full) is None or not torch.equal(first, full.detach())):
             return
         raise repeats.stale()
 
@@ -403,7 +414,7 @@ class Glue:
             self.repeats.start(case.id, ours, case.encoding)
         try:
             return self.graded(case, m, heads, names, ours, torch_module)
-        except fire_kit.Skip:
+        except (fire_kit.Skip, MemoryError):
             raise
         except Exception as e:
             # A check failing on a call that returned a tensor kept from the training step, or
@@ -447,10 +458,9 @@ class Glue:
         # step's: a mistake where the bias is also clearly not this case's. An earlier case's
         # first: a cache outliving the module is the deeper cause.
         earlier = self.repeats.repeated()
-        if (earlier is not None or self.repeats.stale()) and case.encoding.get("type") == "fire" and \
-                repeats.clearly_differs(plan.pick(as_numpy(full)),
-                                        numpy_fire.Fire(case.encoding).bias(case.queries, case.keys),
-                                        case.queries, case.keys):
+        reference = numpy_fire.reference(case) if earlier is not None or self.repeats.stale() else None
+        if reference is not None and repeats.clearly_differs(plan.pick(as_numpy(full)), reference,
+                                                             case.queries, case.keys):
             raise repeats.carried(earlier, "the module returned") if earlier else repeats.stale()
         if torch_module:
             self.stale(full)

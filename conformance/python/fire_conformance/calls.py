@@ -27,7 +27,7 @@ X_LAYOUTS = ["x", "hidden", "scores"]
 POSITION_LAYOUTS = ["positions", "position_ids"]
 # An x of two sequences, not one, up to this length: a bias that differs between the sequences of
 # a batch (batch and heads mixed up by a ``repeat_interleave`` or a ``view`` of [B·H, T, T]) fails
-# there (``appendix_e.squeeze``), where at batch 1 it is right. Longer squares keep one sequence:
+# there (``outputs.squeeze``), where at batch 1 it is right. Longer squares keep one sequence:
 # a module's [B, H, T, T] is the run's memory there.
 BATCHED_UP_TO = 512
 LENGTH_NAMES = {"seq_len", "seq_length", "seqlen", "length", "len", "n", "t", "num_positions", "size"}
@@ -275,12 +275,16 @@ def unmasked(bias):
     return np.isfinite(bias) & (bias > -1e3)
 
 
+# The x probes' seeds (with the shape): one x repeated over the batch, and one per sequence.
+SEED, VARIED_SEED = 7, 8
+
+
 def x_probe(shape, varied=False):
     """A non-zero x of ``shape`` (an x layout's, ``Plan.x_shape``) in float32, the same for every
     call of a shape and for every sequence of its batch (whose bias must not differ, ``squeeze``):
     what an ``x`` or ``hidden`` call hands the module besides zeros (``check_x``). ``varied``:
     each sequence its own values, four times larger (``check_x_varied``)."""
-    rng = np.random.default_rng([7 + varied] + list(shape))
+    rng = np.random.default_rng([VARIED_SEED if varied else SEED] + list(shape))
     if varied:
         return 4 * rng.standard_normal(tuple(shape), dtype=np.float32)
     one = rng.standard_normal((1,) + tuple(shape[1:]), dtype=np.float32)

@@ -399,15 +399,14 @@ class JaxGlue:
             out.pop("L_multiplier", None)
         return out
 
-
     def twin(self, case, heads, width, variables, args, plan, full):
         """Raises where the module built with another ``init_c`` and applied to the same
         variables returns another bias than ``full`` (``steps.twin_mistake``): a bias that
         follows the constructor's ``init_c`` (a ψ table computed in ``setup`` from it) rather
-        than the ``c`` in ``params``. Only on squares up to ``steps.TWIN_LIMIT``; a twin that
+        than the ``c`` in ``params``. Only on squares up to ``steps.FULL_LIMIT``; a twin that
         cannot be built or applied tells nothing."""
         rows, cols = plan.shape
-        if case.encoding.get("type") != "fire" or rows * cols > steps.TWIN_LIMIT:
+        if case.encoding.get("type") != "fire" or rows * cols > steps.FULL_LIMIT:
             return
         c = float(case.encoding["c"])
         other = c * 1.5 if c != 0 else 0.25
@@ -420,8 +419,9 @@ class JaxGlue:
             return
         got, twin = plan.pick(full), plan.pick(twin)
         if steps.twin_differs(got, twin, self.dtype):
-            reference = numpy_fire.Fire(case.encoding).bias(case.queries, case.keys)
-            raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other, stepped=False)
+            reference = numpy_fire.reference(case)
+            if reference is not None:
+                raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other, stepped=False)
 
 
 def linen_interface(cls):

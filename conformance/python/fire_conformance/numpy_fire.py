@@ -281,6 +281,18 @@ def baseline(enc, q, k):
     raise fire_kit.Skip(f"baseline `{name}` is not implemented here")
 
 
+def reference(case):
+    """The case's bias by this FIRE, for the glues' own checks (``steps``, ``repeats``); ``None``
+    where the encoding is not FIRE's or is one this FIRE refuses (an invalid case's, which the
+    module, not the glue, must reject [vec.invalid])."""
+    if case.encoding.get("type") != "fire":
+        return None
+    try:
+        return Fire(case.encoding).bias(case.queries, case.keys)
+    except (ValueError, KeyError, TypeError, FloatingPointError):
+        return None
+
+
 def build(case):
     case.check_positions()
     enc = case.encoding

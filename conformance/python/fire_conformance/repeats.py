@@ -11,7 +11,8 @@ step's. The ready-made glues build a new module for each case, so only such a ca
 across them; the per-instance cache that outlives a parameter change is ``steps``' and
 ``Glue.stale``'s.
 
-``Repeats`` remembers a digest of every tensor the module returned in this process, with the
+``Repeats`` remembers a digest of every tensor a torch module returned in this process (a
+forward hook; a NumPy module's outputs are left to the harness's ``carried_from``), with the
 case it was returned for (its f_θ, its encoding) and whether in the training step the glue ran
 on it (``steps.step``: parameters changed in place, which no case holds). Two rules use it:
 
@@ -37,6 +38,11 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 
+try:
+    import torch
+except ImportError:  # NumPy and JAX glues
+    torch = None
+
 # The largest output remembered, in values.
 LIMIT = 1 << 24
 # How far, relative to the bias's largest magnitude, a repeated output must be from the case's
@@ -47,23 +53,20 @@ CLEARLY = 0.1
 
 def digest(t):
     """A digest of a tensor's dtype, shape and bytes; ``None`` for what is not a torch tensor
-    or NumPy array, an output over ``LIMIT`` values, or one whose values are all equal (a
-    module returning zeros everywhere repeats itself without carrying anything)."""
-    try:
-        import torch
-    except ImportError:  # NumPy modules only
-        torch = None
+    or NumPy array, an output over ``LIMIT`` values, one whose values are all equal or none of
+    them finite (a module returning zeros, or NaN, everywhere repeats itself without carrying
+    anything)."""
     if torch is not None and isinstance(t, torch.Tensor):
         if t.numel() > LIMIT or t.numel() < 2:
             return None
         flat = t.detach().cpu().contiguous().reshape(-1)
-        if bool((flat == flat[0]).all()):
+        if bool((flat == flat[0]).all()) or not bool(flat.isfinite().any()):
             return None
-        raw, shape, dtype = flat.view(torch.uint8).numpy().tobytes(), tuple(t.shape), str(t.dtype)
+        raw, shape, dtype = flat.view(torch.uint8).numpy(), tuple(t.shape), str(t.dtype)
     elif isinstance(t, np.ndarray):
-        if t.size > LIMIT or t.size < 2 or bool(np.all(t == t.flat[0])):
+        if t.size > LIMIT or t.size < 2 or bool(np.all(t == t.flat[0])) or not np.isfinite(t).any():
             return None
-        raw, shape, dtype = np.ascontiguousarray(t).tobytes(), t.shape, str(t.dtype)
+        raw, shape, dtype = np.ascontiguousarray(t).view(np.uint8), t.shape, str(t.dtype)
     else:
         return None
     h = hashlib.blake2b(digest_size=16)
@@ -155,16 +158,15 @@ class Repeats:
 
 def differs(a, b, queries, keys):
     """Whether the FIRE encodings ``a`` and ``b`` give clearly different biases at these
-    positions (``clearly_differs``; False where either is not FIRE's or cannot be computed)."""
+    positions (``clearly_differs``; False where either is not FIRE's or is invalid)."""
     from fire_conformance import numpy_fire
 
-    try:
-        if a.get("type") != "fire" or b.get("type") != "fire":
-            return False
-        return clearly_differs(numpy_fire.Fire(a).bias(queries, keys), numpy_fire.Fire(b).bias(queries, keys),
-                               queries, keys)
-    except Exception:
-        return False
+    class At:  # the positions of this case with another's encoding
+        def __init__(self, encoding):
+            self.encoding, self.queries, self.keys = encoding, queries, keys
+
+    x, y = numpy_fire.reference(At(a)), numpy_fire.reference(At(b))
+    return x is not None and y is not None and clearly_differs(x, y, queries, keys)
 
 
 class StaleBias(fire_kit.Mistake):

@@ -6,10 +6,12 @@ one call (a bias cached under the length, a normaliser or ψ table computed once
 those changes, and one that keeps a tensor with its autograd graph must not backpropagate
 through it twice. One call of a freshly loaded module shows neither, and loading by
 ``load_state_dict`` clears exactly the caches that are cleared only there. So before the
-graded call the ready-made torch glue runs one training step on the module holding the case's
-values (``step``): the parameters changed in place as an optimiser's step changes them, a
-forward and backward in train mode, the case's values written back in place, the gradients
-cleared. A module that kept anything from that step answers the graded call with it.
+graded call the ready-made torch glue runs what training does to the module holding the case's
+values (``step``): the parameters changed in place as an optimiser's step changes them, an
+evaluation (eval mode, no gradients), two forwards and backwards in train mode (gradient
+accumulation), the case's parameter values written back in place, the gradients cleared. A
+module that kept anything from that step answers the graded call with it. (Buffers a train-mode
+forward updates, running statistics, are not restored: no part of FIRE has any.)
 
 Then ``twin``: a second module built anew (with another ``init_c`` where the glue passes the
 case's: a module whose bias follows its constructor's ``init_c`` rather than the ``c`` it holds,
@@ -32,11 +34,11 @@ except ImportError:  # only torch modules take steps
 # the case's values are written back from a copy).
 SCALE = 1.25
 
-# The largest square (rows × columns) the twin is compared on and the step's backward runs on:
+# The largest square (rows × columns) the twin is compared on and the whole step runs on:
 # the mistakes they find show at every length, and a second module, or a backward through an
 # MLP over every pair, doubles the glue's time and memory there (Appendix E's hidden layer over a
 # 4 096-square is 2 GiB in float32).
-TWIN_LIMIT = 1 << 20
+FULL_LIMIT = 1 << 20
 
 
 class SecondBackward(fire_kit.Mistake):
@@ -60,12 +62,12 @@ def step(m, call, full=True):
     forward alone (a square too large for more); then the case's values written back in place
     and the gradients cleared. Returns ``(bias, error, changed)``: the train-mode bias
     (detached), or ``None`` where no parameter changed (all zero) or a call failed (the graded
-    call, run next, says why); the second backward's error where it failed on what the first
-    kept (``second_backward``), else ``None``; and whether scaling changed a parameter."""
+    call, run next, says why); the glue's finding where the second backward failed on what the
+    first kept (``second_backward``), else ``None``; and whether scaling changed a parameter."""
     params = [p for p in m.parameters() if p.requires_grad and p.is_floating_point()]
     kept = [p.detach().clone() for p in params]
     changed = any(bool((p != 0).any()) for p in kept)
-    out, error = None, None
+    bias, error = None, None
     try:
         with torch.no_grad():
             for p in params:
@@ -75,25 +77,27 @@ def step(m, call, full=True):
             with torch.no_grad():
                 call()
         m.train()
-        with torch.enable_grad():
+        # The reduced step keeps no graph: no backward follows it.
+        with torch.enable_grad() if full else torch.no_grad():
             out = call()
-            if full and isinstance(out, torch.Tensor) and out.requires_grad:
+            # Cloned at once: a module may write its next output where this one is (a
+            # preallocated workspace, CUDA graphs).
+            bias = out.detach().clone() if isinstance(out, torch.Tensor) else None
+            if full and bias is not None and out.requires_grad:
                 out.float().sum().backward()
                 try:
                     call().float().sum().backward()
                 except RuntimeError as e:
-                    error = e if second_backward(e) is not None else None
+                    error = second_backward(e)
     except Exception:
-        out = None
+        bias = None
     finally:
         with torch.no_grad():
             for p, k in zip(params, kept):
                 p.copy_(k)
         for p in m.parameters():
             p.grad = None
-    if not changed or not isinstance(out, torch.Tensor):
-        return None, error, changed
-    return out.detach().clone(), error, changed
+    return (bias if changed else None), error, changed
 
 
 def second_backward(e):

@@ -135,7 +135,8 @@ pub(super) fn gradient_of_l(
 /// On a failing gradient case: the parameters whose gradient is the expected one negated (each
 /// within the tolerance, and the expected one not zero), said with the sign a hand-written
 /// backward most often loses there — ∂|c|/∂c = sign c where c < 0, ∂|m·L_init|/∂m =
-/// L_init·sign(m·L_init) where m·L_init < 0. spec: [grad.c], [grad.m], [grad.vjp]
+/// L_init·sign(m·L_init) where m·L_init < 0; every one negated is the output's sign, or the
+/// cotangent's. spec: [grad.c], [grad.m], [grad.vjp]
 pub(super) fn negated_gradients(
     case: &Case,
     expected: &BTreeMap<String, Tensor>,
@@ -146,9 +147,13 @@ pub(super) fn negated_gradients(
     if case.kind != Kind::Vjp {
         return None;
     }
-    let negated: Vec<&str> = expected
+    let nonzero: Vec<(&String, &Tensor)> = expected
         .iter()
         .filter(|(_, want)| want.data.iter().any(|v| *v != 0.0))
+        .collect();
+    let negated: Vec<&str> = nonzero
+        .iter()
+        .copied()
         .filter(|(name, want)| {
             got.get(name.as_str()).is_some_and(|g| {
                 let minus = Tensor {
@@ -161,6 +166,12 @@ pub(super) fn negated_gradients(
         })
         .map(|(name, _)| name.as_str())
         .collect();
+    if negated.len() > 1 && negated.len() == nonzero.len() {
+        return Some(
+            "every gradient sent is the expected one negated: the output, or the cotangent it is given, has the wrong sign (a bias returned as −b, or a backward that negates what it receives) [grad.vjp]"
+                .to_owned(),
+        );
+    }
     let said: Vec<String> = negated
         .iter()
         .map(|&name| match name {

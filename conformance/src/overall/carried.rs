@@ -16,11 +16,24 @@ use crate::grade::expected_for;
 use crate::implementation::Capabilities;
 use crate::vectors::format::{Encoding, MlpParams, Tensor};
 
+/// Whether an output holds two different finite values somewhere: one of a single value, or
+/// none finite (zeros or NaN everywhere), repeats itself without anything carried.
+fn varied(a: &BTreeMap<String, Tensor>) -> bool {
+    a.values().any(|t| {
+        let mut finite = t.data.iter().filter(|v| v.is_finite());
+        finite
+            .next()
+            .is_some_and(|first| finite.any(|v| v != first))
+    })
+}
+
 /// Whether two outputs hold the same values bit for bit (NaN as NaN) under the same names and
-/// shapes. Exact: a cached tensor handed back again is identical, while two computations of
-/// different parameters agree on every value only where they compute the same thing.
+/// shapes, and vary ([`varied`]). Exact: a cached tensor handed back again is identical, while
+/// two computations of different parameters agree on every value only where they compute the
+/// same thing.
 fn identical(a: &BTreeMap<String, Tensor>, b: &BTreeMap<String, Tensor>) -> bool {
-    a.len() == b.len()
+    varied(a)
+        && a.len() == b.len()
         && a.iter().zip(b).all(|((na, ta), (nb, tb))| {
             na == nb
                 && ta.shape == tb.shape
@@ -84,4 +97,28 @@ pub(super) fn carried_over(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(data: Vec<f64>) -> BTreeMap<String, Tensor> {
+        BTreeMap::from([("bias".to_owned(), Tensor::new(vec![data.len()], data))])
+    }
+
+    /// A repeated output of one value, or of none finite, carries nothing: a module returning
+    /// zeros (or NaN) everywhere repeats itself on every case.
+    #[test]
+    fn only_an_output_that_varies_is_said_to_repeat() {
+        let varied = output(vec![0.5, -1.25, 3.0]);
+        assert!(identical(&varied, &varied.clone()));
+        assert!(!identical(&varied, &output(vec![0.5, -1.25, 3.5])));
+        let zeros = output(vec![0.0; 3]);
+        assert!(!identical(&zeros, &zeros.clone()));
+        let nan = output(vec![f64::NAN; 3]);
+        assert!(!identical(&nan, &nan.clone()));
+        let one_finite = output(vec![f64::NAN, 2.0, f64::NAN]);
+        assert!(!identical(&one_finite, &one_finite.clone()));
+    }
 }
