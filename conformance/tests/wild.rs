@@ -80,18 +80,10 @@ fn a_bias_with_its_heads_last_fails_naming_the_layout() {
     if !numpy() {
         return;
     }
-    let (code, r) = run(
+    the_glue_finds(
         &appendix("HeadsLast", "f32"),
         &["--run", "fire/random-params/*", "--fail-on", "values"],
-    );
-    assert_eq!(code, 1, "{r:#}");
-    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
-    assert!(
-        r["glue_found"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("its heads on the last axis"),
-        "{r:#}"
+        "its heads on the last axis",
     );
 }
 
@@ -616,14 +608,8 @@ fn a_module_given_scores_is_handed_non_zero_ones_and_must_add_them() {
         ),
         ("ScoresTanh", false, "returned neither scores + bias"),
     ] {
-        let (code, r) = run(&appendix(class, "f32"), &args);
         // A mistake the glue found, not a broken adapter ([proto.reply]'s `cause: module`).
-        assert_eq!(code, 1, "{class}: {r:#}");
-        assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
-        assert!(
-            r["glue_found"]["message"].as_str().unwrap().contains(says),
-            "{class}: {r:#}"
-        );
+        let r = the_glue_finds(&appendix(class, "f32"), &args, says);
         assert_eq!(r["glue_found"]["same_message"], same, "{class}: {r:#}");
         assert_eq!(r["glue_found"]["count"], 6, "{class}: {r:#}");
         let cases = r["cases"].as_array().unwrap();
@@ -675,16 +661,10 @@ fn a_forward_x_whose_bias_depends_on_x_values_fails() {
     if !numpy() {
         return;
     }
-    let (code, r) = run(
+    let r = the_glue_finds(
         &appendix("XLeaksIntoBias", "f32"),
         &["--run", "fire/random-params/*", "--fail-on", "values"],
-    );
-    assert_eq!(code, 1, "{r:#}");
-    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
-    let says = "depends on the values of x";
-    assert!(
-        r["glue_found"]["message"].as_str().unwrap().contains(says),
-        "{r:#}"
+        "depends on the values of x",
     );
     // Every case finds it, each in its own figures: one finding, not one case of six.
     assert_eq!(
@@ -699,18 +679,10 @@ fn a_forward_x_whose_bias_depends_on_x_values_fails() {
     );
     // x read through the differences between the batch's sequences (audit 22): an x the same
     // for every sequence cannot see it; one whose sequences differ can.
-    let (code, r) = run(
+    the_glue_finds(
         &appendix("XLeaksThroughTheBatch", "f32"),
         &["--run", "fire/random-params/*", "--fail-on", "values"],
-    );
-    assert_eq!(code, 1, "{r:#}");
-    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
-    assert!(
-        r["glue_found"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("whose sequences differ"),
-        "{r:#}"
+        "whose sequences differ",
     );
 }
 

@@ -112,6 +112,17 @@ pub fn named(cmd: &str, variant: &str) -> Value {
     r
 }
 
+/// Runs `cmd` with `args` and asserts that every value case failed as a mistake the glue found
+/// (exit 1, not a broken adapter) whose run-level message contains `says`; the report.
+pub fn the_glue_finds(cmd: &str, args: &[&str], says: &str) -> Value {
+    let (code, r) = run(cmd, args);
+    assert_eq!(code, 1, "{cmd}: {r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{cmd}: {r:#}");
+    let message = r["glue_found"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "{cmd}: {says:?} not said: {r:#}");
+    r
+}
+
 /// Asserts a run of `cmd` passes on values with at least `min` cases graded.
 pub fn passes(cmd: &str, min: u64) -> Value {
     passes_in(cmd, min, &[])
