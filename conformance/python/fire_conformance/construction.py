@@ -111,7 +111,9 @@ def check_arguments(held, case, dtype, rebuild=None):
             raise IgnoredArgument(
                 f"built with {arg}={want!r}, the module holds {name} = {shown!r} before any case "
                 f"value is loaded: its constructor ignores `{arg}` (it starts {name} at its own "
-                f"value whatever it is given) [fire.params]")
+                f"value whatever it is given), or the parameter holds {name} relative to it "
+                f"({name} / {arg}, scaled back in forward), which the glue cannot load a case's "
+                f"{name} into (a build(case) glue converts: conformance/README.md) [fire.params]")
 
 
 # A relative slack per 16-bit dtype a module may hold a scalar in: twice its rounding.
