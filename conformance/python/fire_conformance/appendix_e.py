@@ -296,7 +296,7 @@ class Glue:
         if (first is None or not isinstance(full, torch.Tensor) or first.shape != full.shape
                 or repeats.digest(full) is None or not torch.equal(first, full.detach())):
             return
-        raise repeats.stale()
+        raise repeats.stale_bias()
 
     def forward(self, m, heads, case, torch_module, probes=True):
         """The module's bias over what it was asked: (``[H, R, C]`` array-like, the
@@ -410,8 +410,6 @@ class Glue:
             raise fire_kit.Skip(f"kind `{case.kind}`: the module returns the bias only")
         m, heads, names, ours = self.module(case)
         torch_module = torch is not None and isinstance(m, torch.nn.Module)
-        if not torch_module:
-            self.repeats.start(case.id, ours, case.encoding)
         try:
             return self.graded(case, m, heads, names, ours, torch_module)
         except (fire_kit.Skip, MemoryError):
@@ -423,7 +421,7 @@ class Glue:
             if earlier is not None:
                 raise repeats.carried(earlier, "one of the module's calls for this case returned") from e
             if self.repeats.stale():
-                raise repeats.stale() from e
+                raise repeats.stale_bias() from e
             raise
 
     def graded(self, case, m, heads, names, ours, torch_module):
@@ -461,7 +459,7 @@ class Glue:
         reference = numpy_fire.reference(case) if earlier is not None or self.repeats.stale() else None
         if reference is not None and repeats.clearly_differs(plan.pick(as_numpy(full)), reference,
                                                              case.queries, case.keys):
-            raise repeats.carried(earlier, "the module returned") if earlier else repeats.stale()
+            raise repeats.carried(earlier, "the module returned") if earlier else repeats.stale_bias()
         if torch_module:
             self.stale(full)
         if torch_module and not isinstance(full, torch.Tensor):
@@ -479,9 +477,9 @@ class Glue:
                                             f"given; {rerun_advice(got_dt)}")
         # The twin after the graded backward: loading the same values into parameters a twin
         # shares (a registry of modules of one shape) must not touch the graded graph.
-        twin = torch_module and case.encoding.get("type") == "fire"
+        with_twin = torch_module and case.encoding.get("type") == "fire"
         if case.kind == "bias":
-            if twin:
+            if with_twin:
                 self.twin(case, full, plan, heads)
             return plan.pick(as_numpy(full))
         if not full.requires_grad:
@@ -507,7 +505,7 @@ class Glue:
             grads.pop("L_multiplier", None)
         out = {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k])).clone()
                for k, v in grads.items()}
-        if twin:
+        if with_twin:
             self.twin(case, full.detach(), plan, heads)
         return out
 

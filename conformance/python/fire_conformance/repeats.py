@@ -177,7 +177,7 @@ class CarriedBias(fire_kit.Mistake):
     """The module returned a tensor it had returned for an earlier case."""
 
 
-def stale():
+def stale_bias():
     """The glue's finding for a module that kept the bias of the training step the glue ran
     before the graded call (``Repeats.stale``, ``Glue.stale``; ``steps.step``)."""
     return StaleBias(
@@ -204,18 +204,30 @@ def carried(seen, where):
         "it on everything the bias depends on, or recompute it [fire.bias]")
 
 
+def causal(a, queries, keys):
+    """The entries of a bias ``[.., len(queries), len(keys)]`` whose key is at or before its
+    query: the ones every convention for later keys agrees on [conv.future]."""
+    return a[np.broadcast_to(np.asarray(keys)[None, :] <= np.asarray(queries)[:, None], a.shape)]
+
+
+def distance(a, b, queries, keys):
+    """The largest difference between two biases on their causal entries (``causal``), ∞ where
+    their shapes, or their patterns of non-finite values there, differ."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return np.inf
+    a, b = causal(a, queries, keys), causal(b, queries, keys)
+    finite = np.isfinite(b)
+    if not np.array_equal(np.isfinite(a), finite):
+        return np.inf
+    return float(np.max(np.abs(a[finite] - b[finite]), initial=0.0))
+
+
 def clearly_differs(got, want, queries, keys):
     """Whether the bias ``got`` differs from ``want`` (both ``[H, len(queries), len(keys)]``) by
-    more than ``CLEARLY`` of ``want``'s largest magnitude on some causal entry (key at or before
-    its query: the entries every convention for later keys agrees on [conv.future]), or in its
-    pattern of non-finite values there."""
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    if got.shape != want.shape:
-        return True
-    causal = np.broadcast_to(np.asarray(keys)[None, :] <= np.asarray(queries)[:, None], want.shape)
-    got, want = got[causal], want[causal]
-    finite = np.isfinite(want)
-    if not np.array_equal(np.isfinite(got), finite):
-        return True
-    scale = float(np.max(np.abs(want[finite]), initial=0.0))
-    return bool(np.any(np.abs(got[finite] - want[finite]) > CLEARLY * scale))
+    more than ``CLEARLY`` of ``want``'s largest magnitude on some causal entry, or in its
+    pattern of non-finite values there (``distance``)."""
+    want = np.asarray(want, dtype=np.float64)
+    kept = causal(want, queries, keys)
+    scale = float(np.max(np.abs(kept[np.isfinite(kept)]), initial=0.0))
+    return distance(got, want, queries, keys) > CLEARLY * scale

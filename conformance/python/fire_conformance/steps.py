@@ -23,7 +23,7 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 from fire_conformance.calls import ROUNDING
-from fire_conformance.repeats import StaleBias
+from fire_conformance.repeats import StaleBias, distance
 
 try:
     import torch
@@ -132,21 +132,6 @@ def twin_differs(got, twin, dtype):
         return True
     scale = max(1.0, float(np.max(np.abs(got[finite]), initial=0.0)))
     return bool(np.any(np.abs(got[finite] - twin[finite]) > ROUNDING[dtype] * scale))
-
-
-def distance(a, b, queries, keys):
-    """The largest difference between two biases on their causal entries (key at or before its
-    query: where every convention for later keys agrees [conv.future]), ∞ where their shapes or
-    patterns of non-finite values differ there."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape:
-        return np.inf
-    causal = np.broadcast_to(np.asarray(keys)[None, :] <= np.asarray(queries)[:, None], a.shape)
-    a, b = a[causal], b[causal]
-    finite = np.isfinite(b)
-    if not np.array_equal(np.isfinite(a), finite):
-        return np.inf
-    return float(np.max(np.abs(a[finite] - b[finite]), initial=0.0))
 
 
 # How much nearer the case's bias one of two differing biases must be to be called the case's.

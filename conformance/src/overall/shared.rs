@@ -1,8 +1,8 @@
-//! What explains every failing case the same way without a catalogued variant: the positions
-//! held otherwise ([`diagnose::HeldPositions`]), the parameters held at a lower precision
-//! ([`diagnose::Stored`]), another initial value ([`crate::initial`]), an earlier case's output
-//! repeated ([`diagnose::Finding::carried`]) — each found per case by the diagnosis, named for
-//! the run where every failing case has the same.
+//! What explains the failing cases without a catalogued variant: the positions held otherwise
+//! ([`diagnose::HeldPositions`]), the parameters held at a lower precision
+//! ([`diagnose::Stored`]), another initial value ([`crate::initial`]) — each found per case by
+//! the diagnosis, named for the run where every failing case has the same — and an earlier
+//! case's output repeated ([`diagnose::Finding::carried`]), named where any failing case has it.
 //! spec: [proto.report], [conv.positions], [num.profiles], [fire.defaults]
 
 use super::{failing_findings, Ran};
