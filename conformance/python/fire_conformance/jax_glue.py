@@ -47,6 +47,7 @@ from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
+from fire_conformance import nnx_bridge
 from fire_conformance import numpy_fire
 from fire_conformance import outputs
 from fire_conformance import steps
@@ -193,8 +194,10 @@ def _place(value, leaf, path, transpose=False):
 
 
 def parameter_names(m):
-    """The positional parameter names of ``__call__`` (Flax) or else of ``apply`` less its
-    ``variables`` (a plain-JAX class with linen's interface)."""
+    """The positional parameter names of ``__call__`` (Flax; an NNX module's behind
+    ``nnx_bridge``) or else of ``apply`` less its ``variables`` (a plain-JAX class with linen's
+    interface)."""
+    m = getattr(m, "call_target", m)
     if callable(m):
         return calls.parameter_names(m)
     return calls.positional(m.apply, 1) or []
@@ -304,7 +307,8 @@ class JaxGlue:
                     f"the module keeps `{name}` in the `{coll}` collection, outside `params`: no "
                     f"gradient reaches it, so it never trains, where [grad.layout] asks for its "
                     f"gradient ({'the threshold L = |m·L_init| is fixed' if name == 'L_multiplier' else 'ψ is fixed'}); "
-                    "declare it with self.param")
+                    + ("declare it as nnx.Param" if hasattr(self.cls, "nnx_class")
+                       else "declare it with self.param"))
         for path, name in outside.items():
             if own and not construction.same_in_f32(others[path], ours[name]):
                 continue  # the module's own initial value, kept as in `params` below
@@ -330,6 +334,11 @@ class JaxGlue:
             out = m.apply({**variables, "params": p}, *given)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=check)
 
+        twinned = not own and width is not None and case.encoding.get("type") == "fire" \
+            and rows * cols <= steps.FULL_LIMIT
+        # What training does before the graded call (`steps.jax_step`); the twin, built anew,
+        # then shows what the module kept from it.
+        stepped = twinned and steps.jax_step(lambda p: bias(p, check=False), params, jax)
         if case.kind == "bias":
             full = bias(params)
         else:
@@ -376,8 +385,9 @@ class JaxGlue:
             probed = m.apply({**variables, "params": params}, scores)
             calls.check_scores(full, probed, scores, self.dtype, calls.takes_scores(parameter_names(m)),
                                to_numpy=as_numpy)
-        if not own and width is not None:
-            self.twin(case, heads, width, {**variables, "params": params}, args, plan, as_numpy(full))
+        if twinned:
+            kept = {p: others[p] for p in outside}
+            self.twin(case, heads, width, params, kept, args, plan, as_numpy(full), stepped)
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
                                             f"was given; {appendix_e.rerun_advice(full.dtype)}")
@@ -399,55 +409,62 @@ class JaxGlue:
             out.pop("L_multiplier", None)
         return out
 
-    def twin(self, case, heads, width, variables, args, plan, full):
-        """Raises where the module built with another ``init_c`` and applied to the same
-        variables returns another bias than ``full`` (``steps.twin_mistake``): a bias that
-        follows the constructor's ``init_c`` (a ψ table computed in ``setup`` from it) rather
-        than the ``c`` in ``params``. Only on squares up to ``steps.FULL_LIMIT``; a twin that
-        cannot be built or applied tells nothing."""
+    def twin(self, case, heads, width, params, kept, args, plan, full, stepped):
+        """Raises where the module built anew with another ``init_c``, given the same ``params``
+        and the scalars the glue loaded outside them (``kept``: ``{(collection,) + path:
+        value}``) and its own values of everything else, returns another bias than ``full``
+        (``steps.twin_mistake``): a bias that follows the constructor's ``init_c`` (a ψ table
+        computed in ``setup``, or in an NNX ``__init__`` and held as an attribute) rather than
+        the ``c`` in ``params``; with ``stepped`` (the graded module took ``steps.jax_step``),
+        one kept from the step's call. A twin that cannot be built or applied tells nothing."""
+        jax, jnp = self.jax, self.jnp
         rows, cols = plan.shape
-        if case.encoding.get("type") != "fire" or rows * cols > steps.FULL_LIMIT:
-            return
         c = float(case.encoding["c"])
         other = c * 1.5 if c != 0 else 0.25
         try:
             m = construction.construct(self.cls, heads, width, {**case.encoding, "c": other}, self.kwargs)
-            out = outputs.squeeze(m.apply(variables, *args), heads, rows, cols, batch=plan.batch)
-            twin = np.asarray(self.jnp.asarray(out, dtype=self.jnp.float64 if self.dtype == "f64"
-                                               else self.jnp.float32), dtype=np.float64)
+            variables = {coll: _flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
+            for path, value in kept.items():
+                variables[path[0]][path[1:]] = value
+            variables = {coll: _unflatten(flat) for coll, flat in variables.items()}
+            out = outputs.squeeze(m.apply({**variables, "params": params}, *args), heads, rows, cols,
+                                  batch=plan.batch)
+            twin = np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"
+                                          else jnp.float32), dtype=np.float64)
         except Exception:
             return
         got, twin = plan.pick(full), plan.pick(twin)
         if steps.twin_differs(got, twin, self.dtype):
             reference = numpy_fire.reference(case)
             if reference is not None:
-                raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other, stepped=False)
+                raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other,
+                                         stepped=steps.JAX_STEP if stepped else None)
 
 
 def linen_interface(cls):
     """Refuses, before any case, a class without Flax linen's ``init``/``apply`` (a
-    ``flax.nnx.Module`` holds its parameters as attributes and has neither), naming what to do
-    rather than an ``AttributeError`` on every case."""
+    ``flax.nnx`` module has come through ``nnx_bridge`` by then), naming what to do rather than
+    an ``AttributeError`` on every case."""
     if callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)):
         return
-    nnx = any(c.__module__.startswith("flax.nnx") for c in getattr(cls, "__mro__", ()))
-    what = ("a flax.nnx module (parameters as attributes, no init/apply)" if nnx
-            else "no init/apply methods")
     raise SystemExit(
-        f"{getattr(cls, '__name__', cls)}: {what}; the JAX glue takes Flax linen's interface "
-        "(init(rng, *args) -> variables, apply(variables, *args)). "
-        + ("Wrap it with flax.nnx.bridge.to_linen in a file of your own, or " if nnx else "")
-        + "write a build(case) glue (conformance/README.md)")
+        f"{getattr(cls, '__name__', cls)}: no init/apply methods; the JAX glue takes Flax "
+        "linen's interface (init(rng, *args) -> variables, apply(variables, *args)) and "
+        "flax.nnx modules; write a build(case) glue for any other (conformance/README.md)")
 
 
 def serve(cls, a):
-    """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``."""
+    """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``; a ``flax.nnx``
+    module through linen's interface (``nnx_bridge``)."""
+    style = a.call or calls.class_call_style(cls)
+    if nnx_bridge.is_nnx(cls):
+        cls = nnx_bridge.as_linen(cls)
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call,
                    a.query_rows)
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",
-                   positions=calls.positions(a.call or calls.class_call_style(cls), a.query_rows),
+                   positions=calls.positions(style, a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)
 

@@ -11,7 +11,11 @@ values (``step``): the parameters changed in place as an optimiser's step change
 evaluation (eval mode, no gradients), two forwards and backwards in train mode (gradient
 accumulation), the case's parameter values written back in place, the gradients cleared. A
 module that kept anything from that step answers the graded call with it. (Buffers a train-mode
-forward updates, running statistics, are not restored: no part of FIRE has any.)
+forward updates, running statistics, are not restored: no part of FIRE has any.) The JAX glue's
+step (``jax_step``) is the part a functional call shows: the module called with its parameters
+scaled, then given the case's values again; what it keeps between calls it keeps in an NNX
+module's attributes (``nnx_bridge`` calls the one module built, as a program does) or the
+program's globals.
 
 Then ``twin``: a second module built anew (with another ``init_c`` where the glue passes the
 case's: a module whose bias follows its constructor's ``init_c`` rather than the ``c`` it holds,
@@ -100,6 +104,25 @@ def step(m, call, full=True):
     return (bias if changed else None), error, changed
 
 
+def jax_step(call, params, jax):
+    """What training does between two graded calls of a JAX module, as far as a functional
+    call shows it: ``call(params)`` on the case's parameters with every floating leaf scaled by
+    ``SCALE`` (an optimiser's step). The graded call then passes the case's values again: a module
+    or program that kept what this call computed (a bias cached in an ``nnx.data`` attribute, a
+    ψ table in a module-level dict) answers with it, and ``twin_mistake`` names it. Returns
+    whether scaling changed a parameter; a call that fails tells nothing (the graded call, run
+    next, says why)."""
+    floating = lambda a: jax.numpy.issubdtype(jax.numpy.asarray(a).dtype, jax.numpy.floating)  # noqa: E731
+    if not any(floating(a) and bool(jax.numpy.any(a != 0)) for a in jax.tree_util.tree_leaves(params)):
+        return False
+    scaled = jax.tree_util.tree_map(lambda a: a * SCALE if floating(a) else a, params)
+    try:
+        call(scaled)
+    except Exception:
+        pass
+    return True
+
+
 def second_backward(e):
     """The glue's finding for a backward failing on what the module kept from an earlier call
     (the training step's, or the graded forward's before a probe): a tensor of a graph already
@@ -138,12 +161,24 @@ def twin_differs(got, twin, dtype):
 NEARER = 10.0
 
 
-def twin_mistake(got, twin, reference, queries, keys, other_c, stepped=True):
+# What each glue's step did, as its finding says it, and where a module keeps what goes stale.
+TORCH_STEP = ("its parameters changed in place, an evaluation, forwards and backwards, the case's "
+              "values written back in place",
+              "a cached bias, normaliser or ψ table cleared only by load_state_dict, or never",
+              "recompute it, or key a cache on the parameters' versions")
+JAX_STEP = ("the module called with its parameters changed as an optimiser's step changes them, "
+            "then given the case's values again",
+            "a bias, normaliser or ψ table kept in the module or the program between calls",
+            "recompute it from the parameters on every call")
+
+
+def twin_mistake(got, twin, reference, queries, keys, other_c, stepped=TORCH_STEP):
     """The glue's finding where the graded bias ``got`` and the twin's differ: which of them is
     the case's (``reference``, the NumPy FIRE: ``NEARER`` times nearer it than the other, on the
     causal entries, or on every entry where those do not tell), and so which mistake.
     ``other_c``: the ``init_c`` the twin was built with (``None``: built as the module was);
-    ``stepped``: whether the graded module took ``step`` first (the torch glue's, not JAX's)."""
+    ``stepped``: the step the graded module took first (``TORCH_STEP``: ``step``'s;
+    ``JAX_STEP``: ``jax_step``'s), ``None`` where it took none."""
     d_got, d_twin = distance(got, reference, queries, keys), distance(twin, reference, queries, keys)
     if d_got == d_twin:
         # Every entry (each query placed past every key): where the causal ones are the same
@@ -151,14 +186,12 @@ def twin_mistake(got, twin, reference, queries, keys, other_c, stepped=True):
         last = [max(keys)] * len(queries)
         d_got, d_twin = distance(got, reference, last, keys), distance(twin, reference, last, keys)
     if stepped and d_twin * NEARER < d_got:
+        did, where, fix = stepped
         return StaleBias(
-            "after the glue's training step (its parameters changed in place, an evaluation, "
-            "forwards and backwards, the case's values written back in place) the module returns "
-            "a bias a newly built module holding the same values does not, and not the case's: it "
-            "keeps part of what it computed before its parameters changed (a cached bias, "
-            "normaliser or ψ table cleared only by load_state_dict, or never), so in training every "
-            "step after the first uses stale values; recompute it, or key a cache on the "
-            "parameters' versions [fire.bias]")
+            f"after the glue's training step ({did}) the module returns a bias a newly built "
+            "module holding the same values does not, and not the case's: it keeps part of what "
+            f"it computed before its parameters changed ({where}), so in training every step "
+            f"after the first uses stale values; {fix} [fire.bias]")
     if d_got * NEARER < d_twin and other_c is not None:
         return FollowsInitC(
             f"built with init_c = {other_c:.6g} and given the case's values (its c included), the "

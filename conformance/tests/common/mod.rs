@@ -192,6 +192,26 @@ pub fn jax() -> bool {
     ok
 }
 
+/// Whether the `flax.nnx` fakes can run: a failure when FIRE_REQUIRE_FLAX is set (CI), else a
+/// loud skip.
+pub fn flax() -> bool {
+    let ok = python_has("flax.nnx");
+    if !ok {
+        assert!(
+            std::env::var_os("FIRE_REQUIRE_FLAX").is_none(),
+            "FIRE_REQUIRE_FLAX is set but flax is missing"
+        );
+        eprintln!("SKIPPED: flax is not installed; the flax.nnx wild implementations were NOT run");
+    }
+    ok
+}
+
+/// The glue command for a class of `tests/wild/nnx_fakes.py` (the Appendix E adapter hands a
+/// `flax.nnx` module to the JAX glue, which serves it through `nnx_bridge`).
+pub fn nnx_fake(class: &str) -> String {
+    fake("nnx_fakes.py", class, "f32")
+}
+
 /// The glue command for a class of `tests/wild/jax_fakes.py` (the Appendix E adapter hands a
 /// module with `init`/`apply` to the JAX glue).
 pub fn jax_fake(class: &str) -> String {

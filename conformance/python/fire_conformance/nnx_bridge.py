@@ -1,0 +1,128 @@
+"""A ``flax.nnx`` FIRE served through Flax linen's interface, the one the JAX glue reads.
+
+An NNX module holds its parameters as attributes (``nnx.Param``), takes ``rngs`` when built and
+is called directly; the JAX glue (``jax_glue``) reads a linen-style variables tree and applies
+it. ``as_linen(cls)`` is a class constructed as the NNX one is (``rngs=nnx.Rngs(0)`` added where
+its constructor takes ``rngs``) whose instances have ``init(rng, *args) -> variables`` and
+``apply(variables, *args)``:
+
+- the variables: ``params`` the ``nnx.Param`` leaves; every other ``nnx.Variable`` type a
+  collection of its own, named by the type (``nnx.Variable``, ``nnx.BatchStat``, …), and JAX
+  arrays held as plain attributes (``nnx.data``) the collection ``arrays``. An optimiser built as
+  NNX's is (``nnx.Optimizer(model, tx, wrt=nnx.Param)``) trains ``params`` alone, so a ``c``
+  kept elsewhere never trains, and the glue says so (``jax_glue.FrozenScalar``).
+- ``apply`` on concrete values writes the values it is given into the one module built (those
+  that differ from what ``init`` returned, ``nnx.update``) and calls it, as a program calls its
+  module step after step: whatever the module keeps between calls (a bias or ψ table cached in
+  an attribute) is there at the next call, as it is in training, where the glue's step shows it
+  (``steps.jax_step``). Under a JAX transformation (``jax.vjp``) it merges a module from the one
+  built, its state with the given values in, and calls that, as ``nnx.grad`` does.
+"""
+
+import inspect
+
+# The collection of JAX arrays an NNX module holds as plain attributes (not in a Variable).
+ARRAYS = "arrays"
+
+
+def _nnx():
+    import jax
+    from flax import nnx
+
+    return jax, nnx
+
+
+def is_nnx(cls):
+    """Whether ``cls`` is a ``flax.nnx`` module class."""
+    return any(getattr(k, "__module__", "").startswith("flax.nnx")
+               for k in getattr(cls, "__mro__", ()))
+
+
+def collection(leaf, nnx):
+    """The linen-style collection an NNX state leaf is put in (module docstring)."""
+    if isinstance(leaf, nnx.Param):
+        return "params"
+    if isinstance(leaf, nnx.Variable):
+        return f"nnx.{type(leaf).__name__}"
+    return ARRAYS
+
+
+def value_of(leaf, nnx):
+    """The array an NNX state leaf holds (a Variable's value, or the plain array itself)."""
+    if not isinstance(leaf, nnx.Variable):
+        return leaf
+    return leaf.get_value() if hasattr(leaf, "get_value") else leaf.value
+
+
+def holding(leaf, value, nnx):
+    """``leaf`` holding ``value`` instead: a Variable of the same type, or the plain value."""
+    return leaf.replace(value=value) if isinstance(leaf, nnx.Variable) else value
+
+
+def takes_rngs(cls):
+    """Whether the constructor of ``cls`` takes an ``rngs`` argument (NNX's convention)."""
+    try:
+        return "rngs" in inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def as_linen(cls):
+    """``cls``, a ``flax.nnx`` module class, behind Flax linen's ``init``/``apply`` (module
+    docstring). The class built is constructed with the NNX class's own arguments; its
+    ``call_target`` is the NNX module, whose ``__call__`` says how the glue calls it."""
+    jax, nnx = _nnx()
+    rngs = takes_rngs(cls)
+
+    class Bridged:
+        nnx_class = cls
+
+        def __init__(self, **kwargs):
+            if rngs and "rngs" not in kwargs:
+                kwargs["rngs"] = nnx.Rngs(0)
+            self.module = cls(**kwargs)
+            self.call_target = self.module
+            self.given = {}
+
+        def init(self, rng, *args):
+            """The module's state as linen's variables tree, keys as strings; what each leaf
+            was, to tell the values ``apply`` is given apart from those it returned."""
+            del rng, args  # built in __init__, from rngs
+            _, state = nnx.split(self.module)
+            variables, self.given = {}, {}
+            for path, leaf in state.flat_state():
+                coll, key = collection(leaf, nnx), tuple(str(k) for k in path)
+                node = variables.setdefault(coll, {})
+                for k in key[:-1]:
+                    node = node.setdefault(k, {})
+                node[key[-1]] = value_of(leaf, nnx)
+                self.given[tuple(path)] = (coll, key, node[key[-1]])
+            return variables
+
+        def changed(self, variables):
+            """``{NNX path: value}`` of the values in ``variables`` other than ``init`` gave."""
+            out = {}
+            for path, (coll, key, was) in self.given.items():
+                node = variables.get(coll, {})
+                for k in key:
+                    node = node.get(k) if hasattr(node, "get") else None
+                if node is not None and node is not was:
+                    out[path] = node
+            return out
+
+        def apply(self, variables, *args):
+            changed = self.changed(variables)
+            if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(changed)):
+                graphdef, state = nnx.split(self.module)
+                flat = [(p, holding(leaf, changed[tuple(p)], nnx) if tuple(p) in changed else leaf)
+                        for p, leaf in state.flat_state()]
+                return nnx.merge(graphdef, nnx.State.from_flat_path(flat))(*args)
+            if changed:
+                _, state = nnx.split(self.module)
+                now = {tuple(p): leaf for p, leaf in state.flat_state()}
+                nnx.update(self.module, nnx.State.from_flat_path(
+                    [(p, holding(now[p], v, nnx)) for p, v in changed.items() if p in now]))
+            return self.module(*args)
+
+    Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")
+    return Bridged

@@ -1,0 +1,108 @@
+"""FIRE written with ``flax.nnx`` (parameters as ``nnx.Param`` attributes, ``rngs`` at
+construction, the module called directly), as JAX code is written since Flax made NNX its API:
+Appendix E itself and its layouts (``nnx.Sequential``, named layers, scalars kept as ``[1]``),
+and the mistakes NNX invites: a ``c`` held as a plain ``nnx.Variable`` (never trained by an
+optimiser over ``nnx.Param``), a ψ table made in ``__init__`` from ``init_c``, a bias cached in
+an ``nnx.data`` attribute, positions counted from 1. Driven by tests/wild_jax.rs through the
+Appendix E glue, which hands NNX modules to ``fire_conformance.jax_glue`` (``nnx_bridge``).
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+class FIRE(nnx.Module):
+    """Appendix E in NNX; the subclasses change one thing each."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        self.mlp = nnx.Sequential(nnx.Linear(1, mlp_width, rngs=rngs), nnx.relu,
+                                  nnx.Linear(mlp_width, num_heads, rngs=rngs))
+        self.c = self.scalar(init_c)
+        self.init_L = nnx.Variable(jnp.asarray(init_L, dtype=jnp.float32))
+        self.L_multiplier = nnx.Param(jnp.asarray(1.0, dtype=jnp.float32))
+        self.eps = eps
+
+    def scalar(self, value):
+        return nnx.Param(jnp.asarray(value, dtype=jnp.float32))
+
+    def positions(self, seq_length, dtype):
+        return jnp.arange(seq_length, dtype=dtype)
+
+    def psi_of_distances(self, rel_distance):
+        return jnp.log(jnp.abs(self.c[...] * rel_distance) + 1)
+
+    def mlp_of(self, h):
+        return self.mlp(h)
+
+    def __call__(self, x):
+        c = self.c[...].reshape(())
+        positions = self.positions(x.shape[2], x.dtype)
+        rel_distance = positions[:, None] - positions[None, :]
+        threshold = jnp.abs(self.L_multiplier[...] * self.init_L[...])
+        pos_normalizer = jnp.maximum(positions, threshold)[:, None]
+        rel_distance = self.psi_of_distances(rel_distance)
+        pos_normalizer = jnp.log(jnp.abs(c * pos_normalizer) + 1) + self.eps
+        h = self.mlp_of((rel_distance / pos_normalizer)[..., None])
+        return jnp.transpose(h, (2, 0, 1))[None]
+
+
+class NamedLayers(FIRE):
+    """The MLP as two named ``nnx.Linear`` attributes, the scalars kept as ``[1]``."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        del self.mlp
+        self.hidden = nnx.Linear(1, mlp_width, rngs=rngs)
+        self.out = nnx.Linear(mlp_width, num_heads, rngs=rngs)
+
+    def scalar(self, value):
+        return nnx.Param(jnp.full((1,), value, dtype=jnp.float32))
+
+    def mlp_of(self, h):
+        return self.out(jax.nn.relu(self.hidden(h)))
+
+
+class CAsVariable(FIRE):
+    """``c`` held as a plain ``nnx.Variable``: right on values, but an optimiser built over
+    ``nnx.Param`` (NNX's) never trains it."""
+
+    def scalar(self, value):
+        return nnx.Variable(jnp.asarray(value, dtype=jnp.float32))
+
+
+class PsiTableFromInitC(FIRE):
+    """The distances' ψ from a table made in ``__init__`` from ``init_c`` and held as an
+    attribute: right while c is where it started, never after training or a checkpoint."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.psi_table = nnx.data(jnp.log(jnp.abs(init_c) * jnp.arange(4096.0) + 1))
+
+    def psi_of_distances(self, rel_distance):
+        return self.psi_table[jnp.abs(rel_distance).astype(jnp.int32)]
+
+
+class CachesBias(FIRE):
+    """The bias cached in an ``nnx.data`` attribute under the length, computed once: every
+    step after the first reads the bias of the parameters of the first."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.cached = nnx.data(None)
+
+    def __call__(self, x):
+        if self.cached is None or self.cached.shape[-1] != x.shape[2]:
+            self.cached = super().__call__(x)
+        return self.cached
+
+
+class OneBasedPositions(FIRE):
+    """Positions counted from 1 (the catalogue's `one-based-positions`)."""
+
+    def positions(self, seq_length, dtype):
+        return jnp.arange(1, seq_length + 1, dtype=dtype)
