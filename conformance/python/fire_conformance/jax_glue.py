@@ -4,7 +4,10 @@ The module has Flax linen's interface: a class constructed as
 ``Class(num_heads=, mlp_width=, init_c=, init_L=, eps=)`` whose instances have
 ``init(rng, *args) -> variables`` and ``apply(variables, *args) -> bias``, the bias of the positions
 ``0..T-1`` as ``[H, T, T]``, ``[1, H, T, T]`` or ``[B, H, T, T]``. A ``flax.linen.Module`` is
-exactly that; so is a plain-JAX class with those two methods (``examples/jax_fire.py``).
+exactly that; so is a plain-JAX class with those two methods (``examples/jax_fire.py``). A
+``flax.nnx`` module and an Equinox module, which have neither, are served through a bridge that
+gives them linen's interface (``nnx_bridge``, ``equinox_bridge``: their state as the variables
+tree, the module built with ``rngs`` or ``key``).
 
     fire-conformance run --impl "fire-conformance-jax path/to/flax_fire.py:FIRE"
     pytest --fire-impl path/to/flax_fire.py:FIRE        # the Appendix E glue hands JAX modules here
@@ -45,6 +48,7 @@ import numpy as np
 from fire_conformance import appendix_e
 from fire_conformance import calls
 from fire_conformance import construction
+from fire_conformance import equinox_bridge
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
 from fire_conformance import nnx_bridge
@@ -89,8 +93,9 @@ def _unflatten(flat):
 def jax_layers(flat, mapping):
     """The module's MLP layers, first to last, as ``(kernel path, bias path or None)`` in its
     params tree: the layers mapped to our names (``--map mlp.N.weight=PATH``) when any are, in
-    the order of N, else every 2-D ``kernel`` leaf, in the order their shapes compose (the
-    tree's order where several do). A ``Dense(use_bias=False)`` has no bias: None."""
+    the order of N, else every 2-D ``kernel`` leaf (or, in a tree without any, every 2-D
+    ``weight`` leaf: Equinox's ``[out, in]``), in the order their shapes compose (the tree's order
+    where several do). A ``Dense(use_bias=False)`` has no bias: None."""
     named = []
     for name, path in mapping.items():
         hit = re.fullmatch(r"mlp\.(\d+)\.weight", name)
@@ -103,8 +108,12 @@ def jax_layers(flat, mapping):
             out.append((path, b if b in flat else None))
         return out
     kernels = [p for p in flat if p[-1] == "kernel" and np.ndim(flat[p]) == 2]
+    if not kernels:
+        # Equinox's `eqx.nn.Linear` (and a port that kept PyTorch's names): `weight`, [out, in].
+        kernels = [p for p in flat if p[-1] == "weight" and np.ndim(flat[p]) == 2]
+    out_in = lambda k: tuple(np.shape(flat[k]))[::-1] if k[-1] == "kernel" else tuple(np.shape(flat[k]))  # noqa: E731
     return [(k, k[:-1] + ("bias",) if k[:-1] + ("bias",) in flat else None)
-            for k in chain_order(kernels, lambda k: tuple(np.shape(flat[k]))[::-1])]
+            for k in chain_order(kernels, out_in)]
 
 
 def load_jax(flat, ours, mapping, built, elsewhere=()):
@@ -161,12 +170,13 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
 
 def stored_in_out(flat, layers, mapping):
     """The weight paths of ``layers`` stored ``[in, out]`` (JAX's ``x @ w``), to be transposed
-    to and from the case's ``[out, in]``. Flax's ``kernel`` leaves are; mapped weights
+    to and from the case's ``[out, in]``. Flax's ``kernel`` leaves are (Equinox's ``weight``
+    leaves are ``[out, in]``, as PyTorch's); mapped weights
     (``--map mlp.N.weight=PATH``, named anything) are too, unless only PyTorch's ``[out, in]``
     (``x @ w.T``, a port that kept torch's layout) makes the layers compose from one input."""
     paths = [k for k, _ in layers]
     if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
-        return set(paths)
+        return {k for k in paths if k[-1] == "kernel"}
     shapes = [tuple(np.shape(flat[k])) for k in paths]
     if not loading.is_chain([s[::-1] for s in shapes]) and loading.is_chain(shapes):
         return set()
@@ -308,6 +318,7 @@ class JaxGlue:
                     f"gradient reaches it, so it never trains, where [grad.layout] asks for its "
                     f"gradient ({'the threshold L = |m·L_init| is fixed' if name == 'L_multiplier' else 'ψ is fixed'}); "
                     + ("declare it as nnx.Param" if hasattr(self.cls, "nnx_class")
+                       else "hold it as a floating array" if hasattr(self.cls, "equinox_class")
                        else "declare it with self.param"))
         for path, name in outside.items():
             if own and not construction.same_in_f32(others[path], ours[name]):
@@ -443,22 +454,24 @@ class JaxGlue:
 
 def linen_interface(cls):
     """Refuses, before any case, a class without Flax linen's ``init``/``apply`` (a
-    ``flax.nnx`` module has come through ``nnx_bridge`` by then), naming what to do rather than
-    an ``AttributeError`` on every case."""
+    ``flax.nnx`` or Equinox module has come through its bridge by then), naming what to do
+    rather than an ``AttributeError`` on every case."""
     if callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)):
         return
     raise SystemExit(
         f"{getattr(cls, '__name__', cls)}: no init/apply methods; the JAX glue takes Flax "
-        "linen's interface (init(rng, *args) -> variables, apply(variables, *args)) and "
-        "flax.nnx modules; write a build(case) glue for any other (conformance/README.md)")
+        "linen's interface (init(rng, *args) -> variables, apply(variables, *args)), flax.nnx "
+        "and Equinox modules; write a build(case) glue for any other (conformance/README.md)")
 
 
 def serve(cls, a):
     """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``; a ``flax.nnx``
-    module through linen's interface (``nnx_bridge``)."""
+    or Equinox module through linen's interface (``nnx_bridge``, ``equinox_bridge``)."""
     style = a.call or calls.class_call_style(cls)
     if nnx_bridge.is_nnx(cls):
         cls = nnx_bridge.as_linen(cls)
+    elif equinox_bridge.is_equinox(cls):
+        cls = equinox_bridge.as_linen(cls)
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call,

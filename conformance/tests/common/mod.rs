@@ -212,6 +212,28 @@ pub fn nnx_fake(class: &str) -> String {
     fake("nnx_fakes.py", class, "f32")
 }
 
+/// Whether the Equinox fakes can run: a failure when FIRE_REQUIRE_EQUINOX is set (CI), else a
+/// loud skip.
+pub fn equinox() -> bool {
+    let ok = python_has("equinox");
+    if !ok {
+        assert!(
+            std::env::var_os("FIRE_REQUIRE_EQUINOX").is_none(),
+            "FIRE_REQUIRE_EQUINOX is set but equinox is missing"
+        );
+        eprintln!(
+            "SKIPPED: equinox is not installed; the Equinox wild implementations were NOT run"
+        );
+    }
+    ok
+}
+
+/// The glue command for a class of `tests/wild/equinox_fakes.py` (handed to the JAX glue, which
+/// serves it through `equinox_bridge`).
+pub fn equinox_fake(class: &str) -> String {
+    fake("equinox_fakes.py", class, "f32")
+}
+
 /// The glue command for a class of `tests/wild/jax_fakes.py` (the Appendix E adapter hands a
 /// module with `init`/`apply` to the JAX glue).
 pub fn jax_fake(class: &str) -> String {

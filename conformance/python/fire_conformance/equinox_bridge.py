@@ -1,0 +1,98 @@
+"""An Equinox FIRE served through Flax linen's interface, the one the JAX glue reads.
+
+An ``eqx.Module`` is an immutable pytree whose fields are its parameters, built with a ``key``
+and called directly; Equinox trains every floating array in it (``eqx.filter_grad``,
+``eqx.is_inexact_array``) and nothing else. ``as_linen(cls)`` is a class constructed as the
+Equinox one is (``key=jax.random.PRNGKey(0)`` added where its constructor takes ``key``) whose
+instances have ``init(rng, *args) -> variables`` and ``apply(variables, *args)``:
+
+- the variables: ``params`` the floating array leaves, keyed by field names and list indices
+  (``mlp/layers/0/weight``: Equinox's ``Linear`` keeps PyTorch's ``[out, in]``, which the glue
+  reads as such); ``constants`` the Python numbers among the leaves (an ``init_L`` kept as a
+  float, which Equinox never trains, as Appendix E freezes it; the glue loads the case's value
+  there), ``arrays`` the other arrays. Everything else (functions, static fields) stays as built.
+- ``apply`` rebuilds the module with the given leaves and calls it. An Equinox module cannot
+  change itself between calls; what a program keeps between them (a module-level cache) the
+  glue's step shows (``steps.jax_step``).
+"""
+
+import inspect
+import numbers
+
+
+def is_equinox(cls):
+    """Whether ``cls`` is an Equinox module class."""
+    return any(getattr(k, "__module__", "").startswith("equinox.")
+               for k in getattr(cls, "__mro__", ()))
+
+
+def key_name(k):
+    """A pytree path entry as a name in the variables tree: the field, the index or the key."""
+    for attr in ("name", "idx", "key"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def collection(leaf, jnp):
+    """The linen-style collection an Equinox leaf is put in, or None for one kept as built."""
+    if hasattr(leaf, "dtype") and hasattr(leaf, "shape"):
+        return "params" if jnp.issubdtype(leaf.dtype, jnp.inexact) else "arrays"
+    if isinstance(leaf, numbers.Number) and not isinstance(leaf, bool):
+        return "constants"
+    return None
+
+
+def takes_key(cls):
+    """Whether the constructor of ``cls`` takes a ``key`` argument (Equinox's convention)."""
+    try:
+        return "key" in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def as_linen(cls):
+    """``cls``, an Equinox module class, behind Flax linen's ``init``/``apply`` (module
+    docstring). Its ``call_target`` is the Equinox module, whose ``__call__`` says how the glue
+    calls it."""
+    import jax
+    import jax.numpy as jnp
+
+    key = takes_key(cls)
+
+    class Bridged:
+        equinox_class = cls
+
+        def __init__(self, **kwargs):
+            if key and "key" not in kwargs:
+                kwargs["key"] = jax.random.PRNGKey(0)
+            self.module = self.call_target = cls(**kwargs)
+            leaves, self.treedef = jax.tree_util.tree_flatten_with_path(self.module)
+            # Each leaf: its collection and path in the variables tree, or None (kept as built).
+            self.where = [(collection(leaf, jnp), tuple(key_name(k) for k in path)) for path, leaf in leaves]
+            self.leaves = [leaf for _, leaf in leaves]
+
+        def init(self, rng, *args):
+            """The module's leaves as linen's variables tree."""
+            del rng, args  # built in __init__, from key
+            variables = {}
+            for (coll, path), leaf in zip(self.where, self.leaves):
+                if coll is None:
+                    continue
+                node = variables.setdefault(coll, {})
+                for k in path[:-1]:
+                    node = node.setdefault(k, {})
+                node[path[-1]] = leaf
+            return variables
+
+        def apply(self, variables, *args):
+            leaves = []
+            for (coll, path), leaf in zip(self.where, self.leaves):
+                node = variables.get(coll, {}) if coll is not None else None
+                for k in path if node is not None else ():
+                    node = node.get(k) if hasattr(node, "get") else None
+                leaves.append(leaf if node is None else node)
+            return jax.tree_util.tree_unflatten(self.treedef, leaves)(*args)
+
+    Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")
+    return Bridged

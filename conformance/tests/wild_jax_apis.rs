@@ -1,0 +1,146 @@
+//! FIRE written with the JAX APIs that have no linen `init`/`apply`: `flax.nnx`
+//! (`tests/wild/nnx_fakes.py`) and Equinox (`tests/wild/equinox_fakes.py`), through the Appendix E
+//! glue, which hands them to the JAX glue through a bridge to linen's interface
+//! (`fire_conformance.nnx_bridge`, `equinox_bridge`): Appendix E and other layouts graded on
+//! values and gradients, and the mistakes each API invites named. They run when flax (Equinox)
+//! imports, and FIRE_REQUIRE_FLAX=1 (FIRE_REQUIRE_EQUINOX=1), set by CI, turns a missing one into
+//! a failure.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+mod common;
+
+use common::*;
+
+/// Appendix E in NNX (`nnx.Sequential`) and with named `nnx.Linear` layers and `[1]` scalars
+/// pass the bias, gradient and kink cases, where the glue had refused every NNX module.
+#[test]
+fn nnx_modules_shaped_like_appendix_e_pass() {
+    if !flax() {
+        return;
+    }
+    for class in ["FIRE", "NamedLayers"] {
+        let r = passes_in(&nnx_fake(class), 8, &JAX_GRAD);
+        let gradients = r["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| {
+                c["status"] == "passed" && c["id"].as_str().unwrap().starts_with("fire-grad/")
+            })
+            .count();
+        assert!(gradients >= 2, "{class}: {r:#}");
+    }
+}
+
+/// A `c` held as a plain `nnx.Variable` is right on values, but NNX's optimiser over
+/// `nnx.Param` never trains it: every gradient case fails naming where it is kept.
+#[test]
+fn an_nnx_c_held_outside_param_fails_the_gradient_cases_naming_it() {
+    if !flax() {
+        return;
+    }
+    let (code, r) = run(&nnx_fake("CAsVariable"), &JAX_GRAD);
+    assert_eq!(code, 1, "{r:#}");
+    for c in r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] != "skipped")
+    {
+        let gradient = c["id"].as_str().unwrap().starts_with("fire-grad/");
+        assert_eq!(
+            c["status"],
+            if gradient { "failed" } else { "passed" },
+            "{c:#}"
+        );
+        if gradient {
+            assert!(
+                c["details"]
+                    .to_string()
+                    .contains("keeps `c` in the `nnx.Variable` collection, outside `params`"),
+                "{c:#}"
+            );
+        }
+    }
+}
+
+/// A ψ table made in `__init__` from `init_c` follows the constructor, not the `c` the module
+/// holds; a bias cached in an `nnx.data` attribute is stale after the glue's step (the module
+/// called with its parameters changed, then given the case's values). Both pass a single call
+/// of a freshly built module; each fails every case saying which.
+#[test]
+fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
+    if !flax() {
+        return;
+    }
+    for (class, says) in [
+        ("PsiTableFromInitC", "FollowsInitC: built with init_c"),
+        (
+            "CachesBias",
+            "StaleBias: after the glue's training step (the module called",
+        ),
+    ] {
+        let (code, r) = run(&nnx_fake(class), &JAX_BIAS);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
+        assert_eq!(failed_saying(&r, says).len(), 6, "{class}: {r:#}");
+    }
+}
+
+/// A catalogued mistake written in NNX is diagnosed as in any framework.
+#[test]
+fn an_nnx_module_counting_positions_from_one_is_diagnosed() {
+    if !flax() {
+        return;
+    }
+    let (code, r) = run(&nnx_fake("OneBasedPositions"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
+}
+
+/// Appendix E in Equinox (`eqx.nn.MLP`, whose `weight` leaves are PyTorch's `[out, in]`; an
+/// `init_L` kept as a Python float, which the glue loads the case's value into) passes the bias,
+/// gradient and kink cases.
+#[test]
+fn an_equinox_module_shaped_like_appendix_e_passes() {
+    if !equinox() {
+        return;
+    }
+    passes_in(&equinox_fake("FIRE"), 8, &JAX_GRAD);
+}
+
+/// A `c` kept as a Python float is right on values, but Equinox trains floating arrays alone:
+/// every gradient case fails saying so; a catalogued mistake is diagnosed as in any framework.
+#[test]
+fn equinox_mistakes_are_named() {
+    if !equinox() {
+        return;
+    }
+    let (code, r) = run(&equinox_fake("CAsFloat"), &JAX_GRAD);
+    assert_eq!(code, 1, "{r:#}");
+    for c in r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] != "skipped")
+    {
+        let gradient = c["id"].as_str().unwrap().starts_with("fire-grad/");
+        assert_eq!(
+            c["status"],
+            if gradient { "failed" } else { "passed" },
+            "{c:#}"
+        );
+        if gradient {
+            let says = c["details"].to_string();
+            assert!(
+                says.contains("keeps `c` in the `constants` collection"),
+                "{c:#}"
+            );
+            assert!(says.contains("hold it as a floating array"), "{c:#}");
+        }
+    }
+    let (code, r) = run(&equinox_fake("OneBasedPositions"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
+}
