@@ -19,6 +19,8 @@ instances have ``init(rng, *args) -> variables`` and ``apply(variables, *args)``
 import inspect
 import numbers
 
+from fire_conformance import trees
+
 
 def is_equinox(cls):
     """Whether ``cls`` is an Equinox module class."""
@@ -69,29 +71,20 @@ def as_linen(cls):
             self.module = self.call_target = cls(**kwargs)
             leaves, self.treedef = jax.tree_util.tree_flatten_with_path(self.module)
             # Each leaf: its collection and path in the variables tree, or None (kept as built).
-            self.where = [(collection(leaf, jnp), tuple(key_name(k) for k in path)) for path, leaf in leaves]
+            self.where = [None if collection(leaf, jnp) is None
+                          else (collection(leaf, jnp),) + tuple(key_name(k) for k in path)
+                          for path, leaf in leaves]
             self.leaves = [leaf for _, leaf in leaves]
 
         def init(self, rng, *args):
             """The module's leaves as linen's variables tree."""
             del rng, args  # built in __init__, from key
-            variables = {}
-            for (coll, path), leaf in zip(self.where, self.leaves):
-                if coll is None:
-                    continue
-                node = variables.setdefault(coll, {})
-                for k in path[:-1]:
-                    node = node.setdefault(k, {})
-                node[path[-1]] = leaf
-            return variables
+            return trees.unflatten({where: leaf for where, leaf in zip(self.where, self.leaves)
+                                    if where is not None})
 
         def apply(self, variables, *args):
-            leaves = []
-            for (coll, path), leaf in zip(self.where, self.leaves):
-                node = variables.get(coll, {}) if coll is not None else None
-                for k in path if node is not None else ():
-                    node = node.get(k) if hasattr(node, "get") else None
-                leaves.append(leaf if node is None else node)
+            given = [None if where is None else trees.lookup(variables, where) for where in self.where]
+            leaves = [leaf if g is None else g for g, leaf in zip(given, self.leaves)]
             return jax.tree_util.tree_unflatten(self.treedef, leaves)(*args)
 
     Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")

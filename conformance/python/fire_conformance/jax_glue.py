@@ -55,6 +55,7 @@ from fire_conformance import nnx_bridge
 from fire_conformance import numpy_fire
 from fire_conformance import outputs
 from fire_conformance import steps
+from fire_conformance import trees
 from fire_conformance.loading import chain_order
 
 SCALARS = ("c", "init_L", "L_multiplier")
@@ -67,27 +68,6 @@ def _jax():
     except ImportError as e:
         raise SystemExit(f"the JAX glue needs jax ({e}); install it with `pip install jax`")
     return jax, jnp
-
-
-def _flatten(tree, prefix=()):
-    """``{path tuple: leaf}`` of a nested mapping, in the tree's own order."""
-    out = {}
-    for k, v in tree.items():
-        if hasattr(v, "items"):
-            out.update(_flatten(v, prefix + (str(k),)))
-        else:
-            out[prefix + (str(k),)] = v
-    return out
-
-
-def _unflatten(flat):
-    tree = {}
-    for path, v in flat.items():
-        node = tree
-        for k in path[:-1]:
-            node = node.setdefault(k, {})
-        node[path[-1]] = v
-    return tree
 
 
 def jax_layers(flat, mapping):
@@ -297,9 +277,9 @@ class JaxGlue:
         jax, jnp = self.jax, self.jnp
         args = self.args(plan, heads)
         variables = dict(m.init(jax.random.PRNGKey(0), *args))
-        flat = _flatten(variables.get("params", {}))
+        flat = trees.flatten(variables.get("params", {}))
         others = {(coll,) + path: leaf for coll, tree in variables.items() if coll != "params"
-                  for path, leaf in _flatten(dict(tree)).items()}
+                  for path, leaf in trees.flatten(dict(tree)).items()}
         elsewhere = [p for p, leaf in others.items() if np.size(leaf) <= 1]
         loaded, outside, in_out = load_jax(flat, ours, self.mapping, built, elsewhere)
         if not own:
@@ -326,7 +306,7 @@ class JaxGlue:
             dt = getattr(others[path], "dtype", self.dt)
             others[path] = jnp.asarray(_place(ours[name], others[path], path), dtype=dt)
         for coll in {p[0] for p in outside}:
-            variables[coll] = _unflatten({p[1:]: v for p, v in others.items() if p[0] == coll})
+            variables[coll] = trees.unflatten({p[1:]: v for p, v in others.items() if p[0] == coll})
         # A tree whose floating leaves are of several dtypes as built (a float16 MLP) keeps
         # them: its precision is part of what is graded (``appendix_e.in_dtype``).
         kinds = {np.dtype(leaf.dtype) for leaf in flat.values() if jnp.issubdtype(leaf.dtype, jnp.floating)}
@@ -338,7 +318,7 @@ class JaxGlue:
                 flat[path] = jnp.asarray(flat[path], dtype=dt)
                 continue
             flat[path] = jnp.asarray(_place(ours[name], flat[path], path, path in in_out), dtype=dt)
-        params = _unflatten(flat)
+        params = trees.unflatten(flat)
         rows, cols = plan.shape
 
         def bias(p, check=True, given=args):
@@ -409,7 +389,7 @@ class JaxGlue:
         # `init_L` (a leaf of `params`), which [grad.layout] freezes, sends that gradient too,
         # unasked for: the reply shows it. A layer without a bias sends none for it, and the
         # case fails on the missing output.
-        gflat = _flatten(grads)
+        gflat = trees.flatten(grads)
         out = {}
         for path, name in loaded.items():
             g_leaf = np.asarray(gflat[path], dtype=np.float64)
@@ -434,10 +414,10 @@ class JaxGlue:
         other = c * 1.5 if c != 0 else 0.25
         try:
             m = construction.construct(self.cls, heads, width, {**case.encoding, "c": other}, self.kwargs)
-            variables = {coll: _flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
+            variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
             for path, value in kept.items():
                 variables[path[0]][path[1:]] = value
-            variables = {coll: _unflatten(flat) for coll, flat in variables.items()}
+            variables = {coll: trees.unflatten(flat) for coll, flat in variables.items()}
             out = outputs.squeeze(m.apply({**variables, "params": params}, *args), heads, rows, cols,
                                   batch=plan.batch)
             twin = np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"

@@ -21,6 +21,8 @@ its constructor takes ``rngs``) whose instances have ``init(rng, *args) -> varia
 
 import inspect
 
+from fire_conformance import trees
+
 # The collection of JAX arrays an NNX module holds as plain attributes (not in a Variable).
 ARRAYS = "arrays"
 
@@ -89,25 +91,20 @@ def as_linen(cls):
             was, to tell the values ``apply`` is given apart from those it returned."""
             del rng, args  # built in __init__, from rngs
             _, state = nnx.split(self.module)
-            variables, self.given = {}, {}
+            flat, self.given = {}, {}
             for path, leaf in state.flat_state():
-                coll, key = collection(leaf, nnx), tuple(str(k) for k in path)
-                node = variables.setdefault(coll, {})
-                for k in key[:-1]:
-                    node = node.setdefault(k, {})
-                node[key[-1]] = value_of(leaf, nnx)
-                self.given[tuple(path)] = (coll, key, node[key[-1]])
-            return variables
+                where = (collection(leaf, nnx),) + tuple(str(k) for k in path)
+                flat[where] = value_of(leaf, nnx)
+                self.given[tuple(path)] = (where, flat[where])
+            return trees.unflatten(flat)
 
         def changed(self, variables):
             """``{NNX path: value}`` of the values in ``variables`` other than ``init`` gave."""
             out = {}
-            for path, (coll, key, was) in self.given.items():
-                node = variables.get(coll, {})
-                for k in key:
-                    node = node.get(k) if hasattr(node, "get") else None
-                if node is not None and node is not was:
-                    out[path] = node
+            for path, (where, was) in self.given.items():
+                now = trees.lookup(variables, where)
+                if now is not None and now is not was:
+                    out[path] = now
             return out
 
         def apply(self, variables, *args):
