@@ -96,20 +96,24 @@ fn torch_modules_with_scalars_of_shape_1_or_a_positions_buffer_pass() {
 }
 
 #[test]
-fn a_torch_module_that_builds_its_output_layer_first_is_graded_and_passes() {
+fn torch_modules_whose_layers_are_built_otherwise_are_graded_and_pass() {
     if !torch() {
         return;
     }
     // Its layers go to the case's by how their shapes compose, not by registration order;
     // taken in that order they were [12, 32] then [32, 1], and every case was skipped.
-    let r = passes(&torch_fake("OutputLayerFirst", "f32"), 20);
     let appendix_e = passes(&torch_fake("FIRE", "f32"), 20);
-    for status in ["passed", "skipped"] {
-        assert_eq!(
-            count(&r, "values", status),
-            count(&appendix_e, "values", status),
-            "{status}: {r:#}"
-        );
+    // So is an MLP of `nn.LazyLinear` layers, called once before loading so that its
+    // parameters exist (every case had been "adapter broken").
+    for class in ["OutputLayerFirst", "LazyLayers"] {
+        let r = passes(&torch_fake(class, "f32"), 20);
+        for status in ["passed", "skipped"] {
+            assert_eq!(
+                count(&r, "values", status),
+                count(&appendix_e, "values", status),
+                "{class} {status}: {r:#}"
+            );
+        }
     }
 }
 

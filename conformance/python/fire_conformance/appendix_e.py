@@ -235,6 +235,7 @@ class Glue:
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = in_dtype(m, dt)
+            self.materialise(m)
             # Every call from here on, the probes' included (`repeats`); a module that takes no
             # hooks (a TorchScript module) is graded without that record.
             self.repeats.start(case.id, ours, case.encoding)
@@ -262,6 +263,26 @@ class Glue:
             m.load_state_dict({k: np.asarray(ours[v], dtype=dt) for k, v in names.items()})
         return m, heads, names, ours
 
+    @staticmethod
+    def materialise(m):
+        """Makes the parameters of a module's lazy layers (``nn.LazyLinear``), which exist only
+        after a first call, so that there is something to load the case's values into: the
+        linear layers in the order they were built, the first taking FIRE's one input and each
+        the one before's outputs (f_θ's chain, [fire.mlp]). Whatever does not fit is left to the
+        loading to name."""
+        if not any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in m.parameters()):
+            return
+        width = 1
+        try:
+            for layer in m.modules():
+                if not isinstance(layer, torch.nn.Linear):
+                    continue
+                if getattr(layer, "has_uninitialized_params", lambda: False)():
+                    layer.initialize_parameters(torch.zeros(1, width, dtype=layer.weight.dtype))
+                width = layer.out_features
+        except Exception:
+            pass
+
     def twin(self, case, full, plan, heads):
         """Raises where a module built anew and loaded with the case's values returns another
         bias than ``full`` (``steps.twin_mistake``): built with another ``init_c`` where the
@@ -276,6 +297,7 @@ class Glue:
         try:
             m, own = self.constructed(case, init_c=other)
             m = in_dtype(m, dt)
+            self.materialise(m)
             self.loaded(m, case, own, dt, check=False)
             m.eval()
             with torch.no_grad():

@@ -228,6 +228,15 @@ class OutputLayerFirst(FIRE):
         return self.proj_out(torch.relu(self.proj_in(x)))
 
 
+class LazyLayers(FIRE):
+    """Correct; the MLP of ``nn.LazyLinear`` layers, whose parameters exist only after the
+    first call (the glue had failed every case cloning an uninitialised parameter)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp = nn.Sequential(nn.LazyLinear(mlp_width), nn.ReLU(), nn.LazyLinear(num_heads))
+
+
 class SignedDistance(FIRE):
     """ψ of the signed distance i − j: right on the causal triangle, NaN (or negative) above it,
     so it declares `negated`; the NaN reaches every gradient through 0·NaN in the MLP's
