@@ -19,7 +19,16 @@ fn nnx_modules_shaped_like_appendix_e_pass() {
     if !flax() {
         return;
     }
-    for class in ["FIRE", "NamedLayers"] {
+    // So do the NNX idioms audit 26 found graded wrongly: an `nnx.Dropout` (now read in
+    // evaluation mode), a constructor passing `**kwargs` on (now given `rngs`), Python floats
+    // in `nnx.Param` (the glue had crashed).
+    for class in [
+        "FIRE",
+        "NamedLayers",
+        "WithDropout",
+        "ForwardsKwargs",
+        "PythonFloatScalars",
+    ] {
         let r = passes_in(&nnx_fake(class), 8, &JAX_GRAD);
         let gradients = r["cases"]
             .as_array()
@@ -80,12 +89,31 @@ fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
             "CachesBias",
             "StaleBias: after the glue's training step (the module called",
         ),
+        // Keyed on c alone: the step's call with f_θ changed alone leaves it stale.
+        (
+            "CacheKeyedOnC",
+            "StaleBias: after the glue's training step (the module called",
+        ),
     ] {
         let (code, r) = run(&nnx_fake(class), &JAX_BIAS);
         assert_eq!(code, 1, "{class}: {r:#}");
         assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
         assert_eq!(failed_saying(&r, says).len(), 6, "{class}: {r:#}");
     }
+    // A cache the traced call of a gradient misses (keyed on the instance, the traced module
+    // merged anew) and the direct call hits: stale, not x misused.
+    let (code, r) = run(&nnx_fake("CachesBiasGlobally"), &JAX_GRAD);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    let gradients = failed_saying(
+        &r,
+        "the module called directly returns a bias it does not return under jax.vjp",
+    );
+    assert!(
+        gradients.len() >= 2 && gradients.iter().all(|id| id.starts_with("fire-grad/")),
+        "{r:#}"
+    );
+    assert!(!r.to_string().contains("XMisused"), "{r:#}");
 }
 
 /// A catalogued mistake written in NNX is diagnosed as in any framework.

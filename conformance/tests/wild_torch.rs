@@ -438,6 +438,13 @@ fn what_training_does_to_a_module_is_checked_and_named() {
             "{class}: {r:#}"
         );
     }
+    // Audit 26: an inference cache keyed on the length and c alone, stale when f_θ changes
+    // alone (the step also changes each part of the parameters alone).
+    the_glue_finds(
+        &torch_fake("InferenceCacheKeyedOnC", "f32"),
+        &cases,
+        "StaleBias",
+    );
     passes_in(&torch_fake("CacheKeyedOnVersions", "f32"), 20, &cases);
     passes_in(&torch_fake("compiled_fire", "f32"), 20, &cases);
     // Audit 24: a cache that follows every update but keeps its graph fails a second backward

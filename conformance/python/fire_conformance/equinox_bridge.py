@@ -46,11 +46,32 @@ def collection(leaf, jnp):
 
 
 def takes_key(cls):
-    """Whether the constructor of ``cls`` takes a ``key`` argument (Equinox's convention)."""
+    """Whether the constructor of ``cls`` may take a ``key`` argument (Equinox's convention): it
+    names one, or passes ``**kwargs`` on."""
     try:
-        return "key" in inspect.signature(cls).parameters
+        params = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):
         return False
+    return any(p.name == "key" or p.kind == p.VAR_KEYWORD for p in params)
+
+
+def build(cls, key, jax, kwargs):
+    """The Equinox module, given ``key=jax.random.PRNGKey(0)`` where its constructor may take it
+    (a ``**kwargs`` constructor that turns it away is built again without), in inference mode
+    (``eqx.nn.inference_mode``: an ``eqx.nn.Dropout`` off), as a model is when its bias is read."""
+    if not key or "key" in kwargs:
+        module = cls(**kwargs)
+    else:
+        try:
+            module = cls(**kwargs, key=jax.random.PRNGKey(0))
+        except TypeError as e:
+            if "key" not in str(e):
+                raise
+            module = cls(**kwargs)
+    import equinox as eqx
+
+    inference = getattr(eqx.nn, "inference_mode", None)
+    return module if inference is None else inference(module, True)
 
 
 def as_linen(cls):
@@ -66,9 +87,7 @@ def as_linen(cls):
         equinox_class = cls
 
         def __init__(self, **kwargs):
-            if key and "key" not in kwargs:
-                kwargs["key"] = jax.random.PRNGKey(0)
-            self.module = self.call_target = cls(**kwargs)
+            self.module = self.call_target = build(cls, key, jax, kwargs)
             leaves, self.treedef = jax.tree_util.tree_flatten_with_path(self.module)
             # Each leaf: its collection and path in the variables tree, or None (kept as built).
             self.where = [None if collection(leaf, jnp) is None

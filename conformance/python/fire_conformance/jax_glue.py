@@ -335,7 +335,8 @@ class JaxGlue:
         else:
             # Called on concrete values first: the batch entries are compared there (under
             # jax.vjp they are tracers), and a NumPy bias is seen before tracing fails on it.
-            if isinstance(bias(params), np.ndarray):
+            direct = bias(params)
+            if isinstance(direct, np.ndarray):
                 raise fire_kit.Skip("the module returns a NumPy array (np.asarray in its __call__), "
                                     "which jax.vjp cannot differentiate: no gradients")
             cot = case.inputs["cotangent"].array()
@@ -343,14 +344,18 @@ class JaxGlue:
             if cot.shape != want:
                 raise ValueError(f"the cotangent has shape {list(cot.shape)}, the bias {list(want)}")
             full, pullback = jax.vjp(lambda p: bias(p, check=False), params)
+        as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
+                                                    else jnp.float64), dtype=np.float64)
+        if case.kind == "vjp" and twinned:
+            # The same values called directly and under jax.vjp (an NNX module merged anew from
+            # the one built, as nnx.grad does): before any probe, which would blame x for it.
+            steps.check_traced(plan.pick(as_numpy(direct)), plan.pick(as_numpy(full)), case, self.dtype)
         rows_n, cols_n = plan.shape
         if plan.style in ("lengths", "lengths_device") and self.query_rows == "last" and rows_n < cols_n:
             square = m.apply({**variables, "params": params}, *((cols_n, cols_n) + args[2:]))
             calls.check_last_rows(np.asarray(full, dtype=np.float64),
                                   np.asarray(outputs.squeeze(square, heads, cols_n, cols_n), dtype=np.float64),
                                   self.dtype)
-        as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
-                                                    else jnp.float64), dtype=np.float64)
         counting = calls.counted(plan.args[0]) if plan.style in calls.POSITION_LAYOUTS else None
         if counting is not None:
             given = jnp.asarray(counting) if plan.style == "positions" else jnp.asarray(counting)[None]

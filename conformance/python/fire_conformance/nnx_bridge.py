@@ -3,8 +3,8 @@
 An NNX module holds its parameters as attributes (``nnx.Param``), takes ``rngs`` when built and
 is called directly; the JAX glue (``jax_glue``) reads a linen-style variables tree and applies
 it. ``as_linen(cls)`` is a class constructed as the NNX one is (``rngs=nnx.Rngs(0)`` added where
-its constructor takes ``rngs``) whose instances have ``init(rng, *args) -> variables`` and
-``apply(variables, *args)``:
+its constructor takes ``rngs``, the module then put in evaluation mode) whose instances have
+``init(rng, *args) -> variables`` and ``apply(variables, *args)``:
 
 - the variables: ``params`` the ``nnx.Param`` leaves; every other ``nnx.Variable`` type a
   collection of its own, named by the type (``nnx.Variable``, ``nnx.BatchStat``, …), and JAX
@@ -50,10 +50,15 @@ def collection(leaf, nnx):
 
 
 def value_of(leaf, nnx):
-    """The array an NNX state leaf holds (a Variable's value, or the plain array itself)."""
-    if not isinstance(leaf, nnx.Variable):
-        return leaf
-    return leaf.get_value() if hasattr(leaf, "get_value") else leaf.value
+    """The array an NNX state leaf holds (a Variable's value, or the plain array itself); a
+    Python number held (``nnx.Param(1.0)``, which trains as an array would) as a JAX array."""
+    if isinstance(leaf, nnx.Variable):
+        leaf = leaf.get_value() if hasattr(leaf, "get_value") else leaf.value
+    if isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
+        import jax.numpy as jnp
+
+        return jnp.asarray(leaf)
+    return leaf
 
 
 def holding(leaf, value, nnx):
@@ -62,11 +67,32 @@ def holding(leaf, value, nnx):
 
 
 def takes_rngs(cls):
-    """Whether the constructor of ``cls`` takes an ``rngs`` argument (NNX's convention)."""
+    """Whether the constructor of ``cls`` may take an ``rngs`` argument (NNX's convention): it
+    names one, or passes ``**kwargs`` on (to a base class that may)."""
     try:
-        return "rngs" in inspect.signature(cls.__init__).parameters
+        params = inspect.signature(cls.__init__).parameters.values()
     except (TypeError, ValueError):
         return False
+    return any(p.name == "rngs" or p.kind == p.VAR_KEYWORD for p in params)
+
+
+def build(cls, rngs, nnx, kwargs):
+    """The NNX module, given ``rngs=nnx.Rngs(0)`` where its constructor may take it (a
+    ``**kwargs`` constructor that turns it away is built again without), in evaluation mode
+    (``module.eval()``: an ``nnx.Dropout`` off, an ``nnx.BatchNorm`` on its running averages),
+    as a model is when its bias is read, and as the torch glue puts a torch module."""
+    if rngs and "rngs" not in kwargs:
+        try:
+            module = cls(**kwargs, rngs=nnx.Rngs(0))
+        except TypeError as e:
+            if "rngs" not in str(e):
+                raise
+            module = cls(**kwargs)
+    else:
+        module = cls(**kwargs)
+    if callable(getattr(module, "eval", None)):
+        module.eval()
+    return module
 
 
 def as_linen(cls):
@@ -80,10 +106,7 @@ def as_linen(cls):
         nnx_class = cls
 
         def __init__(self, **kwargs):
-            if rngs and "rngs" not in kwargs:
-                kwargs["rngs"] = nnx.Rngs(0)
-            self.module = cls(**kwargs)
-            self.call_target = self.module
+            self.module = self.call_target = build(cls, rngs, nnx, kwargs)
             self.given = {}
 
         def init(self, rng, *args):

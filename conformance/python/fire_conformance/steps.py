@@ -26,6 +26,7 @@ same bias; where it does not, the independent NumPy FIRE says which of the two i
 import numpy as np
 
 from fire_conformance import kit as fire_kit
+from fire_conformance import numpy_fire
 from fire_conformance.calls import ROUNDING
 from fire_conformance.repeats import StaleBias, distance
 
@@ -57,14 +58,22 @@ class TwinDiffers(fire_kit.Mistake):
     """Two modules holding the same values return different biases."""
 
 
+# The parts of the parameters an optimiser may change alone (one frozen, or in a group whose
+# learning rate is zero; a checkpoint that differs in one): the scalars (c, the multiplier), then
+# the rest (f_θ), by their number of entries. A cache keyed on only one part (the length and c)
+# misses every step that changes all of them, and answers stale when only the other changes.
+PARTS = (lambda n: n <= 1, lambda n: n > 1)
+
+
 def step(m, call, full=True):
     """Runs what training does between two graded calls on ``m``, the module holding the case's
     values: its trainable floating parameters scaled in place by ``SCALE`` (an optimiser's
     step), with ``full`` an evaluation (eval mode, no gradients: ``call()`` is the glue's
     forward, without its probes, returning the bias) and two forwards and backwards in train mode
     (gradient accumulation: a graph kept from the first fails the second), else one train-mode
-    forward alone (a square too large for more); then the case's values written back in place
-    and the gradients cleared. Returns ``(bias, error, changed)``: the train-mode bias
+    forward alone (a square too large for more), and with ``full`` two more steps, each scaling
+    one of ``PARTS`` alone in train mode and evaluating after it; then the case's values written back in place and the
+    gradients cleared. Returns ``(bias, error, changed)``: the train-mode bias
     (detached), or ``None`` where no parameter changed (all zero) or a call failed (the graded
     call, run next, says why); the glue's finding where the second backward failed on what the
     first kept (``second_backward``), else ``None``; and whether scaling changed a parameter."""
@@ -93,6 +102,18 @@ def step(m, call, full=True):
                     call().float().sum().backward()
                 except RuntimeError as e:
                     error = second_backward(e)
+        if full:
+            # Each a training step changing one part (in train mode, as an optimiser's is)
+            # and an evaluation after it.
+            for part in PARTS:
+                m.train()
+                with torch.no_grad():
+                    for p, k in zip(params, kept):
+                        p.copy_(k * SCALE if part(p.numel()) else k)
+                m.eval()
+                with torch.no_grad():
+                    call()
+            m.train()
     except Exception:
         bias = None
     finally:
@@ -107,7 +128,7 @@ def step(m, call, full=True):
 def jax_step(call, params, jax):
     """What training does between two graded calls of a JAX module, as far as a functional
     call shows it: ``call(params)`` on the case's parameters with every floating leaf scaled by
-    ``SCALE`` (an optimiser's step). The graded call then passes the case's values again: a module
+    ``SCALE`` (an optimiser's step), then with each of ``PARTS`` scaled alone. The graded call then passes the case's values again: a module
     or program that kept what this call computed (a bias cached in an ``nnx.data`` attribute, a
     ψ table in a module-level dict) answers with it, and ``twin_mistake`` names it. Returns
     whether scaling changed a parameter; a call that fails tells nothing (the graded call, run
@@ -115,11 +136,13 @@ def jax_step(call, params, jax):
     floating = lambda a: jax.numpy.issubdtype(jax.numpy.asarray(a).dtype, jax.numpy.floating)  # noqa: E731
     if not any(floating(a) and bool(jax.numpy.any(a != 0)) for a in jax.tree_util.tree_leaves(params)):
         return False
-    scaled = jax.tree_util.tree_map(lambda a: a * SCALE if floating(a) else a, params)
-    try:
-        call(scaled)
-    except Exception:
-        pass
+    for part in (lambda n: True,) + PARTS:
+        scaled = jax.tree_util.tree_map(
+            lambda a: a * SCALE if floating(a) and part(jax.numpy.size(a)) else a, params)
+        try:
+            call(scaled)
+        except Exception:
+            pass
     return True
 
 
@@ -143,6 +166,33 @@ def second_backward(e):
         f"a backward through the module fails ({type(e).__name__}: {text.splitlines()[0][:160]}): "
         f"it keeps {kept}; compute it in forward on every call, or detach and recompute what you "
         "keep [grad.vjp]")
+
+
+def check_traced(direct, traced, case, dtype):
+    """Raises where a JAX module called directly and under ``jax.vjp`` with the same values
+    returns different biases (``direct``, ``traced``: the case's entries): it keeps something
+    between calls that one of the two routes does not see (a cache keyed on the module's
+    identity, which the traced call, merged anew, misses), or draws random numbers. Which of the
+    two is the case's (the NumPy FIRE, ``NEARER`` times nearer) says which: the direct call
+    stale (``StaleBias``), else two calls that disagree (``TwinDiffers``)."""
+    if not twin_differs(direct, traced, dtype):
+        return
+    reference = numpy_fire.reference(case)
+    if reference is None:
+        return
+    d_direct = distance(direct, reference, case.queries, case.keys)
+    d_traced = distance(traced, reference, case.queries, case.keys)
+    if d_traced * NEARER < d_direct:
+        did, where, fix = JAX_STEP
+        raise StaleBias(
+            f"after the glue's training step ({did}) the module called directly returns a bias "
+            "it does not return under jax.vjp with the same values, and not the case's: it keeps "
+            f"part of what it computed before its parameters changed ({where}), so every step "
+            f"after the first uses stale values; {fix} [fire.bias]")
+    raise TwinDiffers(
+        "called directly and under jax.vjp with the same values, the module returns different "
+        "biases: it depends on more than the values it holds and the positions (state kept "
+        "between calls, random numbers drawn in evaluation) [fire.bias]")
 
 
 def twin_differs(got, twin, dtype):

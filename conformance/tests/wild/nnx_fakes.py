@@ -106,3 +106,72 @@ class OneBasedPositions(FIRE):
 
     def positions(self, seq_length, dtype):
         return jnp.arange(1, seq_length + 1, dtype=dtype)
+
+
+class WithDropout(FIRE):
+    """Correct: ``nnx.Dropout`` on the bias, off in evaluation mode (``model.eval()``), where the
+    bias is read (the glue had graded it in training mode: random outputs blamed on x)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.dropout = nnx.Dropout(0.1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.dropout(super().__call__(x))
+
+
+class ForwardsKwargs(FIRE):
+    """Correct: a constructor that passes ``**kwargs`` on, ``rngs`` among them (the glue had
+    withheld ``rngs`` from it)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+class PythonFloatScalars(FIRE):
+    """Correct: ``c`` and the multiplier held as Python floats in ``nnx.Param`` (which train as
+    arrays do; the glue had crashed on them)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.L_multiplier = nnx.Param(1.0)
+
+    def scalar(self, value):
+        return nnx.Param(float(value))
+
+
+# A bias cache outside the module, keyed on the instance: the traced call of a gradient, merged
+# anew from the module, misses it; every direct call after the first hits it.
+_CACHE = {}
+
+
+class CachesBiasGlobally(FIRE):
+    """The bias cached in a module-level dict under ``(id(self), T)``: stale after any step (it
+    had been blamed on x where the direct and the traced call disagreed)."""
+
+    def __call__(self, x):
+        key = (id(self), x.shape[2])
+        if key not in _CACHE:
+            _CACHE[key] = super().__call__(x)
+        return _CACHE[key]
+
+
+class CacheKeyedOnC(FIRE):
+    """The bias cached under ``(T, float(c))``: recomputed when c changes, stale when only f_θ or
+    the multiplier does (a frozen c, a checkpoint with the same c)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.cache = nnx.data({})
+
+    def __call__(self, x):
+        try:
+            key = (x.shape[2], float(self.c[...]))
+        except Exception:  # a tracer: no key, computed afresh
+            return super().__call__(x)
+        if key not in self.cache:
+            self.cache[key] = super().__call__(x)
+        return self.cache[key]

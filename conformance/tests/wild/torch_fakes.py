@@ -325,6 +325,20 @@ class CachesInEvalClearedOnTrain(CachesInEvalOnly):
         return super().train(mode)
 
 
+class InferenceCacheKeyedOnC(FIRE):
+    """An inference cache (no gradients) keyed on the length and c: recomputed when c changes,
+    stale when only f_θ or the multiplier does (a frozen c, fine-tuning the MLP alone)."""
+
+    def forward(self, x):
+        if torch.is_grad_enabled():
+            return super().forward(x)
+        cache = self.__dict__.setdefault("_cache", {})
+        key = (x.size(2), float(self.c))
+        if key not in cache:
+            cache[key] = super().forward(x)
+        return cache[key]
+
+
 def make_fire_other_defaults(num_heads=12, mlp_width=32, init_c=0.1, init_L=256.0, eps=1e-6):
     """A factory function given for CLASS, whose default threshold is 256, not 512: built on
     its own defaults on the [fire.defaults] cases as a class is."""
