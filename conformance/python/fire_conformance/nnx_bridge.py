@@ -131,6 +131,9 @@ def as_linen(cls):
             return out
 
         def apply(self, variables, *args):
+            """The module called on ``args`` holding ``variables``: under a transformation a
+            module merged from the one built with the given values in, else the one built with
+            them written in (module docstring)."""
             changed = self.changed(variables)
             if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(changed)):
                 graphdef, state = nnx.split(self.module)
