@@ -50,28 +50,11 @@ fn an_nnx_c_held_outside_param_fails_the_gradient_cases_naming_it() {
         return;
     }
     let (code, r) = run(&nnx_fake("CAsVariable"), &JAX_GRAD);
-    assert_eq!(code, 1, "{r:#}");
-    for c in r["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["status"] != "skipped")
-    {
-        let gradient = c["id"].as_str().unwrap().starts_with("fire-grad/");
-        assert_eq!(
-            c["status"],
-            if gradient { "failed" } else { "passed" },
-            "{c:#}"
-        );
-        if gradient {
-            assert!(
-                c["details"]
-                    .to_string()
-                    .contains("keeps `c` in the `nnx.Variable` collection, outside `params`"),
-                "{c:#}"
-            );
-        }
-    }
+    only_the_gradients_fail_saying(
+        &r,
+        code,
+        &["keeps `c` in the `nnx.Variable` collection, outside `params`"],
+    );
 }
 
 /// A ψ table made in `__init__` from `init_c` follows the constructor, not the `c` the module
@@ -146,28 +129,14 @@ fn equinox_mistakes_are_named() {
         return;
     }
     let (code, r) = run(&equinox_fake("CAsFloat"), &JAX_GRAD);
-    assert_eq!(code, 1, "{r:#}");
-    for c in r["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["status"] != "skipped")
-    {
-        let gradient = c["id"].as_str().unwrap().starts_with("fire-grad/");
-        assert_eq!(
-            c["status"],
-            if gradient { "failed" } else { "passed" },
-            "{c:#}"
-        );
-        if gradient {
-            let says = c["details"].to_string();
-            assert!(
-                says.contains("keeps `c` in the `constants` collection"),
-                "{c:#}"
-            );
-            assert!(says.contains("hold it as a floating array"), "{c:#}");
-        }
-    }
+    only_the_gradients_fail_saying(
+        &r,
+        code,
+        &[
+            "keeps `c` in the `constants` collection",
+            "hold it as a floating array",
+        ],
+    );
     let (code, r) = run(&equinox_fake("OneBasedPositions"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");

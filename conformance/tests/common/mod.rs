@@ -333,6 +333,30 @@ pub fn lines(report: &Report, id: &str) -> Vec<String> {
 
 /// The ids of the cases `report` failed.
 /// The ids of the failed cases of a JSON report whose report block contains `text`.
+/// Asserts that a run failed (exit 1) on its gradient cases alone, each saying every one of
+/// `says`, and passed every other case it did not skip: a scalar kept where no gradient reaches
+/// it is right on values and never trains.
+pub fn only_the_gradients_fail_saying(r: &Value, code: i32, says: &[&str]) {
+    assert_eq!(code, 1, "{r:#}");
+    for c in r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] != "skipped")
+    {
+        let gradient = c["id"].as_str().unwrap().starts_with("fire-grad/");
+        assert_eq!(
+            c["status"],
+            if gradient { "failed" } else { "passed" },
+            "{c:#}"
+        );
+        let details = c["details"].to_string();
+        for text in says.iter().filter(|_| gradient) {
+            assert!(details.contains(text), "{text:?}: {c:#}");
+        }
+    }
+}
+
 pub fn failed_saying<'a>(r: &'a Value, text: &str) -> Vec<&'a str> {
     r["cases"]
         .as_array()
