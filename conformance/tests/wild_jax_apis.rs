@@ -68,11 +68,12 @@ fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
     }
     for (class, says) in [
         ("PsiTableFromInitC", "FollowsInitC: built with init_c"),
+        // Stale: the step's bias itself, or (keyed on c alone, the step's call with f_θ
+        // changed alone) one a module built anew does not return.
         (
             "CachesBias",
-            "StaleBias: after the glue's training step (the module called",
+            "StaleBias: the module returned exactly the bias of the glue's training step",
         ),
-        // Keyed on c alone: the step's call with f_θ changed alone leaves it stale.
         (
             "CacheKeyedOnC",
             "StaleBias: after the glue's training step (the module called",
@@ -84,16 +85,27 @@ fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
         assert_eq!(failed_saying(&r, says).len(), 6, "{class}: {r:#}");
     }
     // A cache the traced call of a gradient misses (keyed on the instance, the traced module
-    // merged anew) and the direct call hits: stale, not x misused.
+    // merged anew) and the direct call hits: stale, not x misused (which the probes, calling
+    // the module directly, had said on the gradient cases).
     let (code, r) = run(&nnx_fake("CachesBiasGlobally"), &JAX_GRAD);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
-    let gradients = failed_saying(
+    let stale = failed_saying(&r, "StaleBias:");
+    assert!(
+        stale.len() >= 8 && stale.iter().any(|id| id.starts_with("fire-grad/")),
+        "{r:#}"
+    );
+    assert!(!r.to_string().contains("XMisused"), "{r:#}");
+    // Its normaliser cached so: the direct call of a gradient case differs from the traced one.
+    let (code, r) = run(&nnx_fake("CachesNormaliserGlobally"), &JAX_GRAD);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    let traced = failed_saying(
         &r,
         "the module called directly returns a bias it does not return under jax.vjp",
     );
     assert!(
-        gradients.len() >= 2 && gradients.iter().all(|id| id.starts_with("fire-grad/")),
+        !traced.is_empty() && traced.iter().all(|id| id.starts_with("fire-grad/")),
         "{r:#}"
     );
     assert!(!r.to_string().contains("XMisused"), "{r:#}");
@@ -118,7 +130,42 @@ fn an_equinox_module_shaped_like_appendix_e_passes() {
     if !equinox() {
         return;
     }
-    passes_in(&equinox_fake("FIRE"), 8, &JAX_GRAD);
+    // Audit 27: a table of positions read through `jax.lax.stop_gradient` (no gradient reaches
+    // it: kept as built, where it had been refused as a parameter no case value reaches) and
+    // hand-written layers whose `weight` is `[in, out]` (every case had been skipped) pass too.
+    for class in ["FIRE", "PositionsStopGradient", "HandWrittenLayers"] {
+        passes_in(&equinox_fake(class), 8, &JAX_GRAD);
+    }
+}
+
+/// Kept as built, a ψ table made from `init_c` and read through `stop_gradient` is still a
+/// mistake: the twin, built with another `init_c`, keeps its own table, and the case fails
+/// saying the bias follows the constructor. `c` held as `log c` is a transform the glue cannot
+/// load a case's c into: refused saying so on every case, where it had failed as a constructor
+/// ignoring `init_c` (audit 27).
+#[test]
+fn an_equinox_table_kept_as_built_fails_and_a_transformed_c_is_refused() {
+    if !equinox() {
+        return;
+    }
+    let (code, r) = run(&equinox_fake("PsiTableStopGradient"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(
+        failed_saying(&r, "FollowsInitC: built with init_c").len(),
+        6,
+        "{r:#}"
+    );
+    let (code, r) = run(&equinox_fake("LogC"), &DEFAULT_AND_RANDOM);
+    assert_ne!(code, 0, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+    let cases = r["cases"].as_array().unwrap();
+    let graded = cases.iter().filter(|c| c["status"] != "skipped").count();
+    assert_eq!(graded, 2, "{r:#}");
+    assert_eq!(
+        failed_saying(&r, "TransformedArgument: built with init_c").len(),
+        graded,
+        "{r:#}"
+    );
 }
 
 /// A `c` kept as a Python float is right on values, but Equinox trains floating arrays alone:

@@ -59,6 +59,9 @@ from fire_conformance import trees
 from fire_conformance.loading import chain_order
 
 SCALARS = ("c", "init_L", "L_multiplier")
+# Leaves named as Appendix E's constructor arguments, which a module keeps as it was given them
+# (an Equinox field `eps: float`): never the threshold's multiplier under another name.
+ARGUMENTS = ("init_L",) + construction.SHAPE_ARGS + construction.INITIAL_ARGS
 
 
 def _jax():
@@ -104,8 +107,9 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     catalogue's MLP mistakes (spec/variants.md) are modules whose tree is not Appendix E's. A
     ``Dense(use_bias=False)`` takes the kernel and leaves the case's bias out, which is exactly the
     mistake (``hidden-bias-missing``, ``output-bias-missing``), graded and named. A case whose MLP
-    is not the module's (another depth, other widths) is skipped; a case value with nowhere to go,
-    or a module parameter no case value reaches, is refused by name. A scalar found by its name
+    is not the module's (another depth, other widths) is skipped; a case value with nowhere to go
+    is refused by name; the module parameters no case value reaches are returned last (kept as
+    built where the bias has no gradient in them, ``JaxGlue.constants``, else refused). A scalar found by its name
     only outside ``params`` (an ``init_L`` constant; a ``c`` or ``L_multiplier`` kept there, which
     then never trains) takes the case's value there; ``L_multiplier`` may be absent
     (``loading.no_multiplier``), unless another scalar leaf could be it."""
@@ -137,27 +141,38 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
                              f"({['/'.join(q) for q in flat]}); map it with --map {name}=PATH")
     if "L_multiplier" not in loaded.values() and "L_multiplier" not in outside.values():
         loading.no_multiplier(any(p[-1] == "init_L" for p in loaded),
-                                 ["/".join(p) for p in elsewhere if p[-1] != "init_L" and p not in outside],
+                                 ["/".join(p) for p in elsewhere if p[-1] not in ARGUMENTS and p not in outside],
                                  "write a build(case) glue that sets it (--map reaches `params` only)")
-    unset = ["/".join(p) for p in flat if p not in loaded]
-    if unset:
-        raise loading.ParamsMismatch(
-            f"the module's parameter(s) {unset} take none of the case's values ({sorted(ours)}); "
-            "map them with --map OURS=PATH, or write a build(case) glue (one that converts, where "
-            "the module stores a value otherwise: log L, softplus⁻¹ c)")
-    return loaded, outside, in_out
+    return loaded, outside, in_out, [p for p in flat if p not in loaded]
+
+
+def unreached(unset, ours):
+    """The refusal of a module whose parameters ``unset`` take none of the case's values
+    ``ours`` and do reach its bias (``JaxGlue.constants``)."""
+    return loading.ParamsMismatch(
+        f"the module's parameter(s) {['/'.join(p) for p in unset]} take none of the case's values "
+        f"({sorted(ours)}) and its bias has a gradient in them, so they would train beside FIRE's; "
+        "map them with --map OURS=PATH, or write a build(case) glue (one that converts, where the "
+        "module stores a value otherwise: log L, softplus⁻¹ c); an array meant to stay fixed (a "
+        "table of positions) is read through jax.lax.stop_gradient, or kept outside the parameters")
 
 
 def stored_in_out(flat, layers, mapping):
     """The weight paths of ``layers`` stored ``[in, out]`` (JAX's ``x @ w``), to be transposed
     to and from the case's ``[out, in]``. Flax's ``kernel`` leaves are (Equinox's ``weight``
-    leaves are ``[out, in]``, as PyTorch's); mapped weights
+    leaves are ``[out, in]``, as PyTorch's, unless only ``[in, out]`` composes); mapped weights
     (``--map mlp.N.weight=PATH``, named anything) are too, unless only PyTorch's ``[out, in]``
     (``x @ w.T``, a port that kept torch's layout) makes the layers compose from one input."""
     paths = [k for k, _ in layers]
-    if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
-        return {k for k in paths if k[-1] == "kernel"}
     shapes = [tuple(np.shape(flat[k])) for k in paths]
+    if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
+        if any(k[-1] == "kernel" for k in paths):
+            return {k for k in paths if k[-1] == "kernel"}
+        # `weight` leaves: [out, in] (Equinox's, PyTorch's) unless only [in, out] composes (a
+        # hand-written layer computing x @ w).
+        if not loading.is_chain(shapes) and loading.is_chain([s[::-1] for s in shapes]):
+            return set(paths)
+        return set()
     if not loading.is_chain([s[::-1] for s in shapes]) and loading.is_chain(shapes):
         return set()
     return set(paths)
@@ -281,13 +296,8 @@ class JaxGlue:
         others = {(coll,) + path: leaf for coll, tree in variables.items() if coll != "params"
                   for path, leaf in trees.flatten(dict(tree)).items()}
         elsewhere = [p for p, leaf in others.items() if np.size(leaf) <= 1]
-        loaded, outside, in_out = load_jax(flat, ours, self.mapping, built, elsewhere)
-        if not own:
-            # Built from the case's c and L_init: it must hold them ([fire.params]), wherever
-            # it keeps them (an init_L constant that ignores the argument included).
-            held = {name: flat[path] for path, name in loaded.items() if path in flat}
-            held.update({name: others[path] for path, name in outside.items()})
-            construction.check_arguments(held, case, self.dtype)
+        loaded, outside, in_out, unset = load_jax(flat, ours, self.mapping, built, elsewhere)
+        self.check_held(case, heads, width, args, flat, others, loaded, outside, ours, own)
         if case.kind == "vjp":
             frozen = [(name, path[0]) for path, name in outside.items() if name == "c" or (
                 name == "L_multiplier" and case.encoding["threshold"] == "learnable")]
@@ -320,6 +330,8 @@ class JaxGlue:
             flat[path] = jnp.asarray(_place(ours[name], flat[path], path, path in in_out), dtype=dt)
         params = trees.unflatten(flat)
         rows, cols = plan.shape
+        if unset and not self.constants(m, variables, flat, unset, args, heads, plan):
+            raise unreached(unset, ours)
 
         def bias(p, check=True, given=args):
             out = m.apply({**variables, "params": p}, *given)
@@ -329,7 +341,8 @@ class JaxGlue:
             and rows * cols <= steps.FULL_LIMIT
         # What training does before the graded call (`steps.jax_step`); the twin, built anew,
         # then shows what the module kept from it.
-        stepped = twinned and steps.jax_step(lambda p: bias(p, check=False), params, jax)
+        first = steps.jax_step(lambda p: bias(p, check=False), params, jax) if twinned else None
+        stepped = first is not None
         if case.kind == "bias":
             full = bias(params)
         else:
@@ -346,6 +359,8 @@ class JaxGlue:
             full, pullback = jax.vjp(lambda p: bias(p, check=False), params)
         as_numpy = lambda a: np.asarray(jnp.asarray(a, dtype=jnp.float32 if self.dtype != "f64"  # noqa: E731
                                                     else jnp.float64), dtype=np.float64)
+        if stepped:
+            steps.check_jax_kept(np.array(full if case.kind == "bias" else direct), first)
         if case.kind == "vjp" and twinned:
             # The same values called directly and under jax.vjp (an NNX module merged anew from
             # the one built, as nnx.grad does): before any probe, which would blame x for it.
@@ -383,7 +398,7 @@ class JaxGlue:
                                to_numpy=as_numpy)
         if twinned:
             kept = {p: others[p] for p in outside}
-            self.twin(case, heads, width, params, kept, args, plan, as_numpy(full), stepped)
+            self.twin(case, heads, width, params, kept, unset, args, plan, as_numpy(full), stepped)
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
                                             f"was given; {appendix_e.rerun_advice(full.dtype)}")
@@ -405,10 +420,70 @@ class JaxGlue:
             out.pop("L_multiplier", None)
         return out
 
-    def twin(self, case, heads, width, params, kept, args, plan, full, stepped):
+    def check_held(self, case, heads, width, args, flat, others, loaded, outside, ours, own):
+        """Checks the c and L_init the module holds as built, wherever it keeps them
+        (``construction.check_arguments``, [fire.params]): built from the case's, it must hold
+        them (an argument ignored fails, a transform of it is refused); built on its own defaults
+        and holding others than the spec's, it is built again from the case's values to tell a
+        default of its own (graded as such) from a transform (``log c`` held as ``c``), which no
+        case value can be loaded into."""
+        jax = self.jax
+        held = {name: flat[path] for path, name in loaded.items() if path in flat}
+        held.update({name: others[path] for path, name in outside.items()})
+        where = {name: ("params",) + path for path, name in loaded.items() if path in flat}
+        where.update({name: path for path, name in outside.items()})
+
+        def holds(enc):
+            again = construction.construct(self.cls, heads, width, enc, self.kwargs)
+            return dict(again.init(jax.random.PRNGKey(0), *args))
+
+        def rebuild(name, arg, value):
+            # The module built again with another value of the argument: what it then holds.
+            key = {"init_c": "c", "init_L": "l_init"}[arg]
+            return trees.lookup(holds({**case.encoding, key: value}), where[name])
+
+        if not own:
+            construction.check_arguments(held, case, self.dtype, rebuild)
+            return
+        if all(construction.same_in_f32(v, ours[name]) for name, v in held.items()
+               if name in construction.FROM_ARGUMENT):
+            return
+        try:
+            given = holds(case.encoding)
+            construction.check_arguments({name: trees.lookup(given, where[name]) for name in held},
+                                         case, self.dtype, rebuild)
+        except construction.TransformedArgument:
+            raise
+        except Exception:
+            pass  # a default of its own, graded as such
+
+    def constants(self, m, variables, flat, unset, args, heads, plan):
+        """Whether the module's bias has no gradient in its parameters ``unset``, which take none
+        of the case's values: arrays it reads through ``jax.lax.stop_gradient`` (a table of
+        positions, an ε kept as an array in Equinox, which trains every floating array), kept as
+        built and never trained, rather than parameters beside FIRE's. Tried at the case's
+        values with a fixed random cotangent; a module the gradient cannot pass says no."""
+        jax, jnp = self.jax, self.jnp
+        rows, cols = plan.shape
+        cot = jnp.asarray(np.random.default_rng(0).standard_normal((heads, rows, cols)), dtype=self.dt)
+
+        def weighted(part):
+            p = trees.unflatten({**flat, **part})
+            out = outputs.squeeze(m.apply({**variables, "params": p}, *args), heads, rows, cols,
+                                  batch=plan.batch, check=False)
+            return jnp.sum(jnp.asarray(out, dtype=self.dt) * cot)
+
+        try:
+            grads = jax.grad(weighted)({p: flat[p] for p in unset})
+        except Exception:
+            return False
+        return all(not bool(jnp.any(g != 0)) for g in grads.values())
+
+    def twin(self, case, heads, width, params, kept, unset, args, plan, full, stepped):
         """Raises where the module built anew with another ``init_c``, given the same ``params``
-        and the scalars the glue loaded outside them (``kept``: ``{(collection,) + path:
-        value}``) and its own values of everything else, returns another bias than ``full``
+        (but its own values of the constants among them, ``unset``) and the scalars the glue
+        loaded outside them (``kept``: ``{(collection,) + path: value}``) and its own values of
+        everything else, returns another bias than ``full``
         (``steps.twin_mistake``): a bias that follows the constructor's ``init_c`` (a ψ table
         computed in ``setup``, or in an NNX ``__init__`` and held as an attribute) rather than
         the ``c`` in ``params``; with ``stepped`` (the graded module took ``steps.jax_step``),
@@ -422,9 +497,13 @@ class JaxGlue:
             variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
             for path, value in kept.items():
                 variables[path[0]][path[1:]] = value
+            # Its own constants (``constants``: a table made from init_c and read through
+            # stop_gradient shows), the case's values in everything else.
+            given = trees.flatten(params)
+            given.update({p: variables["params"][p] for p in unset if p in variables.get("params", {})})
             variables = {coll: trees.unflatten(flat) for coll, flat in variables.items()}
-            out = outputs.squeeze(m.apply({**variables, "params": params}, *args), heads, rows, cols,
-                                  batch=plan.batch)
+            out = outputs.squeeze(m.apply({**variables, "params": trees.unflatten(given)}, *args),
+                                  heads, rows, cols, batch=plan.batch)
             twin = np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"
                                           else jnp.float32), dtype=np.float64)
         except Exception:

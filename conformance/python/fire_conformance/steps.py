@@ -27,6 +27,7 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 from fire_conformance import numpy_fire
+from fire_conformance import repeats
 from fire_conformance.calls import ROUNDING
 from fire_conformance.repeats import StaleBias, distance
 
@@ -130,20 +131,40 @@ def jax_step(call, params, jax):
     call shows it: ``call(params)`` on the case's parameters with every floating leaf scaled by
     ``SCALE`` (an optimiser's step), then with each of ``PARTS`` scaled alone. The graded call then passes the case's values again: a module
     or program that kept what this call computed (a bias cached in an ``nnx.data`` attribute, a
-    ψ table in a module-level dict) answers with it, and ``twin_mistake`` names it. Returns
-    whether scaling changed a parameter; a call that fails tells nothing (the graded call, run
-    next, says why)."""
+    ψ table in a module-level dict) answers with it, and ``twin_mistake`` or ``check_jax_kept``
+    names it. Returns the first call's bias as NumPy (empty where that call failed, which tells
+    nothing: the graded call, run next, says why), or None where scaling changed no parameter
+    (all zero)."""
     floating = lambda a: jax.numpy.issubdtype(jax.numpy.asarray(a).dtype, jax.numpy.floating)  # noqa: E731
     if not any(floating(a) and bool(jax.numpy.any(a != 0)) for a in jax.tree_util.tree_leaves(params)):
-        return False
+        return None
+    first = None
     for part in (lambda n: True,) + PARTS:
         scaled = jax.tree_util.tree_map(
             lambda a: a * SCALE if floating(a) and part(jax.numpy.size(a)) else a, params)
         try:
-            call(scaled)
+            out = call(scaled)
+            if first is None:
+                first = np.array(out)
         except Exception:
             pass
-    return True
+    return first if first is not None else np.zeros(0)
+
+
+def check_jax_kept(got, first):
+    """Raises where a JAX module's graded bias ``got`` is exactly the one it returned in
+    ``jax_step``'s first call (``first``), every parameter scaled: it did not follow its
+    parameters back (a cache outside the module, which a twin built anew shares too). Not for a
+    bias of one value or none finite (``repeats.digest``)."""
+    got = np.asarray(got)
+    if first is None or first.shape != got.shape or repeats.digest(got) is None \
+            or not np.array_equal(first, got, equal_nan=True):
+        return
+    did, where, fix = JAX_STEP
+    raise StaleBias(
+        f"the module returned exactly the bias of the glue's training step ({did}): it keeps a "
+        f"bias computed once and does not recompute it when its parameters change ({where}, a "
+        f"cache keyed on the length alone); {fix} [fire.bias]")
 
 
 def second_backward(e):

@@ -59,3 +59,92 @@ class OneBasedPositions(FIRE):
 
     def positions(self, seq_length):
         return jnp.arange(1, seq_length + 1, dtype=jnp.float32)
+
+
+class PositionsStopGradient(FIRE):
+    """Correct: a table of positions kept as a floating array, which Equinox would train, read
+    through ``jax.lax.stop_gradient`` (the glue had refused it as a parameter no case value
+    reaches)."""
+
+    positions_table: jax.Array
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *, key):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, key=key)
+        self.positions_table = jnp.arange(4096, dtype=jnp.float32)
+
+    def positions(self, seq_length):
+        return jax.lax.stop_gradient(self.positions_table)[:seq_length]
+
+
+class PsiTableStopGradient(FIRE):
+    """A ψ table made in ``__init__`` from ``init_c``, read through ``jax.lax.stop_gradient``:
+    right while c is where it started, never after training or a checkpoint."""
+
+    psi_table: jax.Array
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *, key):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, key=key)
+        self.psi_table = jnp.log(abs(init_c) * jnp.arange(4096, dtype=jnp.float32) + 1)
+
+    def __call__(self, x):
+        positions = self.positions(x.shape[2])
+        distance = jnp.abs(positions[:, None] - positions[None, :]).astype(jnp.int32)
+        psi = jax.lax.stop_gradient(self.psi_table)[distance]
+        threshold = jnp.abs(self.L_multiplier * self.init_L)
+        normaliser = jnp.log(jnp.abs(self.c * jnp.maximum(positions, threshold)) + 1)[:, None] + self.eps
+        seq_length = positions.shape[0]
+        normalized = (psi / normaliser).reshape(-1, 1)
+        bias = jax.vmap(self.mlp)(normalized).reshape(seq_length, seq_length, -1)
+        return jnp.transpose(bias, (2, 0, 1))[None]
+
+
+class HandWrittenLinear(eqx.Module):
+    """A linear layer written by hand: ``weight`` stored ``[in, out]``, ``x @ weight``."""
+
+    weight: jax.Array
+    bias: jax.Array
+
+    def __init__(self, n_in, n_out, key):
+        self.weight = jax.random.normal(key, (n_in, n_out)) / n_in**0.5
+        self.bias = jnp.zeros(n_out)
+
+    def __call__(self, x):
+        return x @ self.weight + self.bias
+
+
+class HandWrittenLayers(FIRE):
+    """Correct: the MLP of two hand-written layers whose ``weight`` is ``[in, out]``, not
+    Equinox's ``[out, in]`` (every case had been skipped: the shapes did not compose)."""
+
+    hidden: HandWrittenLinear
+    out: HandWrittenLinear
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *, key):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, key=key)
+        k1, k2 = jax.random.split(key)
+        self.hidden = HandWrittenLinear(1, mlp_width, k1)
+        self.out = HandWrittenLinear(mlp_width, num_heads, k2)
+        self.mlp = None
+
+    def __call__(self, x):
+        positions = self.positions(x.shape[2])
+        rel_distance = positions[:, None] - positions[None, :]
+        threshold = jnp.abs(self.L_multiplier * self.init_L)
+        pos_normalizer = jnp.maximum(positions, threshold)[:, None]
+        rel_distance = jnp.log(jnp.abs(self.c * rel_distance) + 1)
+        pos_normalizer = jnp.log(jnp.abs(self.c * pos_normalizer) + 1) + self.eps
+        h = (rel_distance / pos_normalizer)[..., None]
+        bias = self.out(jax.nn.relu(self.hidden(h)))
+        return jnp.transpose(bias, (2, 0, 1))[None]
+
+
+class LogC(FIRE):
+    """Correct, but ``c`` held as ``log c`` under its own name (exponentiated in ``__call__``): a
+    transform of ``init_c`` the glue cannot load a case's c into, refused saying so (it had
+    failed as a constructor ignoring ``init_c``)."""
+
+    def scalar(self, value):
+        return jnp.log(jnp.asarray(value, dtype=jnp.float32))
+
+    def __call__(self, x):
+        return FIRE.__call__(eqx.tree_at(lambda m: m.c, self, jnp.exp(self.c)), x)

@@ -175,3 +175,19 @@ class CacheKeyedOnC(FIRE):
         if key not in self.cache:
             self.cache[key] = super().__call__(x)
         return self.cache[key]
+
+
+class CachesNormaliserGlobally(FIRE):
+    """ψ(max(L, i)) cached in a module-level dict under ``(id(self), T)``: stale after any step.
+    The traced call of a gradient, merged anew, misses it; the direct call hits it."""
+
+    def __call__(self, x):
+        c = self.c[...].reshape(())
+        positions = self.positions(x.shape[2], x.dtype)
+        key = ("normaliser", id(self), x.shape[2])
+        if key not in _CACHE:
+            threshold = jnp.abs(self.L_multiplier[...] * self.init_L[...])
+            _CACHE[key] = jnp.log(jnp.abs(c * jnp.maximum(positions, threshold)) + 1)[:, None] + self.eps
+        rel_distance = self.psi_of_distances(positions[:, None] - positions[None, :])
+        h = self.mlp_of((rel_distance / _CACHE[key])[..., None])
+        return jnp.transpose(h, (2, 0, 1))[None]
