@@ -98,7 +98,8 @@ from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, parse_kwargs, construct_own, construct)
 from fire_conformance.loading import (
-    NAMES, Built, appendix_params, assign, effective_state, is_our_name, load_torch, parametrized, trainable)
+    NAMES, Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
+    parametrized, trainable)
 
 try:
     import torch
@@ -235,7 +236,7 @@ class Glue:
             # returns bfloat16, graded by the bf16 profile [num.profiles].
             dt = getattr(torch, TORCH_DTYPES[self.dtype])
             m = in_dtype(m, dt)
-            self.materialise(m)
+            materialise(m)
             # Every call from here on, the probes' included (`repeats`); a module that takes no
             # hooks (a TorchScript module) is graded without that record.
             self.repeats.start(case.id, ours, case.encoding)
@@ -263,26 +264,6 @@ class Glue:
             m.load_state_dict({k: np.asarray(ours[v], dtype=dt) for k, v in names.items()})
         return m, heads, names, ours
 
-    @staticmethod
-    def materialise(m):
-        """Makes the parameters of a module's lazy layers (``nn.LazyLinear``), which exist only
-        after a first call, so that there is something to load the case's values into: the
-        linear layers in the order they were built, the first taking FIRE's one input and each
-        the one before's outputs (f_θ's chain, [fire.mlp]). Whatever does not fit is left to the
-        loading to name."""
-        if not any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in m.parameters()):
-            return
-        width = 1
-        try:
-            for layer in m.modules():
-                if not isinstance(layer, torch.nn.Linear):
-                    continue
-                if getattr(layer, "has_uninitialized_params", lambda: False)():
-                    layer.initialize_parameters(torch.zeros(1, width, dtype=layer.weight.dtype))
-                width = layer.out_features
-        except Exception:
-            pass
-
     def twin(self, case, full, plan, heads):
         """Raises where a module built anew and loaded with the case's values returns another
         bias than ``full`` (``steps.twin_mistake``): built with another ``init_c`` where the
@@ -297,7 +278,7 @@ class Glue:
         try:
             m, own = self.constructed(case, init_c=other)
             m = in_dtype(m, dt)
-            self.materialise(m)
+            materialise(m)
             self.loaded(m, case, own, dt, check=False)
             m.eval()
             with torch.no_grad():

@@ -365,6 +365,26 @@ def takes_shape(have, want):
 OPTIONAL_SCALARS = ("init_L", "L_multiplier")
 
 
+def materialise(m):
+    """Makes the parameters of a torch module's lazy layers (``nn.LazyLinear``), which exist
+    only after a first call, so that there is something to load the case's values into: the
+    linear layers in the order they were built, the first taking FIRE's one input and each the
+    one before's outputs (f_θ's chain, [fire.mlp]). Whatever does not fit is left to the loading
+    to name."""
+    if not any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in m.parameters()):
+        return
+    width = 1
+    try:
+        for layer in m.modules():
+            if not isinstance(layer, torch.nn.Linear):
+                continue
+            if getattr(layer, "has_uninitialized_params", lambda: False)():
+                layer.initialize_parameters(torch.zeros(1, width, dtype=layer.weight.dtype))
+            width = layer.out_features
+    except Exception:
+        pass
+
+
 def no_multiplier(init_l_trained, scalars, how="map it with --map L_multiplier=NAME"):
     """For a module without ``L_multiplier``, graded as the catalogue's ``multiplier-ignored``
     (L = L_init) only where nothing else could be the multiplier: a module that learns L
