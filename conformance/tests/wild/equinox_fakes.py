@@ -34,17 +34,24 @@ class FIRE(eqx.Module):
     def positions(self, seq_length):
         return jnp.arange(seq_length, dtype=jnp.float32)
 
-    def __call__(self, x):
+    def psi_of_distances(self, rel_distance):
+        return jnp.log(jnp.abs(self.c * rel_distance) + 1)
+
+    def normalized(self, x):
+        """The MLP's input, ψ(i − j) / (ψ(max(L, i)) + ε), as [T, T]."""
         positions = self.positions(x.shape[2])
         rel_distance = positions[:, None] - positions[None, :]
         threshold = jnp.abs(self.L_multiplier * self.init_L)
         pos_normalizer = jnp.maximum(positions, threshold)[:, None]
-        rel_distance = jnp.log(jnp.abs(self.c * rel_distance) + 1)
         pos_normalizer = jnp.log(jnp.abs(self.c * pos_normalizer) + 1) + self.eps
-        normalized = (rel_distance / pos_normalizer).reshape(-1, 1)
-        seq_length = positions.shape[0]
-        bias = jax.vmap(self.mlp)(normalized).reshape(seq_length, seq_length, -1)
-        return jnp.transpose(bias, (2, 0, 1))[None]
+        return self.psi_of_distances(rel_distance) / pos_normalizer
+
+    def mlp_of(self, normalized):
+        seq_length = normalized.shape[0]
+        return jax.vmap(self.mlp)(normalized.reshape(-1, 1)).reshape(seq_length, seq_length, -1)
+
+    def __call__(self, x):
+        return jnp.transpose(self.mlp_of(self.normalized(x)), (2, 0, 1))[None]
 
 
 class CAsFloat(FIRE):
@@ -86,16 +93,8 @@ class PsiTableStopGradient(FIRE):
         super().__init__(num_heads, mlp_width, init_c, init_L, eps, key=key)
         self.psi_table = jnp.log(abs(init_c) * jnp.arange(4096, dtype=jnp.float32) + 1)
 
-    def __call__(self, x):
-        positions = self.positions(x.shape[2])
-        distance = jnp.abs(positions[:, None] - positions[None, :]).astype(jnp.int32)
-        psi = jax.lax.stop_gradient(self.psi_table)[distance]
-        threshold = jnp.abs(self.L_multiplier * self.init_L)
-        normaliser = jnp.log(jnp.abs(self.c * jnp.maximum(positions, threshold)) + 1)[:, None] + self.eps
-        seq_length = positions.shape[0]
-        normalized = (psi / normaliser).reshape(-1, 1)
-        bias = jax.vmap(self.mlp)(normalized).reshape(seq_length, seq_length, -1)
-        return jnp.transpose(bias, (2, 0, 1))[None]
+    def psi_of_distances(self, rel_distance):
+        return jax.lax.stop_gradient(self.psi_table)[jnp.abs(rel_distance).astype(jnp.int32)]
 
 
 class HandWrittenLinear(eqx.Module):
@@ -126,16 +125,8 @@ class HandWrittenLayers(FIRE):
         self.out = HandWrittenLinear(mlp_width, num_heads, k2)
         self.mlp = None
 
-    def __call__(self, x):
-        positions = self.positions(x.shape[2])
-        rel_distance = positions[:, None] - positions[None, :]
-        threshold = jnp.abs(self.L_multiplier * self.init_L)
-        pos_normalizer = jnp.maximum(positions, threshold)[:, None]
-        rel_distance = jnp.log(jnp.abs(self.c * rel_distance) + 1)
-        pos_normalizer = jnp.log(jnp.abs(self.c * pos_normalizer) + 1) + self.eps
-        h = (rel_distance / pos_normalizer)[..., None]
-        bias = self.out(jax.nn.relu(self.hidden(h)))
-        return jnp.transpose(bias, (2, 0, 1))[None]
+    def mlp_of(self, normalized):
+        return self.out(jax.nn.relu(self.hidden(normalized[..., None])))
 
 
 class LogC(FIRE):
