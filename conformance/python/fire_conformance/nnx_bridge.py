@@ -40,19 +40,29 @@ def is_nnx(cls):
                for k in getattr(cls, "__mro__", ()))
 
 
+def variable_type(leaf, nnx):
+    """The ``nnx.Variable`` class of an NNX state leaf: the Variable's own, or the one a
+    ``VariableState`` names (the leaves of Flax before 0.11); None for a plain array."""
+    if isinstance(leaf, nnx.Variable):
+        return type(leaf)
+    kind = getattr(leaf, "type", None)
+    if isinstance(kind, type) and issubclass(kind, nnx.Variable) and hasattr(leaf, "value"):
+        return kind
+    return None
+
+
 def collection(leaf, nnx):
     """The linen-style collection an NNX state leaf is put in (module docstring)."""
-    if isinstance(leaf, nnx.Param):
-        return "params"
-    if isinstance(leaf, nnx.Variable):
-        return f"nnx.{type(leaf).__name__}"
-    return ARRAYS
+    kind = variable_type(leaf, nnx)
+    if kind is None:
+        return ARRAYS
+    return "params" if issubclass(kind, nnx.Param) else f"nnx.{kind.__name__}"
 
 
 def value_of(leaf, nnx):
     """The array an NNX state leaf holds (a Variable's value, or the plain array itself); a
     Python number held (``nnx.Param(1.0)``, which trains as an array would) as a JAX array."""
-    if isinstance(leaf, nnx.Variable):
+    if variable_type(leaf, nnx) is not None:
         leaf = leaf.get_value() if hasattr(leaf, "get_value") else leaf.value
     if isinstance(leaf, (int, float)) and not isinstance(leaf, bool):
         import jax.numpy as jnp
@@ -62,8 +72,9 @@ def value_of(leaf, nnx):
 
 
 def holding(leaf, value, nnx):
-    """``leaf`` holding ``value`` instead: a Variable of the same type, or the plain value."""
-    return leaf.replace(value=value) if isinstance(leaf, nnx.Variable) else value
+    """``leaf`` holding ``value`` instead: a Variable (or VariableState) of the same type, or
+    the plain value."""
+    return leaf.replace(value=value) if variable_type(leaf, nnx) is not None else value
 
 
 def takes_rngs(cls):
