@@ -7,6 +7,7 @@ the constructor ignores or stores transformed ([fire.params]). Shared by the PyT
 """
 
 from itertools import combinations
+import inspect
 import json
 import math
 
@@ -198,3 +199,23 @@ def construct(cls, heads, width, enc, kwargs):
             how = "pass other required arguments with --kwargs JSON, or write a build(case) glue"
         raise TypeError(f"{e} (the glue constructs the module as Appendix E does: num_heads, "
                         f"mlp_width, init_c, init_L, eps; {how})") from e
+
+
+def with_seed(cls, kwargs, name, seed):
+    """``cls(**kwargs)`` given ``name=seed()`` (a framework's random state: NNX's ``rngs``,
+    Equinox's ``key``) where its constructor names that argument or passes ``**kwargs`` on, and
+    ``kwargs`` does not already; a ``**kwargs`` constructor that turns it away (a TypeError
+    naming it) is built again without."""
+    try:
+        params = inspect.signature(cls.__init__ if isinstance(cls, type) else cls).parameters.values()
+        takes = any(p.name == name or p.kind == p.VAR_KEYWORD for p in params)
+    except (TypeError, ValueError):
+        takes = False
+    if not takes or name in kwargs:
+        return cls(**kwargs)
+    try:
+        return cls(**kwargs, **{name: seed()})
+    except TypeError as e:
+        if name not in str(e):
+            raise
+        return cls(**kwargs)

@@ -16,9 +16,9 @@ instances have ``init(rng, *args) -> variables`` and ``apply(variables, *args)``
   glue's step shows (``steps.jax_step``).
 """
 
-import inspect
 import numbers
 
+from fire_conformance import construction
 from fire_conformance import trees
 
 
@@ -45,31 +45,13 @@ def collection(leaf, jnp):
     return None
 
 
-def takes_key(cls):
-    """Whether the constructor of ``cls`` may take a ``key`` argument (Equinox's convention): it
-    names one, or passes ``**kwargs`` on."""
-    try:
-        params = inspect.signature(cls).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "key" or p.kind == p.VAR_KEYWORD for p in params)
-
-
-def build(cls, key, jax, kwargs):
+def build(cls, jax, kwargs):
     """The Equinox module, given ``key=jax.random.PRNGKey(0)`` where its constructor may take it
-    (a ``**kwargs`` constructor that turns it away is built again without), in inference mode
-    (``eqx.nn.inference_mode``: an ``eqx.nn.Dropout`` off), as a model is when its bias is read."""
-    if not key or "key" in kwargs:
-        module = cls(**kwargs)
-    else:
-        try:
-            module = cls(**kwargs, key=jax.random.PRNGKey(0))
-        except TypeError as e:
-            if "key" not in str(e):
-                raise
-            module = cls(**kwargs)
+    (``construction.with_seed``), in inference mode (``eqx.nn.inference_mode``: an
+    ``eqx.nn.Dropout`` off), as a model is when its bias is read."""
     import equinox as eqx
 
+    module = construction.with_seed(cls, kwargs, "key", lambda: jax.random.PRNGKey(0))
     inference = getattr(eqx.nn, "inference_mode", None)
     return module if inference is None else inference(module, True)
 
@@ -81,13 +63,12 @@ def as_linen(cls):
     import jax
     import jax.numpy as jnp
 
-    key = takes_key(cls)
-
     class Bridged:
-        equinox_class = cls
+        # How a scalar the glue finds outside `params` is made to train (`jax_glue.FrozenScalar`).
+        trains_as = "hold it as a floating array"
 
         def __init__(self, **kwargs):
-            self.module = self.call_target = build(cls, key, jax, kwargs)
+            self.module = self.call_target = build(cls, jax, kwargs)
             leaves, self.treedef = jax.tree_util.tree_flatten_with_path(self.module)
             # Each leaf: its collection and path in the variables tree, or None (kept as built).
             self.where = [None if collection(leaf, jnp) is None

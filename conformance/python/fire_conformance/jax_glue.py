@@ -109,8 +109,8 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     mistake (``hidden-bias-missing``, ``output-bias-missing``), graded and named. A case whose MLP
     is not the module's (another depth, other widths) is skipped; a case value with nowhere to go
     is refused by name; the module parameters no case value reaches are returned last (kept as
-    built where the bias has no gradient in them, ``JaxGlue.constants``, else refused). A scalar found by its name
-    only outside ``params`` (an ``init_L`` constant; a ``c`` or ``L_multiplier`` kept there, which
+    built where the bias has no gradient in them, ``JaxGlue.constants``, else refused). A scalar
+    found by its name only outside ``params`` (an ``init_L`` constant; a ``c`` or ``L_multiplier`` kept there, which
     then never trains) takes the case's value there; ``L_multiplier`` may be absent
     (``loading.no_multiplier``), unless another scalar leaf could be it."""
     for name, path in mapping.items():
@@ -307,9 +307,7 @@ class JaxGlue:
                     f"the module keeps `{name}` in the `{coll}` collection, outside `params`: no "
                     f"gradient reaches it, so it never trains, where [grad.layout] asks for its "
                     f"gradient ({'the threshold L = |m·L_init| is fixed' if name == 'L_multiplier' else 'ψ is fixed'}); "
-                    + ("declare it as nnx.Param" if hasattr(self.cls, "nnx_class")
-                       else "hold it as a floating array" if hasattr(self.cls, "equinox_class")
-                       else "declare it with self.param"))
+                    + getattr(self.cls, "trains_as", "declare it with self.param"))
         for path, name in outside.items():
             if own and not construction.same_in_f32(others[path], ours[name]):
                 continue  # the module's own initial value, kept as in `params` below
@@ -483,9 +481,9 @@ class JaxGlue:
         """Raises where the module built anew with another ``init_c``, given the same ``params``
         (but its own values of the constants among them, ``unset``) and the scalars the glue
         loaded outside them (``kept``: ``{(collection,) + path: value}``) and its own values of
-        everything else, returns another bias than ``full``
-        (``steps.twin_mistake``): a bias that follows the constructor's ``init_c`` (a ψ table
-        computed in ``setup``, or in an NNX ``__init__`` and held as an attribute) rather than
+        everything else, returns another bias than ``full`` (``steps.twin_mistake``): a bias
+        that follows the constructor's ``init_c`` (a ψ table computed in ``setup``, or in an NNX
+        ``__init__`` and held as an attribute) rather than
         the ``c`` in ``params``; with ``stepped`` (the graded module took ``steps.jax_step``),
         one kept from the step's call. A twin that cannot be built or applied tells nothing."""
         jax, jnp = self.jax, self.jnp

@@ -19,8 +19,7 @@ its constructor takes ``rngs``, the module then put in evaluation mode) whose in
   built, its state with the given values in, and calls that, as ``nnx.grad`` does.
 """
 
-import inspect
-
+from fire_conformance import construction
 from fire_conformance import trees
 
 # The collection of JAX arrays an NNX module holds as plain attributes (not in a Variable).
@@ -77,30 +76,12 @@ def holding(leaf, value, nnx):
     return leaf.replace(value=value) if variable_type(leaf, nnx) is not None else value
 
 
-def takes_rngs(cls):
-    """Whether the constructor of ``cls`` may take an ``rngs`` argument (NNX's convention): it
-    names one, or passes ``**kwargs`` on (to a base class that may)."""
-    try:
-        params = inspect.signature(cls.__init__).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "rngs" or p.kind == p.VAR_KEYWORD for p in params)
-
-
-def build(cls, rngs, nnx, kwargs):
-    """The NNX module, given ``rngs=nnx.Rngs(0)`` where its constructor may take it (a
-    ``**kwargs`` constructor that turns it away is built again without), in evaluation mode
-    (``module.eval()``: an ``nnx.Dropout`` off, an ``nnx.BatchNorm`` on its running averages),
-    as a model is when its bias is read, and as the torch glue puts a torch module."""
-    if rngs and "rngs" not in kwargs:
-        try:
-            module = cls(**kwargs, rngs=nnx.Rngs(0))
-        except TypeError as e:
-            if "rngs" not in str(e):
-                raise
-            module = cls(**kwargs)
-    else:
-        module = cls(**kwargs)
+def build(cls, nnx, kwargs):
+    """The NNX module, given ``rngs=nnx.Rngs(0)`` where its constructor may take it
+    (``construction.with_seed``), in evaluation mode (``module.eval()``: an ``nnx.Dropout`` off,
+    an ``nnx.BatchNorm`` on its running averages), as a model is when its bias is read, and as
+    the torch glue puts a torch module."""
+    module = construction.with_seed(cls, kwargs, "rngs", lambda: nnx.Rngs(0))
     if callable(getattr(module, "eval", None)):
         module.eval()
     return module
@@ -111,13 +92,13 @@ def as_linen(cls):
     docstring). The class built is constructed with the NNX class's own arguments; its
     ``call_target`` is the NNX module, whose ``__call__`` says how the glue calls it."""
     jax, nnx = _nnx()
-    rngs = takes_rngs(cls)
 
     class Bridged:
-        nnx_class = cls
+        # How a scalar the glue finds outside `params` is made to train (`jax_glue.FrozenScalar`).
+        trains_as = "declare it as nnx.Param"
 
         def __init__(self, **kwargs):
-            self.module = self.call_target = build(cls, rngs, nnx, kwargs)
+            self.module = self.call_target = build(cls, nnx, kwargs)
             self.given = {}
 
         def init(self, rng, *args):

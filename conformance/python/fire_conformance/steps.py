@@ -73,8 +73,8 @@ def step(m, call, full=True):
     forward, without its probes, returning the bias) and two forwards and backwards in train mode
     (gradient accumulation: a graph kept from the first fails the second), else one train-mode
     forward alone (a square too large for more), and with ``full`` two more steps, each scaling
-    one of ``PARTS`` alone in train mode and evaluating after it; then the case's values written back in place and the
-    gradients cleared. Returns ``(bias, error, changed)``: the train-mode bias
+    one of ``PARTS`` alone in train mode and evaluating after it; then the case's values written
+    back in place and the gradients cleared. Returns ``(bias, error, changed)``: the train-mode bias
     (detached), or ``None`` where no parameter changed (all zero) or a call failed (the graded
     call, run next, says why); the glue's finding where the second backward failed on what the
     first kept (``second_backward``), else ``None``; and whether scaling changed a parameter."""
@@ -129,8 +129,8 @@ def step(m, call, full=True):
 def jax_step(call, params, jax):
     """What training does between two graded calls of a JAX module, as far as a functional
     call shows it: ``call(params)`` on the case's parameters with every floating leaf scaled by
-    ``SCALE`` (an optimiser's step), then with each of ``PARTS`` scaled alone. The graded call then passes the case's values again: a module
-    or program that kept what this call computed (a bias cached in an ``nnx.data`` attribute, a
+    ``SCALE`` (an optimiser's step), then with each of ``PARTS`` scaled alone. The graded call
+    then passes the case's values again: a module or program that kept what these calls computed (a bias cached in an ``nnx.data`` attribute, a
     ψ table in a module-level dict) answers with it, and ``twin_mistake`` or ``check_jax_kept``
     names it. Returns the first call's bias as NumPy (empty where that call failed, which tells
     nothing: the graded call, run next, says why), or None where scaling changed no parameter
@@ -201,8 +201,7 @@ def check_traced(direct, traced, case, dtype):
     reference = numpy_fire.reference(case)
     if reference is None:
         return
-    d_direct = distance(direct, reference, case.queries, case.keys)
-    d_traced = distance(traced, reference, case.queries, case.keys)
+    d_direct, d_traced = distances(direct, traced, reference, case.queries, case.keys)
     if d_traced * NEARER < d_direct:
         did, where, fix = JAX_STEP
         raise StaleBias(
@@ -243,6 +242,18 @@ JAX_STEP = ("the module called with its parameters changed as an optimiser's ste
             "recompute it from the parameters on every call")
 
 
+def distances(a, b, reference, queries, keys):
+    """How far two biases ``a`` and ``b`` are from the case's (``reference``, the NumPy FIRE):
+    on the causal entries, or on every entry where those do not tell them apart."""
+    d_a, d_b = distance(a, reference, queries, keys), distance(b, reference, queries, keys)
+    if d_a == d_b:
+        # Every entry (each query placed past every key): where the causal ones are the same
+        # for any c (a query 0 sees itself alone).
+        last = [max(keys)] * len(queries)
+        d_a, d_b = distance(a, reference, last, keys), distance(b, reference, last, keys)
+    return d_a, d_b
+
+
 def twin_mistake(got, twin, reference, queries, keys, other_c, stepped=TORCH_STEP):
     """The glue's finding where the graded bias ``got`` and the twin's differ: which of them is
     the case's (``reference``, the NumPy FIRE: ``NEARER`` times nearer it than the other, on the
@@ -250,12 +261,7 @@ def twin_mistake(got, twin, reference, queries, keys, other_c, stepped=TORCH_STE
     ``other_c``: the ``init_c`` the twin was built with (``None``: built as the module was);
     ``stepped``: the step the graded module took first (``TORCH_STEP``: ``step``'s;
     ``JAX_STEP``: ``jax_step``'s), ``None`` where it took none."""
-    d_got, d_twin = distance(got, reference, queries, keys), distance(twin, reference, queries, keys)
-    if d_got == d_twin:
-        # Every entry (each query placed past every key): where the causal ones are the same
-        # for any c (a query 0 sees itself alone).
-        last = [max(keys)] * len(queries)
-        d_got, d_twin = distance(got, reference, last, keys), distance(twin, reference, last, keys)
+    d_got, d_twin = distances(got, twin, reference, queries, keys)
     if stepped and d_twin * NEARER < d_got:
         did, where, fix = stepped
         return StaleBias(
