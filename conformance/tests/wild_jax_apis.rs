@@ -1,10 +1,11 @@
 //! FIRE written with the JAX APIs that have no linen `init`/`apply`: `flax.nnx`
-//! (`tests/wild/nnx_fakes.py`) and Equinox (`tests/wild/equinox_fakes.py`), through the Appendix E
-//! glue, which hands them to the JAX glue through a bridge to linen's interface
-//! (`fire_conformance.nnx_bridge`, `equinox_bridge`): Appendix E and other layouts graded on
-//! values and gradients, and the mistakes each API invites named. They run when flax (Equinox)
-//! imports, and FIRE_REQUIRE_FLAX=1 (FIRE_REQUIRE_EQUINOX=1), set by CI, turns a missing one into
-//! a failure.
+//! (`tests/wild/nnx_fakes.py`), Equinox (`tests/wild/equinox_fakes.py`) and Haiku
+//! (`tests/wild/haiku_fakes.py`), through the Appendix E glue, which hands them to the JAX glue
+//! through a bridge to linen's interface (`fire_conformance.nnx_bridge`, `equinox_bridge`,
+//! `haiku_bridge`): Appendix E and other layouts graded on values and gradients, and the mistakes
+//! each API invites named. They run when flax (Equinox, dm-haiku) imports, and
+//! FIRE_REQUIRE_FLAX=1 (FIRE_REQUIRE_EQUINOX=1, FIRE_REQUIRE_HAIKU=1), set by CI, turns a missing
+//! one into a failure.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -185,6 +186,52 @@ fn equinox_mistakes_are_named() {
         ],
     );
     let (code, r) = run(&equinox_fake("OneBasedPositions"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
+}
+
+/// Appendix E in Haiku, with `hk.Linear` layers (whose `w` is `[in, out]`, beside a `b`) and with
+/// `hk.nets.MLP` (its layers a module deeper), passes the bias, gradient and kink cases, where
+/// the glue had refused every Haiku module (no `init`/`apply` on the class).
+#[test]
+fn haiku_modules_shaped_like_appendix_e_pass() {
+    if !haiku() {
+        return;
+    }
+    for class in ["FIRE", "NetsMLP"] {
+        passes_in(&haiku_fake(class), 8, &JAX_GRAD);
+    }
+}
+
+/// The mistakes Haiku invites, each named: a `c` kept with `hk.get_state` (right on values, but
+/// never trained: the gradient cases fail saying where it is), a ψ table from `init_c`
+/// (`FollowsInitC`), a bias cached at module level (`StaleBias`: a Haiku module lives for one
+/// call, so initialised again it makes no parameter, which had been refused as a module without
+/// layers), and a catalogued mistake diagnosed as in any framework.
+#[test]
+fn haiku_mistakes_are_named() {
+    if !haiku() {
+        return;
+    }
+    let (code, r) = run(&haiku_fake("CInState"), &JAX_GRAD);
+    only_the_gradients_fail_saying(
+        &r,
+        code,
+        &[
+            "keeps `c` in the `state` collection",
+            "declare it with hk.get_parameter",
+        ],
+    );
+    for (class, says) in [
+        ("PsiTableFromInitC", "FollowsInitC: built with init_c"),
+        ("CachesBiasGlobally", "StaleBias: "),
+    ] {
+        let (code, r) = run(&haiku_fake(class), &JAX_BIAS);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
+        assert_eq!(failed_saying(&r, says).len(), 6, "{class}: {r:#}");
+    }
+    let (code, r) = run(&haiku_fake("OneBasedPositions"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
 }

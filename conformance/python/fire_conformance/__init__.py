@@ -9,9 +9,10 @@ kit that puts a Python FIRE behind its protocol.
 Modules:
     kit           ``serve(build, ...)``: write ``build(case)``, the kit speaks the protocol
     appendix_e    ready glue for modules shaped like the paper's Appendix E (torch or NumPy)
-    jax_glue      the same for Flax (linen, nnx), Equinox and JAX modules, gradients through ``jax.vjp``
+    jax_glue      the same for Flax (linen, nnx), Equinox, Haiku and JAX modules, gradients through ``jax.vjp``
     nnx_bridge    a ``flax.nnx`` module behind linen's ``init``/``apply``, for ``jax_glue``
     equinox_bridge  an Equinox module behind linen's ``init``/``apply``, for ``jax_glue``
+    haiku_bridge  a Haiku module behind linen's ``init``/``apply``, for ``jax_glue``
     glue          serves a file that defines ``build(case)``
     numpy_fire    an independent NumPy FIRE (and baselines), written from the spec
     pytest_plugin the pytest plugin (``--fire-impl``, ``--fire-glue``, ``fire_cases``)

@@ -578,11 +578,11 @@ def parse_map(pairs, known=is_our_name):
 
 def is_jax_module(cls):
     """Flax linen's interface (``init`` and ``apply``), which a torch module does not have, or
-    any Flax or Equinox module (a ``flax.nnx`` or Equinox one the JAX glue serves through its
-    bridge)."""
+    any Flax, Equinox or Haiku module (a ``flax.nnx``, Equinox or Haiku one the JAX glue serves
+    through its bridge)."""
     if torch is not None and isinstance(cls, type) and issubclass(cls, torch.nn.Module):
         return False
-    flax = any(c.__module__.startswith(("flax.", "equinox.")) for c in getattr(cls, "__mro__", ()))
+    flax = any(c.__module__.startswith(("flax.", "equinox.", "haiku.")) for c in getattr(cls, "__mro__", ()))
     return flax or (callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)))
 
 

@@ -5,9 +5,10 @@ The module has Flax linen's interface: a class constructed as
 ``init(rng, *args) -> variables`` and ``apply(variables, *args) -> bias``, the bias of the positions
 ``0..T-1`` as ``[H, T, T]``, ``[1, H, T, T]`` or ``[B, H, T, T]``. A ``flax.linen.Module`` is
 exactly that; so is a plain-JAX class with those two methods (``examples/jax_fire.py``). A
-``flax.nnx`` module and an Equinox module, which have neither, are served through a bridge that
-gives them linen's interface (``nnx_bridge``, ``equinox_bridge``: their state as the variables
-tree, the module built with ``rngs`` or ``key``).
+``flax.nnx``, an Equinox and a Haiku module, which have neither, are served through a bridge
+that gives them linen's interface (``nnx_bridge``, ``equinox_bridge``, ``haiku_bridge``: their
+state as the variables tree, the module built with ``rngs`` or ``key``, or inside
+``hk.transform``).
 
     fire-conformance run --impl "fire-conformance-jax path/to/flax_fire.py:FIRE"
     pytest --fire-impl path/to/flax_fire.py:FIRE        # the Appendix E glue hands JAX modules here
@@ -49,6 +50,7 @@ from fire_conformance import appendix_e
 from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import equinox_bridge
+from fire_conformance import haiku_bridge
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
 from fire_conformance import nnx_bridge
@@ -73,12 +75,23 @@ def _jax():
     return jax, jnp
 
 
+# The names of a layer's weight stored `[in, out]` (`x @ w`) and of the bias beside it: Flax's
+# `Dense`, Haiku's `Linear`. Without any, `weight` leaves (Equinox's `Linear`, a port that kept
+# PyTorch's names) are `[out, in]` unless only `[in, out]` composes (`stored_in_out`).
+IN_OUT = {"kernel": "bias", "w": "b"}
+
+
+def bias_beside(path):
+    """Where the bias of the layer whose weight is at ``path`` is, by the weight's name."""
+    return path[:-1] + (IN_OUT.get(path[-1], "bias"),)
+
+
 def jax_layers(flat, mapping):
     """The module's MLP layers, first to last, as ``(kernel path, bias path or None)`` in its
     params tree: the layers mapped to our names (``--map mlp.N.weight=PATH``) when any are, in
-    the order of N, else every 2-D ``kernel`` leaf (or, in a tree without any, every 2-D
-    ``weight`` leaf: Equinox's ``[out, in]``), in the order their shapes compose (the tree's order
-    where several do). A ``Dense(use_bias=False)`` has no bias: None."""
+    the order of N, else every 2-D ``kernel`` leaf (Flax) or ``w`` leaf (Haiku), or, in a tree
+    without any, every 2-D ``weight`` leaf (Equinox's ``[out, in]``), in the order their shapes
+    compose (the tree's order where several do). A ``Dense(use_bias=False)`` has no bias: None."""
     named = []
     for name, path in mapping.items():
         hit = re.fullmatch(r"mlp\.(\d+)\.weight", name)
@@ -87,15 +100,14 @@ def jax_layers(flat, mapping):
     if named:
         out = []
         for n, path in sorted(named):
-            b = mapping.get(f"mlp.{n}.bias", path[:-1] + ("bias",))
+            b = mapping.get(f"mlp.{n}.bias", bias_beside(path))
             out.append((path, b if b in flat else None))
         return out
-    kernels = [p for p in flat if p[-1] == "kernel" and np.ndim(flat[p]) == 2]
+    kernels = [p for p in flat if p[-1] in IN_OUT and np.ndim(flat[p]) == 2]
     if not kernels:
-        # Equinox's `eqx.nn.Linear` (and a port that kept PyTorch's names): `weight`, [out, in].
         kernels = [p for p in flat if p[-1] == "weight" and np.ndim(flat[p]) == 2]
-    out_in = lambda k: tuple(np.shape(flat[k]))[::-1] if k[-1] == "kernel" else tuple(np.shape(flat[k]))  # noqa: E731
-    return [(k, k[:-1] + ("bias",) if k[:-1] + ("bias",) in flat else None)
+    out_in = lambda k: tuple(np.shape(flat[k]))[::-1] if k[-1] in IN_OUT else tuple(np.shape(flat[k]))  # noqa: E731
+    return [(k, bias_beside(k) if bias_beside(k) in flat else None)
             for k in chain_order(kernels, out_in)]
 
 
@@ -121,7 +133,7 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     in_out = stored_in_out(flat, layers, mapping)
     # Compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] if k in in_out else tuple(np.shape(flat[k])) for k, _ in layers]
-    missing = ("the module has no MLP layer the glue can find (no 2-D `kernel` among "
+    missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
     loaded = loading.assign_layers(ours, layers, own, missing, built)
     outside = {}
@@ -159,15 +171,15 @@ def unreached(unset, ours):
 
 def stored_in_out(flat, layers, mapping):
     """The weight paths of ``layers`` stored ``[in, out]`` (JAX's ``x @ w``), to be transposed
-    to and from the case's ``[out, in]``. Flax's ``kernel`` leaves are (Equinox's ``weight``
+    to and from the case's ``[out, in]``. Flax's ``kernel`` and Haiku's ``w`` leaves are (Equinox's ``weight``
     leaves are ``[out, in]``, as PyTorch's, unless only ``[in, out]`` composes); mapped weights
     (``--map mlp.N.weight=PATH``, named anything) are too, unless only PyTorch's ``[out, in]``
     (``x @ w.T``, a port that kept torch's layout) makes the layers compose from one input."""
     paths = [k for k, _ in layers]
     shapes = [tuple(np.shape(flat[k])) for k in paths]
     if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
-        if any(k[-1] == "kernel" for k in paths):
-            return {k for k in paths if k[-1] == "kernel"}
+        if any(k[-1] in IN_OUT for k in paths):
+            return {k for k in paths if k[-1] in IN_OUT}
         # `weight` leaves: [out, in] (Equinox's, PyTorch's) unless only [in, out] composes (a
         # hand-written layer computing x @ w).
         if not loading.is_chain(shapes) and loading.is_chain([s[::-1] for s in shapes]):
@@ -516,24 +528,27 @@ class JaxGlue:
 
 def linen_interface(cls):
     """Refuses, before any case, a class without Flax linen's ``init``/``apply`` (a
-    ``flax.nnx`` or Equinox module has come through its bridge by then), naming what to do
+    ``flax.nnx``, Equinox or Haiku module has come through its bridge by then), naming what to do
     rather than an ``AttributeError`` on every case."""
     if callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)):
         return
     raise SystemExit(
         f"{getattr(cls, '__name__', cls)}: no init/apply methods; the JAX glue takes Flax "
-        "linen's interface (init(rng, *args) -> variables, apply(variables, *args)), flax.nnx "
-        "and Equinox modules; write a build(case) glue for any other (conformance/README.md)")
+        "linen's interface (init(rng, *args) -> variables, apply(variables, *args)), flax.nnx, "
+        "Equinox and Haiku modules; write a build(case) glue for any other (conformance/README.md)")
 
 
 def serve(cls, a):
-    """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``; a ``flax.nnx``
-    or Equinox module through linen's interface (``nnx_bridge``, ``equinox_bridge``)."""
+    """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``; a ``flax.nnx``,
+    Equinox or Haiku module through linen's interface (``nnx_bridge``, ``equinox_bridge``,
+    ``haiku_bridge``)."""
     style = a.call or calls.class_call_style(cls)
     if nnx_bridge.is_nnx(cls):
         cls = nnx_bridge.as_linen(cls)
     elif equinox_bridge.is_equinox(cls):
         cls = equinox_bridge.as_linen(cls)
+    elif haiku_bridge.is_haiku(cls):
+        cls = haiku_bridge.as_linen(cls)
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call,

@@ -234,6 +234,28 @@ pub fn equinox_fake(class: &str) -> String {
     fake("equinox_fakes.py", class, "f32")
 }
 
+/// Whether the Haiku fakes can run: a failure when FIRE_REQUIRE_HAIKU is set (CI), else a loud
+/// skip.
+pub fn haiku() -> bool {
+    let ok = python_has("haiku");
+    if !ok {
+        assert!(
+            std::env::var_os("FIRE_REQUIRE_HAIKU").is_none(),
+            "FIRE_REQUIRE_HAIKU is set but dm-haiku is missing"
+        );
+        eprintln!(
+            "SKIPPED: dm-haiku is not installed; the Haiku wild implementations were NOT run"
+        );
+    }
+    ok
+}
+
+/// The glue command for a class of `tests/wild/haiku_fakes.py` (the Appendix E adapter hands a
+/// Haiku module to the JAX glue).
+pub fn haiku_fake(class: &str) -> String {
+    fake("haiku_fakes.py", class, "f32")
+}
+
 /// The glue command for a class of `tests/wild/jax_fakes.py` (the Appendix E adapter hands a
 /// module with `init`/`apply` to the JAX glue).
 pub fn jax_fake(class: &str) -> String {

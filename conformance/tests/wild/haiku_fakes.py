@@ -1,0 +1,90 @@
+"""FIRE written with Haiku (an ``hk.Module`` built and called inside ``hk.transform``, its
+parameters made by ``hk.get_parameter``, ``hk.Linear``'s ``w`` stored ``[in, out]``): Appendix E
+with ``hk.Linear`` layers and with ``hk.nets.MLP``, and the mistakes Haiku invites: a ``c`` kept
+in ``hk.get_state`` (never trained), a ψ table made in ``__init__`` from ``init_c``, a bias cached
+at module level (a Haiku module lives for one call), positions counted from 1. Driven by
+tests/wild_jax_apis.rs through the Appendix E glue, which hands Haiku modules to
+``fire_conformance.jax_glue`` (``haiku_bridge``).
+"""
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+
+class FIRE(hk.Module):
+    """Appendix E in Haiku; the subclasses change one thing each."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, name=None):
+        super().__init__(name=name)
+        self.num_heads, self.mlp_width = num_heads, mlp_width
+        self.init_c, self.init_L, self.eps = init_c, init_L, eps
+
+    def scalar(self, name, value):
+        return hk.get_parameter(name, [], init=hk.initializers.Constant(value))
+
+    def positions(self, seq_length):
+        return jnp.arange(seq_length, dtype=jnp.float32)
+
+    def psi(self, c, x):
+        return jnp.log(jnp.abs(c * x) + 1)
+
+    def mlp(self, x):
+        h = jax.nn.relu(hk.Linear(self.mlp_width)(x))
+        return hk.Linear(self.num_heads)(h)
+
+    def __call__(self, x):
+        c = self.scalar("c", self.init_c)
+        multiplier = self.scalar("L_multiplier", 1.0)
+        positions = self.positions(x.shape[2])
+        rel_distance = positions[:, None] - positions[None, :]
+        threshold = jnp.abs(multiplier * self.init_L)
+        pos_normalizer = jnp.maximum(positions, threshold)[:, None]
+        normalized = self.psi(c, rel_distance) / (self.psi(c, pos_normalizer) + self.eps)
+        return jnp.transpose(self.mlp(normalized[..., None]), (2, 0, 1))[None]
+
+
+class NetsMLP(FIRE):
+    """Correct: f_θ as ``hk.nets.MLP`` (its layers nested a module deeper)."""
+
+    def mlp(self, x):
+        return hk.nets.MLP([self.mlp_width, self.num_heads])(x)
+
+
+class CInState(FIRE):
+    """``c`` kept with ``hk.get_state``: right on values, but an optimiser over ``params`` never
+    trains it."""
+
+    def scalar(self, name, value):
+        if name != "c":
+            return super().scalar(name, value)
+        return hk.get_state(name, [], init=hk.initializers.Constant(value))
+
+
+class PsiTableFromInitC(FIRE):
+    """A ψ table made from ``init_c`` (a constant of the module, not its parameter ``c``): right
+    while c is where it started, never after training or a checkpoint."""
+
+    def psi(self, c, x):
+        return jnp.log(abs(self.init_c) * jnp.abs(x) + 1)
+
+
+_CACHE = {}
+
+
+class CachesBiasGlobally(FIRE):
+    """The bias cached at module level under the length: a Haiku module lives for one call, so
+    a cache lives outside it, and every step after the first reads the first step's bias."""
+
+    def __call__(self, x):
+        key = x.shape[2]
+        if key not in _CACHE:
+            _CACHE[key] = super().__call__(x)
+        return _CACHE[key]
+
+
+class OneBasedPositions(FIRE):
+    """Positions counted from 1 (the catalogue's `one-based-positions`)."""
+
+    def positions(self, seq_length):
+        return jnp.arange(1, seq_length + 1, dtype=jnp.float32)
