@@ -169,22 +169,26 @@ fn an_equinox_table_kept_as_built_fails_and_a_transformed_c_is_refused() {
     );
 }
 
-/// A `c` kept as a Python float is right on values, but Equinox trains floating arrays alone:
-/// every gradient case fails saying so; a catalogued mistake is diagnosed as in any framework.
+/// A `c` kept as a Python float, or declared a static field, is right on values, but Equinox
+/// trains floating arrays alone: every gradient case fails saying so; a catalogued mistake is diagnosed as in any framework.
 #[test]
 fn equinox_mistakes_are_named() {
     if !equinox() {
         return;
     }
-    let (code, r) = run(&equinox_fake("CAsFloat"), &JAX_GRAD);
-    only_the_gradients_fail_saying(
-        &r,
-        code,
-        &[
-            "keeps `c` in the `constants` collection",
-            "hold it as a floating array",
-        ],
-    );
+    // So is one declared a static field (no leaf: the glue had refused the module, finding no
+    // `c` to load).
+    for (class, kept) in [("CAsFloat", "constants"), ("CStatic", "static")] {
+        let (code, r) = run(&equinox_fake(class), &JAX_GRAD);
+        only_the_gradients_fail_saying(
+            &r,
+            code,
+            &[
+                &format!("keeps `c` in the `{kept}` collection"),
+                "hold it as a floating array",
+            ],
+        );
+    }
     let (code, r) = run(&equinox_fake("OneBasedPositions"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");

@@ -10,12 +10,17 @@ instances have ``init(rng, *args) -> variables`` and ``apply(variables, *args)``
   (``mlp/layers/0/weight``: Equinox's ``Linear`` keeps PyTorch's ``[out, in]``, which the glue
   reads as such); ``constants`` the Python numbers among the leaves (an ``init_L`` kept as a
   float, which Equinox never trains, as Appendix E freezes it; the glue loads the case's value
-  there), ``arrays`` the other arrays. Everything else (functions, static fields) stays as built.
+  there), ``arrays`` the other arrays; ``static`` a FIRE scalar declared a static field
+  (``c: float = eqx.field(static=True)``), which is no leaf, so never trained (the glue loads
+  the case's value there and says so on the gradient cases). Everything else (functions, other
+  static fields) stays as built.
 - ``apply`` rebuilds the module with the given leaves and calls it. An Equinox module cannot
   change itself between calls; what a program keeps between them (a module-level cache) the
   glue's step shows (``steps.jax_step``).
 """
 
+import copy
+import dataclasses
 import numbers
 
 from fire_conformance import construction
@@ -43,6 +48,35 @@ def collection(leaf, jnp):
     if isinstance(leaf, numbers.Number) and not isinstance(leaf, bool):
         return "constants"
     return None
+
+
+# FIRE's scalars (the JAX glue's names), found among a module's static fields too: no other
+# static field is read (a `num_heads` or an `eps` stays as built).
+SCALARS = ("c", "init_L", "L_multiplier")
+
+
+def static_scalars(module):
+    """``{field name: value}`` of the module's static fields named as FIRE's scalars and holding
+    a number."""
+    try:
+        fields = dataclasses.fields(module)
+    except TypeError:
+        return {}
+    return {f.name: getattr(module, f.name) for f in fields
+            if f.metadata.get("static") and f.name in SCALARS
+            and isinstance(getattr(module, f.name, None), numbers.Number)
+            and not isinstance(getattr(module, f.name), bool)}
+
+
+def with_static(module, values):
+    """A copy of ``module`` whose static fields ``values`` (``{name: value}``) hold those: a
+    static field is part of the module's structure, not a leaf a pytree update reaches."""
+    if not values:
+        return module
+    module = copy.copy(module)
+    for name, value in values.items():
+        object.__setattr__(module, name, value)
+    return module
 
 
 def build(cls, jax, kwargs):
@@ -75,17 +109,21 @@ def as_linen(cls):
                           else (collection(leaf, jnp),) + tuple(key_name(k) for k in path)
                           for path, leaf in leaves]
             self.leaves = [leaf for _, leaf in leaves]
+            self.static = static_scalars(self.module)
 
         def init(self, rng, *args):
             """The module's leaves as linen's variables tree."""
             del rng, args  # built in __init__, from key
-            return trees.unflatten({where: leaf for where, leaf in zip(self.where, self.leaves)
-                                    if where is not None})
+            flat = {where: leaf for where, leaf in zip(self.where, self.leaves) if where is not None}
+            flat.update({("static", name): value for name, value in self.static.items()})
+            return trees.unflatten(flat)
 
         def apply(self, variables, *args):
             given = [None if where is None else trees.lookup(variables, where) for where in self.where]
             leaves = [leaf if g is None else g for g, leaf in zip(given, self.leaves)]
-            return jax.tree_util.tree_unflatten(self.treedef, leaves)(*args)
+            module = jax.tree_util.tree_unflatten(self.treedef, leaves)
+            static = {name: trees.lookup(variables, ("static", name)) for name in self.static}
+            return with_static(module, {k: v for k, v in static.items() if v is not None})(*args)
 
     Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")
     return Bridged

@@ -139,3 +139,13 @@ class LogC(FIRE):
 
     def __call__(self, x):
         return FIRE.__call__(eqx.tree_at(lambda m: m.c, self, jnp.exp(self.c)), x)
+
+
+class CStatic(FIRE):
+    """``c`` declared a static field: right on values, but a static field is no leaf, so
+    Equinox never trains it (the glue had refused the module, finding no `c`)."""
+
+    c: float = eqx.field(static=True)
+
+    def scalar(self, value):
+        return float(value)
