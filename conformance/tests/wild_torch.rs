@@ -446,6 +446,15 @@ fn what_training_does_to_a_module_is_checked_and_named() {
         "StaleBias",
     );
     passes_in(&torch_fake("CacheKeyedOnVersions", "f32"), 20, &cases);
+    // A normaliser cached at module level under the length: the twin shares it, so only the
+    // file imported afresh shows what it is (it had failed as no catalogued variant); positions
+    // cached so are no mistake.
+    the_glue_finds(
+        &torch_fake("NormaliserCachedGlobally", "f32"),
+        &cases,
+        "StaleBias: imported afresh",
+    );
+    passes_in(&torch_fake("PositionsCachedGlobally", "f32"), 20, &cases);
     passes_in(&torch_fake("compiled_fire", "f32"), 20, &cases);
     // Audit 24: a cache that follows every update but keeps its graph fails a second backward
     // before the next update (gradient accumulation); parameters shared through a registry

@@ -91,6 +91,7 @@ import sys
 import numpy as np
 
 from fire_conformance import calls
+from fire_conformance import fresh
 from fire_conformance import kit as fire_kit
 from fire_conformance import numpy_fire, repeats, steps
 from fire_conformance.outputs import NotABias, every_layout_failed, remembered_layout_failed, squeeze
@@ -152,9 +153,11 @@ def wider_than_bf16(dtype, got):
 
 
 class Glue:
-    def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last"):
+    def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last", reload=None):
         self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
         self.call, self.query_rows = call, query_rows
+        # The module's file imported afresh where a bias may depend on earlier calls (`fresh`).
+        self.fresh = fresh.Fresh(reload)
         # The x layout that gave a bias of the right length where the layouts disagree
         # (T != H): tried first from then on.
         self.layout = None
@@ -290,6 +293,23 @@ class Glue:
             reference = numpy_fire.reference(case)
             if reference is not None:
                 raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other)
+        self.fresh.check(case, got, lambda cls: plan.pick(as_numpy(self.anew(cls, case, heads, dt))),
+                         self.dtype)
+
+    def anew(self, cls, case, heads, dt):
+        """The bias of a module of ``cls`` (the class imported afresh, ``fresh``) built for
+        ``case`` as the graded one was, holding its values, called once."""
+        saved, self.cls = self.cls, cls
+        try:
+            m, own = self.constructed(case)
+            m = in_dtype(m, dt)
+            materialise(m)
+            self.loaded(m, case, own, dt, check=False)
+            m.eval()
+            with torch.no_grad():
+                return self.forward(m, heads, case, True, probes=False)[0]
+        finally:
+            self.cls = saved
 
     def stale(self, full):
         """Raises where the bias is exactly the one the training step returned though the step
@@ -596,7 +616,8 @@ def main(argv=None):
         from fire_conformance import jax_glue
 
         return jax_glue.serve(cls, a)
-    glue = Glue(cls, mapping, a.dtype, a.max_len, parse_kwargs(a.kwargs), a.call, a.query_rows)
+    glue = Glue(cls, mapping, a.dtype, a.max_len, parse_kwargs(a.kwargs), a.call, a.query_rows,
+                reload=lambda: load_class(a.module))
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}",
                    positions=calls.positions(a.call or calls.class_call_style(cls), a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],

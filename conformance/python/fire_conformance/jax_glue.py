@@ -50,6 +50,7 @@ from fire_conformance import appendix_e
 from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import equinox_bridge
+from fire_conformance import fresh
 from fire_conformance import haiku_bridge
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
@@ -226,8 +227,11 @@ def call_style(m):
 
 
 class JaxGlue:
-    def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last"):
+    def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last", reload=None):
         self.jax, self.jnp = _jax()
+        # The module's file imported afresh (and bridged) where a bias may depend on earlier
+        # calls (`fresh`).
+        self.fresh = fresh.Fresh(reload)
         if dtype == "f64":
             self.jax.config.update("jax_enable_x64", True)
         self.cls, self.dtype, self.max_len = cls, dtype, max_len
@@ -497,33 +501,56 @@ class JaxGlue:
         that follows the constructor's ``init_c`` (a ψ table computed in ``setup``, or in an NNX
         ``__init__`` and held as an attribute) rather than
         the ``c`` in ``params``; with ``stepped`` (the graded module took ``steps.jax_step``),
-        one kept from the step's call. A twin that cannot be built or applied tells nothing."""
-        jax, jnp = self.jax, self.jnp
-        rows, cols = plan.shape
+        one kept from the step's call. A twin that cannot be built or applied tells nothing.
+        Then the module built so from its file imported afresh, with the case's ``init_c``
+        (``fresh``): what the program keeps outside the module, which the twin shares."""
         c = float(case.encoding["c"])
         other = c * 1.5 if c != 0 else 0.25
+
+        def anew(cls, init_c):
+            return plan.pick(self.anew(cls, case, heads, width, init_c, params, kept, unset, args, plan))
+
         try:
-            m = construction.construct(self.cls, heads, width, {**case.encoding, "c": other}, self.kwargs)
-            variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
-            for path, value in kept.items():
-                variables[path[0]][path[1:]] = value
-            # Its own constants (``constants``: a table made from init_c and read through
-            # stop_gradient shows), the case's values in everything else.
-            given = trees.flatten(params)
-            given.update({p: variables["params"][p] for p in unset if p in variables.get("params", {})})
-            variables = {coll: trees.unflatten(flat) for coll, flat in variables.items()}
-            out = outputs.squeeze(m.apply({**variables, "params": trees.unflatten(given)}, *args),
-                                  heads, rows, cols, batch=plan.batch)
-            twin = np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"
-                                          else jnp.float32), dtype=np.float64)
+            twin = anew(self.cls, other)
         except Exception:
             return
-        got, twin = plan.pick(full), plan.pick(twin)
+        got = plan.pick(full)
         if steps.twin_differs(got, twin, self.dtype):
             reference = numpy_fire.reference(case)
             if reference is not None:
                 raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other,
                                          stepped=steps.JAX_STEP if stepped else None)
+        self.fresh.check(case, got, lambda cls: anew(cls, c), self.dtype)
+
+    def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan):
+        """The bias (``[H, R, C]`` float64) of a module of ``cls`` built anew with ``init_c``
+        and applied to the case's ``params`` and the scalars ``kept`` outside them, its own
+        values of the constants ``unset`` and of everything else (``twin``)."""
+        jax, jnp = self.jax, self.jnp
+        rows, cols = plan.shape
+        m = construction.construct(cls, heads, width, {**case.encoding, "c": init_c}, self.kwargs)
+        variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
+        for path, value in kept.items():
+            variables[path[0]][path[1:]] = value
+        # Its own constants (``constants``: a table made from init_c and read through
+        # stop_gradient shows), the case's values in everything else.
+        given = trees.flatten(params)
+        given.update({p: variables["params"][p] for p in unset if p in variables.get("params", {})})
+        variables = {coll: trees.unflatten(flat) for coll, flat in variables.items()}
+        out = outputs.squeeze(m.apply({**variables, "params": trees.unflatten(given)}, *args),
+                              heads, rows, cols, batch=plan.batch)
+        return np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"
+                                      else jnp.float32), dtype=np.float64)
+
+
+def bridged(cls):
+    """``cls`` behind linen's interface: a ``flax.nnx``, Equinox or Haiku module through its
+    bridge, any other as it is."""
+    for bridge, test in ((nnx_bridge, nnx_bridge.is_nnx), (equinox_bridge, equinox_bridge.is_equinox),
+                         (haiku_bridge, haiku_bridge.is_haiku)):
+        if test(cls):
+            return bridge.as_linen(cls)
+    return cls
 
 
 def linen_interface(cls):
@@ -543,16 +570,11 @@ def serve(cls, a):
     Equinox or Haiku module through linen's interface (``nnx_bridge``, ``equinox_bridge``,
     ``haiku_bridge``)."""
     style = a.call or calls.class_call_style(cls)
-    if nnx_bridge.is_nnx(cls):
-        cls = nnx_bridge.as_linen(cls)
-    elif equinox_bridge.is_equinox(cls):
-        cls = equinox_bridge.as_linen(cls)
-    elif haiku_bridge.is_haiku(cls):
-        cls = haiku_bridge.as_linen(cls)
+    cls = bridged(cls)
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call,
-                   a.query_rows)
+                   a.query_rows, reload=lambda: bridged(appendix_e.load_class(a.module)))
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",
                    positions=calls.positions(style, a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],

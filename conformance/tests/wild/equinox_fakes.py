@@ -149,3 +149,35 @@ class CStatic(FIRE):
 
     def scalar(self, value):
         return float(value)
+
+
+_NORMALISERS = {}
+
+
+class NormaliserCachedGlobally(FIRE):
+    """The normaliser ψ(max(i, L)) + ε cached in a dict at module level under the length: the
+    first call's c and multiplier for every later call (a twin built anew shares the dict, so
+    only the file imported afresh shows it)."""
+
+    def normalized(self, x):
+        positions = self.positions(x.shape[2])
+        rel_distance = positions[:, None] - positions[None, :]
+        length = x.shape[2]
+        if length not in _NORMALISERS:
+            threshold = jnp.abs(self.L_multiplier * self.init_L)
+            pos_normalizer = jnp.maximum(positions, threshold)
+            _NORMALISERS[length] = jnp.log(jnp.abs(self.c * pos_normalizer) + 1) + self.eps
+        return self.psi_of_distances(rel_distance) / _NORMALISERS[length][:, None]
+
+
+_POSITIONS = {}
+
+
+class PositionsCachedGlobally(FIRE):
+    """Correct: the positions cached at module level under the length, which is all they
+    depend on."""
+
+    def positions(self, seq_length):
+        if seq_length not in _POSITIONS:
+            _POSITIONS[seq_length] = jnp.arange(seq_length, dtype=jnp.float32)
+        return _POSITIONS[seq_length]

@@ -339,6 +339,45 @@ class InferenceCacheKeyedOnC(FIRE):
         return cache[key]
 
 
+_NORMALISERS = {}
+
+
+class NormaliserCachedGlobally(FIRE):
+    """The normaliser ψ(max(i, L)) + ε cached in a dict at module level under the length: the
+    first call's c and multiplier for every later call (a twin built anew shares the dict, so
+    only the file imported afresh shows it; it had failed as "no catalogued variant")."""
+
+    def forward(self, x):
+        seq_length = x.size(2)
+        positions = torch.arange(seq_length, dtype=x.dtype)
+        if seq_length not in _NORMALISERS:
+            threshold = torch.abs(self.L_multiplier * self.init_L)
+            pos_normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1)
+            _NORMALISERS[seq_length] = (pos_normalizer + self.eps).detach()
+        rel_distance = positions[:, None] - positions[None, :]
+        normalized = self.numerator(rel_distance) / _NORMALISERS[seq_length][:, None]
+        return self.mlp(normalized.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
+_POSITIONS = {}
+
+
+class PositionsCachedGlobally(FIRE):
+    """Correct: the positions cached at module level under the length, which is all they
+    depend on."""
+
+    def forward(self, x):
+        seq_length = x.size(2)
+        if seq_length not in _POSITIONS:
+            _POSITIONS[seq_length] = torch.arange(seq_length, dtype=x.dtype)
+        positions = _POSITIONS[seq_length]
+        rel_distance = self.numerator(positions[:, None] - positions[None, :])
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        pos_normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        normalized = rel_distance / pos_normalizer[:, None]
+        return self.mlp(normalized.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
 def make_fire_other_defaults(num_heads=12, mlp_width=32, init_c=0.1, init_L=256.0, eps=1e-6):
     """A factory function given for CLASS, whose default threshold is 256, not 512: built on
     its own defaults on the [fire.defaults] cases as a class is."""
