@@ -179,31 +179,31 @@ pub fn fails_the_gradient_cases_on_init_l(cmd: &str, args: &[&str]) {
     assert!(wrong.iter().any(|g| g == "init_L"), "{wrong:?}");
 }
 
-/// Whether the JAX fakes can run: a failure when FIRE_REQUIRE_JAX is set (CI), else a loud skip.
-pub fn jax() -> bool {
-    let ok = python_has("jax");
+/// Whether `module` imports in `python3`: where it does not, a failure when the environment
+/// variable `require` is set (CI), else a loud skip naming what (`fakes`) was NOT run.
+pub fn importable(module: &str, package: &str, require: &str, fakes: &str) -> bool {
+    let ok = python_has(module);
     if !ok {
         assert!(
-            std::env::var_os("FIRE_REQUIRE_JAX").is_none(),
-            "FIRE_REQUIRE_JAX is set but jax is missing"
+            std::env::var_os(require).is_none(),
+            "{require} is set but {package} is missing"
         );
-        eprintln!("SKIPPED: jax is not installed; the JAX wild implementations were NOT run");
+        eprintln!(
+            "SKIPPED: {package} is not installed; the {fakes} wild implementations were NOT run"
+        );
     }
     ok
+}
+
+/// Whether the JAX fakes can run: a failure when FIRE_REQUIRE_JAX is set (CI), else a loud skip.
+pub fn jax() -> bool {
+    importable("jax", "jax", "FIRE_REQUIRE_JAX", "JAX")
 }
 
 /// Whether the `flax.nnx` fakes can run: a failure when FIRE_REQUIRE_FLAX is set (CI), else a
 /// loud skip.
 pub fn flax() -> bool {
-    let ok = python_has("flax.nnx");
-    if !ok {
-        assert!(
-            std::env::var_os("FIRE_REQUIRE_FLAX").is_none(),
-            "FIRE_REQUIRE_FLAX is set but flax is missing"
-        );
-        eprintln!("SKIPPED: flax is not installed; the flax.nnx wild implementations were NOT run");
-    }
-    ok
+    importable("flax.nnx", "flax", "FIRE_REQUIRE_FLAX", "flax.nnx")
 }
 
 /// The glue command for a class of `tests/wild/nnx_fakes.py` (the Appendix E adapter hands a
@@ -215,17 +215,7 @@ pub fn nnx_fake(class: &str) -> String {
 /// Whether the Equinox fakes can run: a failure when FIRE_REQUIRE_EQUINOX is set (CI), else a
 /// loud skip.
 pub fn equinox() -> bool {
-    let ok = python_has("equinox");
-    if !ok {
-        assert!(
-            std::env::var_os("FIRE_REQUIRE_EQUINOX").is_none(),
-            "FIRE_REQUIRE_EQUINOX is set but equinox is missing"
-        );
-        eprintln!(
-            "SKIPPED: equinox is not installed; the Equinox wild implementations were NOT run"
-        );
-    }
-    ok
+    importable("equinox", "equinox", "FIRE_REQUIRE_EQUINOX", "Equinox")
 }
 
 /// The glue command for a class of `tests/wild/equinox_fakes.py` (handed to the JAX glue, which
@@ -237,17 +227,7 @@ pub fn equinox_fake(class: &str) -> String {
 /// Whether the Haiku fakes can run: a failure when FIRE_REQUIRE_HAIKU is set (CI), else a loud
 /// skip.
 pub fn haiku() -> bool {
-    let ok = python_has("haiku");
-    if !ok {
-        assert!(
-            std::env::var_os("FIRE_REQUIRE_HAIKU").is_none(),
-            "FIRE_REQUIRE_HAIKU is set but dm-haiku is missing"
-        );
-        eprintln!(
-            "SKIPPED: dm-haiku is not installed; the Haiku wild implementations were NOT run"
-        );
-    }
-    ok
+    importable("haiku", "dm-haiku", "FIRE_REQUIRE_HAIKU", "Haiku")
 }
 
 /// The glue command for a class of `tests/wild/haiku_fakes.py` (the Appendix E adapter hands a
