@@ -219,7 +219,10 @@ fn haiku_modules_shaped_like_appendix_e_pass() {
     if !haiku() {
         return;
     }
-    for class in ["FIRE", "NetsMLP"] {
+    // Audit 28: `__call__(x, is_training)` with a dropout that always draws a key (now given
+    // `is_training=False` and a key, where it had been refused) and hand-written layers whose
+    // `w` is PyTorch's `[out, in]` (every case had been skipped) pass too.
+    for class in ["FIRE", "NetsMLP", "TrainingFlagAndDropout", "TorchLayoutW"] {
         passes_in(&haiku_fake(class), 8, &JAX_GRAD);
     }
 }
@@ -228,7 +231,8 @@ fn haiku_modules_shaped_like_appendix_e_pass() {
 /// never trained: the gradient cases fail saying where it is), a ψ table from `init_c`
 /// (`FollowsInitC`), a bias cached at module level (`StaleBias`: a Haiku module lives for one
 /// call, so initialised again it makes no parameter, which had been refused as a module without
-/// layers), and a catalogued mistake diagnosed as in any framework.
+/// layers), state a training loop carries from step to step (a bias kept there, an offset
+/// advanced on every call), and a catalogued mistake diagnosed as in any framework.
 #[test]
 fn haiku_mistakes_are_named() {
     if !haiku() {
@@ -243,9 +247,19 @@ fn haiku_mistakes_are_named() {
             "declare it with hk.get_parameter",
         ],
     );
+    // Audit 28: state a program carries from call to call (a bias kept there, had passed: the
+    // glue dropped the state each call returned; an offset advanced on every call).
     for (class, says) in [
         ("PsiTableFromInitC", "FollowsInitC: built with init_c"),
         ("CachesBiasGlobally", "StaleBias: "),
+        (
+            "BiasKeptInState",
+            "StaleBias: the module returned exactly the bias of the glue's training step",
+        ),
+        (
+            "OffsetInState",
+            "TwinDiffers: called twice, one call after the other",
+        ),
     ] {
         let (code, r) = run(&haiku_fake(class), &JAX_BIAS);
         assert_eq!(code, 1, "{class}: {r:#}");

@@ -487,10 +487,10 @@ class Glue:
             self.stale(full)
         if torch_module and not isinstance(full, torch.Tensor):
             # A torch module handing back a NumPy array (a `.numpy()` at the end of forward):
-            # its bias is graded as it is; autograd cannot reach through it.
+            # its bias is graded as it is; autograd cannot reach through it, so on a gradient
+            # case it is the mistake a `.detach()` is.
             if case.kind == "vjp":
-                raise fire_kit.Skip("the module returns a NumPy array, which autograd cannot "
-                                    "differentiate: no gradients")
+                raise fire_kit.Mistake(numpy_output("autograd"))
             torch_module = False
         want_dt = (TORCH_DTYPES[self.dtype] if torch_module
                    else {"f64": "float64", "f32": "float32"}.get(self.dtype))
@@ -531,6 +531,14 @@ class Glue:
         if with_twin:
             self.twin(case, full.detach(), plan, heads)
         return out
+
+
+def numpy_output(autodiff):
+    """What a gradient case of a torch or JAX module returning a NumPy array finds."""
+    return (f"the module returns a NumPy array (a .numpy() or np.asarray in its forward), which "
+            f"{autodiff} cannot reach through: no parameter gets a gradient, so none would train "
+            "[grad.vjp]; return the framework's tensor (to check the values alone, run without "
+            "the gradient cases: --skip 'fire-grad/*')")
 
 
 def frozen(m, names, case):

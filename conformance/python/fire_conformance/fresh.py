@@ -13,7 +13,6 @@ module's bias does not depend on its history, and the check stops.
 """
 
 from fire_conformance import numpy_fire
-from fire_conformance import repeats
 from fire_conformance import steps
 from fire_conformance.repeats import StaleBias
 
@@ -31,9 +30,9 @@ class Fresh:
 
     def check(self, case, got, fresh_bias, dtype):
         """Raises ``StaleBias`` where the graded bias ``got`` (``[H, queries, keys]``) is far from
-        the case's (``repeats.clearly_differs``) and the bias of a module built from the class
-        imported afresh (``fresh_bias(cls)``, the same shape) is the case's: ``steps.NEARER``
-        times nearer it, as the twin's verdict is decided. A module that cannot be imported, built or called again
+        the case's (beyond rounding, ``steps.twin_differs``) and the bias of a module built from
+        the class imported afresh (``fresh_bias(cls)``, the same shape) is the case's:
+        ``steps.NEARER`` times nearer it, as the twin's verdict is decided. A module that cannot be imported, built or called again
         tells nothing, and is not tried again."""
         if self.alike >= ENOUGH:
             return
@@ -49,8 +48,7 @@ class Fresh:
         if reference is None:
             return
         d_got, d_fresh = steps.distances(got, fresh, reference, case.queries, case.keys)
-        if d_fresh * steps.NEARER < d_got and repeats.clearly_differs(got, reference, case.queries,
-                                                                        case.keys):
+        if d_fresh * steps.NEARER < d_got and steps.twin_differs(got, reference, dtype):
             raise StaleBias(
                 "imported afresh and built holding the case's values, the module returns the "
                 "case's bias on its first call; after the glue's earlier calls (its training "

@@ -4,7 +4,8 @@ A ``hk.Module`` is built and called inside a function that ``hk.transform_with_s
 ``init(rng, *args) -> (params, state)`` and ``apply(params, state, rng, *args) -> (out,
 state)``. Its parameters are what ``hk.get_parameter`` made, keyed by module path
 (``fire/~/linear_0``) and name; an optimiser (optax over ``params``) trains every one of them
-and nothing in ``state`` (``hk.get_state``). ``as_linen(cls)`` is a class constructed as the
+and nothing in ``state`` (``hk.get_state``), which a training loop carries from one step to the
+next (``out, state = apply(params, state, …)``). ``as_linen(cls)`` is a class constructed as the
 Haiku one is whose instances have ``init(rng, *args) -> variables`` and ``apply(variables,
 *args)``:
 
@@ -12,14 +13,21 @@ Haiku one is whose instances have ``init(rng, *args) -> variables`` and ``apply(
   ``fire/~/linear_0/w`` is a path as ``--map`` writes one (an ``hk.Linear``'s ``w`` is ``[in,
   out]``, as Flax's ``kernel``, its bias ``b``); ``state`` Haiku's state, which never trains: a
   ``c`` kept there fails the gradient cases (``jax_glue.FrozenScalar``).
-- ``apply`` builds the module again inside the transformed function and calls it, with no random
-  key, as a program evaluates a Haiku model (``apply(params, state, None, …)``). A Haiku module
-  lives for one call; what a program keeps between calls is outside it (a module-level cache),
-  where the glue's step shows it (``steps.jax_step``).
+- ``apply`` builds the module again inside the transformed function and calls it as a program
+  evaluates a Haiku model: with the state its previous call returned (the values ``apply`` is
+  given in ``state`` where they differ from what ``init`` made, as a program loads a
+  checkpoint), so that a bias or a running value kept in state shows at the glue's step
+  (``steps.jax_step``); with ``is_training=False`` where ``__call__`` takes it; and with a fixed
+  random key, which a module drawing one for a dropout it applies at rate 0 needs. Under a JAX
+  transformation (``jax.vjp``) the state it returns is not kept. A Haiku module lives for one
+  call; what a program keeps between calls outside it (a module-level cache) the glue's step
+  shows too.
 """
 
 import functools
+import inspect
 
+from fire_conformance import construction
 from fire_conformance import trees
 from fire_conformance.repeats import StaleBias
 
@@ -53,16 +61,37 @@ def as_haiku(variables, collection, like):
     return out
 
 
+# The name of a ``__call__`` argument that says whether the module trains (Haiku's convention),
+# given False as a program evaluating it gives it.
+TRAINING = ("is_training", "training")
+
+
+def training_argument(cls):
+    """The name of ``cls.__call__``'s argument saying whether it trains, or None."""
+    try:
+        names = inspect.signature(cls.__call__).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((n for n in TRAINING if n in names), None)
+
+
 def signature_of(cls):
     """A callable standing for ``cls``'s modules where the glue reads how to call one
-    (``jax_glue.parameter_names``): its ``forward`` is ``cls.__call__`` less ``self``, as a built
-    module's would be (a Haiku module cannot be built outside a transformed function)."""
+    (``jax_glue.parameter_names``): its ``forward`` is ``cls.__call__`` less ``self`` and the
+    training argument the bridge gives, as a built module's would be (a Haiku module cannot be
+    built outside a transformed function)."""
 
     def call(*args):
         raise TypeError("stands for the signature of a Haiku module's __call__; never called")
 
-    call.forward = functools.partial(cls.__call__, None)
+    training = training_argument(cls)
+    call.forward = functools.partial(cls.__call__, None, **({training: False} if training else {}))
     return call
+
+
+def is_traced(tree, jax):
+    """Whether any leaf of ``tree`` is a JAX tracer (the call is under a transformation)."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(tree))
 
 
 def as_linen(cls):
@@ -73,8 +102,10 @@ def as_linen(cls):
     import haiku as hk
     import jax
 
-    # Whether any module of `cls` has made parameters in this process (`Bridged.init`).
-    made_params = []
+    # The parameter paths each shape of module (its constructor's arguments but the initial
+    # values) made the first time (`Bridged.init`).
+    made_params = {}
+    training = training_argument(cls)
 
     class Bridged:
         # How a scalar the glue finds outside `params` is made to train (`jax_glue.FrozenScalar`).
@@ -86,31 +117,44 @@ def as_linen(cls):
                 cls(**kwargs)
 
             hk.transform(construct).init(jax.random.PRNGKey(0))
-            self.transformed = hk.transform_with_state(lambda *args: cls(**kwargs)(*args))
+            flags = {training: False} if training else {}
+            self.transformed = hk.transform_with_state(lambda *args: cls(**kwargs)(*args, **flags))
+            self.shape = tuple(sorted((k, repr(v)) for k, v in kwargs.items()
+                                      if k not in construction.INITIAL_ARGS))
             self.made = ({}, {})
+            self.state = {}
 
         def init(self, rng, *args):
-            """Haiku's params and state as linen's variables tree. A module whose call made
-            parameters once and makes none now has returned before reaching them: a result kept
-            from an earlier call (``StaleBias``), which the glue would otherwise report as a
-            module without layers."""
+            """Haiku's params and state as linen's variables tree. A module that made parameters
+            once and, initialised again with the same shape, makes fewer has returned before
+            reaching them: a result kept from an earlier call (``StaleBias``), which the glue
+            would otherwise report as a module without its layers."""
             self.made = self.transformed.init(rng, *args)
             params, state = self.made
-            if params:
-                made_params.append(True)
-            elif made_params:
+            self.state = state
+            paths = {(module, name) for module, leaves in params.items() for name in leaves}
+            first = made_params.setdefault(self.shape, paths)
+            if paths < first:
+                missing = sorted("/".join(p) for p in first - paths)
                 raise StaleBias(
-                    "initialised again, the module made no parameter, where its first call made "
-                    "them: its __call__ returned before reaching hk.get_parameter, a result kept "
-                    "between calls outside the module (a Haiku module lives for one call: a "
-                    "module-level cache), so every layer and every step after the first would "
-                    "read the first bias; recompute it from the parameters [fire.bias]")
+                    f"initialised again, the module made no parameter {missing} where its first "
+                    "call made them: its __call__ returned before reaching hk.get_parameter, a "
+                    "result kept between calls outside the module (a Haiku module lives for one "
+                    "call: a module-level cache), so every layer and every step after the first "
+                    "would read the first bias; recompute it from the parameters [fire.bias]")
             return trees.unflatten({**as_variables("params", params), **as_variables("state", state)})
 
         def apply(self, variables, *args):
-            params, state = self.made
-            out, _ = self.transformed.apply(as_haiku(variables, "params", params),
-                                            as_haiku(variables, "state", state), None, *args)
+            """The module called on ``args`` holding ``variables``' params, with the state its
+            last concrete call returned (module docstring)."""
+            params, made = self.made
+            state = {module: {name: leaf if leaf is not made[module][name] else self.state[module][name]
+                              for name, leaf in leaves.items()}
+                     for module, leaves in as_haiku(variables, "state", made).items()}
+            params = as_haiku(variables, "params", params)
+            out, state = self.transformed.apply(params, state, jax.random.PRNGKey(0), *args)
+            if not is_traced((params, state, out), jax):
+                self.state = state
             return out
 
     Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")

@@ -107,9 +107,24 @@ def jax_layers(flat, mapping):
     kernels = [p for p in flat if p[-1] in IN_OUT and np.ndim(flat[p]) == 2]
     if not kernels:
         kernels = [p for p in flat if p[-1] == "weight" and np.ndim(flat[p]) == 2]
-    out_in = lambda k: tuple(np.shape(flat[k]))[::-1] if k[-1] in IN_OUT else tuple(np.shape(flat[k]))  # noqa: E731
     return [(k, bias_beside(k) if bias_beside(k) in flat else None)
-            for k in chain_order(kernels, out_in)]
+            for k in composing(kernels, flat)]
+
+
+def composing(kernels, flat):
+    """``kernels`` in the order their shapes compose from one input, read in their name's layout
+    (``[in, out]`` for ``IN_OUT``'s names, ``[out, in]`` for ``weight``), or in the other where
+    only that composes (a hand-written layer keeping PyTorch's ``[out, in]`` as ``w``, or
+    computing ``x @ weight``; ``stored_in_out`` decides the same)."""
+    stored = lambda k: tuple(np.shape(flat[k]))  # noqa: E731
+    named = lambda k: stored(k)[::-1] if k[-1] in IN_OUT else stored(k)  # noqa: E731
+    other = lambda k: stored(k) if k[-1] in IN_OUT else stored(k)[::-1]  # noqa: E731
+    order = chain_order(kernels, named)
+    if not loading.is_chain([named(k) for k in order]):
+        alternative = chain_order(kernels, other)
+        if loading.is_chain([other(k) for k in alternative]):
+            return alternative
+    return order
 
 
 def load_jax(flat, ours, mapping, built, elsewhere=()):
@@ -172,7 +187,8 @@ def unreached(unset, ours):
 
 def stored_in_out(flat, layers, mapping):
     """The weight paths of ``layers`` stored ``[in, out]`` (JAX's ``x @ w``), to be transposed
-    to and from the case's ``[out, in]``. Flax's ``kernel`` and Haiku's ``w`` leaves are (Equinox's ``weight``
+    to and from the case's ``[out, in]``. Flax's ``kernel`` and Haiku's ``w`` leaves are, unless
+    only ``[out, in]`` composes (Equinox's ``weight``
     leaves are ``[out, in]``, as PyTorch's, unless only ``[in, out]`` composes); mapped weights
     (``--map mlp.N.weight=PATH``, named anything) are too, unless only PyTorch's ``[out, in]``
     (``x @ w.T``, a port that kept torch's layout) makes the layers compose from one input."""
@@ -180,6 +196,10 @@ def stored_in_out(flat, layers, mapping):
     shapes = [tuple(np.shape(flat[k])) for k in paths]
     if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
         if any(k[-1] in IN_OUT for k in paths):
+            # Stored [in, out] unless only [out, in] composes (a hand-written `w` keeping
+            # PyTorch's layout).
+            if not loading.is_chain([s[::-1] for s in shapes]) and loading.is_chain(shapes):
+                return set()
             return {k for k in paths if k[-1] in IN_OUT}
         # `weight` leaves: [out, in] (Equinox's, PyTorch's) unless only [in, out] composes (a
         # hand-written layer computing x @ w).
@@ -364,8 +384,7 @@ class JaxGlue:
             # jax.vjp they are tracers), and a NumPy bias is seen before tracing fails on it.
             direct = bias(params)
             if isinstance(direct, np.ndarray):
-                raise fire_kit.Skip("the module returns a NumPy array (np.asarray in its __call__), "
-                                    "which jax.vjp cannot differentiate: no gradients")
+                raise fire_kit.Mistake(appendix_e.numpy_output("jax.vjp"))
             cot = case.inputs["cotangent"].array()
             want = (heads, len(case.queries), len(case.keys))
             if cot.shape != want:
@@ -375,6 +394,11 @@ class JaxGlue:
                                                     else jnp.float64), dtype=np.float64)
         if stepped:
             steps.check_jax_kept(np.array(full if case.kind == "bias" else direct), first)
+        if rows * cols <= steps.FULL_LIMIT:
+            # The same concrete call again, before any probe (which would blame x for it): a
+            # module that changes from call to call (state it updates and reads back) shows.
+            steps.check_repeated(plan.pick(as_numpy(full if case.kind == "bias" else direct)),
+                                 plan.pick(as_numpy(bias(params, check=False))), self.dtype)
         if case.kind == "vjp" and twinned:
             # The same values called directly and under jax.vjp (an NNX module merged anew from
             # the one built, as nnx.grad does): before any probe, which would blame x for it.

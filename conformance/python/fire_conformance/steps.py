@@ -215,6 +215,19 @@ def check_traced(direct, traced, case, dtype):
         "between calls, random numbers drawn in evaluation) [fire.bias]")
 
 
+def check_repeated(first, again, dtype):
+    """Raises where two calls of a module, one after the other with the same values and
+    positions, return different biases (``first``, ``again``: the case's entries)."""
+    if twin_differs(first, again, dtype):
+        raise TwinDiffers(
+            "called twice, one call after the other, with the same values and positions, the "
+            "module returns different biases: it changes from call to call (a value it updates on "
+            "every call and reads back — a counter, a position offset, a running average of c — "
+            "or random numbers drawn in evaluation), so in training every step reads another bias "
+            "than its parameters give; a module meant to advance over decoding steps needs a "
+            "build(case) glue that resets it for each case [fire.bias]")
+
+
 def twin_differs(got, twin, dtype):
     """Whether two biases of the same values differ beyond rounding."""
     got, twin = np.asarray(got, dtype=np.float64), np.asarray(twin, dtype=np.float64)

@@ -88,3 +88,66 @@ class OneBasedPositions(FIRE):
 
     def positions(self, seq_length):
         return jnp.arange(1, seq_length + 1, dtype=jnp.float32)
+
+
+class TrainingFlagAndDropout(FIRE):
+    """Correct, in Haiku's own style: ``__call__(x, is_training)`` with no default, and a dropout
+    that always draws a key, at rate 0 when not training (the glue had refused it: no
+    ``is_training`` given, no random key)."""
+
+    def __call__(self, x, is_training):
+        self.is_training = is_training
+        return super().__call__(x)
+
+    def mlp(self, x):
+        h = jax.nn.relu(hk.Linear(self.mlp_width)(x))
+        h = hk.dropout(hk.next_rng_key(), 0.1 if self.is_training else 0.0, h)
+        return hk.Linear(self.num_heads)(h)
+
+
+class TorchLayoutLinear(hk.Module):
+    """A layer written by hand whose ``w`` keeps PyTorch's ``[out, in]`` (``x @ w.T``)."""
+
+    def __init__(self, out_features, name=None):
+        super().__init__(name=name)
+        self.out_features = out_features
+
+    def __call__(self, x):
+        w = hk.get_parameter("w", [self.out_features, x.shape[-1]],
+                             init=hk.initializers.TruncatedNormal(1.0))
+        b = hk.get_parameter("b", [self.out_features], init=jnp.zeros)
+        return x @ w.T + b
+
+
+class TorchLayoutW(FIRE):
+    """Correct: hand-written layers whose ``w`` is ``[out, in]``, not ``hk.Linear``'s
+    ``[in, out]`` (every case had been skipped: the layers did not compose)."""
+
+    def mlp(self, x):
+        h = jax.nn.relu(TorchLayoutLinear(self.mlp_width, name="fc1")(x))
+        return TorchLayoutLinear(self.num_heads, name="fc2")(h)
+
+
+class BiasKeptInState(FIRE):
+    """The bias computed on the first call and kept in ``hk.get_state``: a program carrying the
+    state from step to step (``out, state = apply(params, state, …)``) reads the first step's
+    bias ever after (it had passed: the glue dropped the state each call returned)."""
+
+    def __call__(self, x):
+        bias = super().__call__(x)
+        filled = hk.get_state("filled", [], jnp.bool_, init=jnp.zeros)
+        kept = hk.get_state("bias", bias.shape, bias.dtype, init=jnp.zeros)
+        out = jnp.where(filled, jax.lax.stop_gradient(kept), bias)
+        hk.set_state("bias", out)
+        hk.set_state("filled", jnp.ones([], jnp.bool_))
+        return out
+
+
+class OffsetInState(FIRE):
+    """A decoding offset kept in ``hk.get_state`` and advanced by the length on every call: the
+    second call's positions start past the first's."""
+
+    def positions(self, seq_length):
+        offset = hk.get_state("offset", [], jnp.float32, init=jnp.zeros)
+        hk.set_state("offset", offset + seq_length)
+        return jnp.arange(seq_length, dtype=jnp.float32) + offset

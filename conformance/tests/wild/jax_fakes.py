@@ -300,8 +300,9 @@ class IgnoresInitLConstant(FIRE):
 
 
 class ReturnsNumpy(FIRE):
-    """Correct values, handed back as a NumPy array (``np.asarray`` at the end of apply): its
-    bias is graded, its gradients cannot be."""
+    """Right values handed back as a NumPy array (``np.asarray`` at the end of apply): its bias
+    is graded, and no parameter gets a gradient (audit 28: the gradient cases had been skipped,
+    the run passing)."""
 
     def finish(self, bias, p):
         return np.asarray(bias)
