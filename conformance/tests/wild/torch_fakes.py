@@ -379,6 +379,26 @@ class PositionsCachedGlobally(FIRE):
         return self.mlp(normalized.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
 
 
+class OffsetBuffer(FIRE):
+    """A decoding offset kept in a buffer and advanced by the length on every forward: the
+    second call's positions start past the first's (it had been blamed on x, the probe being
+    the next call)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("offset", torch.zeros(()))
+
+    def forward(self, x):
+        seq_length = x.size(2)
+        positions = torch.arange(seq_length, dtype=x.dtype) + self.offset
+        self.offset += seq_length
+        rel_distance = self.numerator(positions[:, None] - positions[None, :])
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        pos_normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        normalized = rel_distance / pos_normalizer[:, None]
+        return self.mlp(normalized.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
 def make_fire_other_defaults(num_heads=12, mlp_width=32, init_c=0.1, init_L=256.0, eps=1e-6):
     """A factory function given for CLASS, whose default threshold is 256, not 512: built on
     its own defaults on the [fire.defaults] cases as a class is."""
