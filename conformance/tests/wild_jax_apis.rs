@@ -266,6 +266,14 @@ fn haiku_mistakes_are_named() {
         assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
         assert_eq!(failed_saying(&r, says).len(), 6, "{class}: {r:#}");
     }
+    // On the cases at the spec's initial values too, where the module is built on its own
+    // defaults and has no twin: it takes the step all the same (it had passed them).
+    let (code, r) = run(
+        &haiku_fake("BiasKeptInState"),
+        &["--run", "fire/default-init/*"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     let (code, r) = run(&haiku_fake("OneBasedPositions"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");

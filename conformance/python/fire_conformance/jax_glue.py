@@ -371,11 +371,13 @@ class JaxGlue:
             out = m.apply({**variables, "params": p}, *given)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=check)
 
-        twinned = not own and width is not None and case.encoding.get("type") == "fire" \
-            and rows * cols <= steps.FULL_LIMIT
+        small = width is not None and case.encoding.get("type") == "fire" and rows * cols <= steps.FULL_LIMIT
+        # A module built on its own defaults has no twin (one built with another init_c would
+        # not be on them), but takes the step all the same.
+        twinned = small and not own
         # What training does before the graded call (`steps.jax_step`); the twin, built anew,
         # then shows what the module kept from it.
-        first = steps.jax_step(lambda p: bias(p, check=False), params, jax) if twinned else None
+        first = steps.jax_step(lambda p: bias(p, check=False), params, jax) if small else None
         stepped = first is not None
         if case.kind == "bias":
             full = bias(params)
@@ -399,7 +401,7 @@ class JaxGlue:
             # module that changes from call to call (state it updates and reads back) shows.
             steps.check_repeated(plan.pick(as_numpy(full if case.kind == "bias" else direct)),
                                  plan.pick(as_numpy(bias(params, check=False))), self.dtype)
-        if case.kind == "vjp" and twinned:
+        if case.kind == "vjp" and small:
             # The same values called directly and under jax.vjp (an NNX module merged anew from
             # the one built, as nnx.grad does): before any probe, which would blame x for it.
             steps.check_traced(plan.pick(as_numpy(direct)), plan.pick(as_numpy(full)), case, self.dtype)
