@@ -119,7 +119,11 @@ def load_class(spec):
         raise SystemExit(f"module file not found: {path}")
     mod_spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
     module = importlib.util.module_from_spec(mod_spec)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    # The file's folder first on the path (its sibling imports), once: the glues import the file
+    # again where a bias may depend on earlier calls (`fresh`).
+    folder = os.path.dirname(os.path.abspath(path))
+    if sys.path[:1] != [folder]:
+        sys.path.insert(0, folder)
     mod_spec.loader.exec_module(module)
     if not hasattr(module, cls):
         raise SystemExit(f"{path} has no class {cls!r}")
