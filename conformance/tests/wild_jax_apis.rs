@@ -206,6 +206,20 @@ fn equinox_mistakes_are_named() {
         6,
         "{r:#}"
     );
+    // So on the cases at the spec's initial values, where the module is built on its own
+    // defaults and has no twin: the file imported afresh is built the same way.
+    let (code, r) = run(
+        &equinox_fake("NormaliserCachedGlobally"),
+        &["--run", "fire/default-init/*"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let failed = count(&r, "values", "failed") as usize;
+    assert!(failed > 0, "{r:#}");
+    assert_eq!(
+        failed_saying(&r, "StaleBias: imported afresh").len(),
+        failed,
+        "{r:#}"
+    );
     let (code, r) = run(&equinox_fake("OneBasedPositions"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");

@@ -436,9 +436,14 @@ class JaxGlue:
             probed = m.apply({**variables, "params": params}, scores)
             calls.check_scores(full, probed, scores, self.dtype, calls.takes_scores(parameter_names(m)),
                                to_numpy=as_numpy)
+        kept = {p: others[p] for p in outside}
         if twinned:
-            kept = {p: others[p] for p in outside}
             self.twin(case, heads, width, params, kept, unset, args, plan, as_numpy(full), stepped)
+        elif small:
+            # On its own defaults: no twin, but the file imported afresh, built the same way.
+            c = float(case.encoding["c"])
+            self.fresh.check(case, plan.pick(as_numpy(full)), lambda cls: plan.pick(self.anew(
+                cls, case, heads, width, c, params, kept, unset, args, plan, own=True)), self.dtype)
         if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
                                             f"was given; {appendix_e.rerun_advice(full.dtype)}")
@@ -548,13 +553,15 @@ class JaxGlue:
                                          stepped=steps.JAX_STEP if stepped else None)
         self.fresh.check(case, got, lambda cls: anew(cls, c), self.dtype)
 
-    def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan):
+    def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan, own=False):
         """The bias (``[H, R, C]`` float64) of a module of ``cls`` built anew with ``init_c``
-        and applied to the case's ``params`` and the scalars ``kept`` outside them, its own
-        values of the constants ``unset`` and of everything else (``twin``)."""
+        (``own``: on its own defaults, as the graded module was, ``build``) and applied to the
+        case's ``params`` and the scalars ``kept`` outside them, its own values of the constants
+        ``unset`` and of everything else (``twin``)."""
         jax, jnp = self.jax, self.jnp
         rows, cols = plan.shape
-        m = construction.construct(cls, heads, width, {**case.encoding, "c": init_c}, self.kwargs)
+        m = own and construction.construct_own(cls, heads, width, self.kwargs, case.encoding)
+        m = m or construction.construct(cls, heads, width, {**case.encoding, "c": init_c}, self.kwargs)
         variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
         for path, value in kept.items():
             variables[path[0]][path[1:]] = value
