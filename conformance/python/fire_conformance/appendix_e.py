@@ -91,6 +91,8 @@ import sys
 import numpy as np
 
 from fire_conformance import calls
+from fire_conformance import equinox_bridge
+from fire_conformance import haiku_bridge
 from fire_conformance import fresh
 from fire_conformance import kit as fire_kit
 from fire_conformance import numpy_fire, repeats, steps
@@ -623,8 +625,9 @@ def is_jax_module(cls):
     through its bridge)."""
     if torch is not None and isinstance(cls, type) and issubclass(cls, torch.nn.Module):
         return False
-    flax = any(c.__module__.startswith(("flax.", "equinox.", "haiku.")) for c in getattr(cls, "__mro__", ()))
-    return flax or (callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)))
+    flax = any(c.__module__.startswith("flax.") for c in getattr(cls, "__mro__", ()))
+    bridged = equinox_bridge.is_equinox(cls) or haiku_bridge.is_haiku(cls)
+    return flax or bridged or (callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)))
 
 
 def main(argv=None):

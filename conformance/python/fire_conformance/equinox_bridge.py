@@ -50,22 +50,18 @@ def collection(leaf, jnp):
     return None
 
 
-# FIRE's scalars (the JAX glue's names), found among a module's static fields too: no other
-# static field is read (a `num_heads` or an `eps` stays as built).
-SCALARS = ("c", "init_L", "L_multiplier")
-
-
 def static_scalars(module):
-    """``{field name: value}`` of the module's static fields named as FIRE's scalars and holding
-    a number."""
+    """``{field name: value}`` of the module's static fields named as FIRE's scalars
+    (``construction.SCALARS``) and holding a number: no other static field is read (a
+    ``num_heads`` or an ``eps`` stays as built)."""
     try:
         fields = dataclasses.fields(module)
     except TypeError:
         return {}
-    return {f.name: getattr(module, f.name) for f in fields
-            if f.metadata.get("static") and f.name in SCALARS
-            and isinstance(getattr(module, f.name, None), numbers.Number)
-            and not isinstance(getattr(module, f.name), bool)}
+    found = {f.name: getattr(module, f.name, None) for f in fields
+             if f.metadata.get("static") and f.name in construction.SCALARS}
+    return {name: v for name, v in found.items()
+            if isinstance(v, numbers.Number) and not isinstance(v, bool)}
 
 
 def with_static(module, values):

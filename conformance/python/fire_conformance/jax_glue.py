@@ -61,7 +61,7 @@ from fire_conformance import steps
 from fire_conformance import trees
 from fire_conformance.loading import chain_order
 
-SCALARS = ("c", "init_L", "L_multiplier")
+SCALARS = construction.SCALARS
 # Leaves named as Appendix E's constructor arguments, which a module keeps as it was given them
 # (an Equinox field `eps: float`): never the threshold's multiplier under another name.
 ARGUMENTS = ("init_L",) + construction.SHAPE_ARGS + construction.INITIAL_ARGS

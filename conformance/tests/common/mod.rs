@@ -128,6 +128,21 @@ pub fn passes(cmd: &str, min: u64) -> Value {
     passes_in(cmd, min, &[])
 }
 
+/// Runs `cmd` with `args` and asserts it fails on values, every failing case saying `says`
+/// (cases may pass, where what is wrong does not show on them); the report.
+pub fn every_failure_says(cmd: &str, args: &[&str], says: &str) -> Value {
+    let (code, r) = run(cmd, args);
+    assert_eq!(code, 1, "{cmd}: {r:#}");
+    let failed = count(&r, "values", "failed") as usize;
+    assert!(failed > 0, "{cmd}: {r:#}");
+    assert_eq!(
+        failed_saying(&r, says).len(),
+        failed,
+        "{cmd}: {says:?}: {r:#}"
+    );
+    r
+}
+
 /// As [`passes`], on the cases `args` select.
 pub fn passes_in(cmd: &str, min: u64, args: &[&str]) -> Value {
     let mut args = args.to_vec();
