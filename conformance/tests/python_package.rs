@@ -305,3 +305,56 @@ fn the_jax_glue_checks_values_and_gradients_through_jax_vjp() {
         .count();
     assert_eq!(grads, 2, "{v:#}");
 }
+
+/// The constructor's argument names reach the glue from pytest: `--fire-map-arg` on the command
+/// line, `map_arg=` in `fire_cases`; without them the item fails with the `--map-arg`s to give.
+#[test]
+fn the_pytest_plugin_passes_the_constructors_argument_names_on() {
+    if !python_has("numpy", "FIRE_REQUIRE_NUMPY") || !python_has("pytest", "FIRE_REQUIRE_PYTEST") {
+        return;
+    }
+    let project = root().join("conformance/adapters/examples/pytest_project");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("named.py"),
+        format!(
+            "import sys\nsys.path.insert(0, {:?})\nfrom my_fire import FIRE\n\n\
+             class Named(FIRE):\n    def __init__(self, heads=12, hidden=32, init_c=0.1, \
+             init_L=512.0, eps=1e-6):\n        super().__init__(heads, hidden, init_c, init_L, eps)\n",
+            project.display().to_string()
+        ),
+    )
+    .unwrap();
+    let select = ["-k", "random-params"];
+    let o = pytest(
+        dir.path(),
+        &[&["--fire-impl", "named.py:Named"][..], &select].concat(),
+    );
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("--map-arg num_heads=heads --map-arg mlp_width=hidden"),
+        "{out}"
+    );
+    let named = [
+        "--fire-impl",
+        "named.py:Named",
+        "--fire-map-arg",
+        "num_heads=heads",
+        "--fire-map-arg",
+        "mlp_width=hidden",
+    ];
+    let o = pytest(dir.path(), &[&named[..], &select].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    std::fs::write(
+        dir.path().join("test_named.py"),
+        "from fire_conformance.pytest_plugin import fire_cases\n\
+         test_named = fire_cases(impl=\"named.py:Named\", \
+         map_arg={\"num_heads\": \"heads\", \"mlp_width\": \"hidden\"})\n",
+    )
+    .unwrap();
+    let o = pytest(dir.path(), &["test_named.py", "-k", "random-params"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("passed"), "{out}");
+}

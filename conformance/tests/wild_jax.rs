@@ -394,3 +394,95 @@ fn a_jax_module_holding_its_weights_in_float16_is_named_so() {
     );
     assert!(failed_saying(&r, "ignores").is_empty(), "{r:#}");
 }
+
+/// The bias cases, the [fire.defaults] ones, the ε cases and a gradient case.
+const WITH_EPSILON: [&str; 8] = [
+    "--run",
+    "fire/random-params/*",
+    "--run",
+    "fire/epsilon/*",
+    "--run",
+    "fire/default-init/*",
+    "--run",
+    "fire-grad/vjp/random-square-12",
+];
+
+/// A constructor naming Appendix E's arguments otherwise had every case refused with "write a
+/// build(case) glue": the refusal now reads the constructor's arguments and says which
+/// `--map-arg` would name them, and with those the module is graded as Appendix E is.
+#[test]
+fn a_constructor_naming_its_arguments_otherwise_is_told_the_map_arg_and_then_graded() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("ArgumentsNamedOtherwise"), &JAX_BIAS);
+    assert_eq!(code, 3, "{r:#}");
+    let said = r.to_string();
+    assert!(
+        said.contains("its constructor takes (heads, hidden, c0, L0, eps)")
+            && said.contains(
+                "--map-arg num_heads=heads --map-arg mlp_width=hidden --map-arg init_c=c0 \
+                 --map-arg init_L=L0"
+            ),
+        "{r:#}"
+    );
+    let mapped = jax_fake("ArgumentsNamedOtherwise")
+        + " --map-arg num_heads=heads --map-arg mlp_width=hidden --map-arg init_c=c0 \
+           --map-arg init_L=L0";
+    let r = passes_in(&mapped, 10, &WITH_EPSILON);
+    let appendix_e = passes_in(&jax_fake("FIRE"), 10, &WITH_EPSILON);
+    assert_eq!(
+        count(&r, "values", "passed"),
+        count(&appendix_e, "values", "passed"),
+        "{r:#}"
+    );
+}
+
+/// A constructor without `eps` (ε fixed), or with the shape alone (c and L_init made by the
+/// module), had every case but the [fire.defaults] ones errored ("unexpected keyword argument
+/// 'eps'"): a correct FIRE failed. It is now built with what it takes, the case's c and L_init
+/// loaded over its own, and graded on the cases at the spec's ε; the cases at another ε are
+/// skipped saying why, and the run's name says what its constructor does not take. A fixed ε
+/// of 10⁻³ still fails.
+#[test]
+fn a_constructor_taking_fewer_arguments_is_graded_at_the_specs_epsilon() {
+    if !jax() {
+        return;
+    }
+    for class in ["NoEpsArgument", "ShapeArgumentsOnly"] {
+        let (code, r) = run(&jax_fake(class), &WITH_EPSILON);
+        assert_eq!(code, 0, "{class}: {r:#}");
+        assert!(count(&r, "values", "passed") >= 9, "{class}: {r:#}");
+        let said = r.to_string();
+        assert!(
+            said.contains("takes no eps (cases at ε ≠ 1e-06 skipped)"),
+            "{class}: {r:#}"
+        );
+        assert!(
+            said.contains("the constructor takes no `eps`, so the module keeps its own"),
+            "{class}: {r:#}"
+        );
+        assert!(
+            passed_with(&r, "fire/random-params/").len() >= 6,
+            "{class}: {r:#}"
+        );
+    }
+    let (code, r) = run(&jax_fake("NoEpsArgumentOtherEps"), &WITH_EPSILON);
+    assert_eq!(code, 1, "{r:#}");
+    assert!(count(&r, "values", "failed") >= 6, "{r:#}");
+}
+
+/// A bias kept as a parameter of its own beside a bias-free layer (`self.param` beside
+/// `Dense(use_bias=False)`, Haiku's `hk.Linear(with_bias=False)` and `hk.Bias`) had a correct
+/// module refused ("take none of the case's values"): such a vector, as long as the layer's
+/// output, is now read as its bias; one the module never adds fails as `hidden-bias-missing`.
+#[test]
+fn biases_kept_apart_from_their_layers_are_loaded_and_graded() {
+    if !jax() {
+        return;
+    }
+    passes_in(&jax_fake("BiasesApart"), 10, &WITH_EPSILON);
+    let (code, r) = run(&jax_fake("BiasesApartOutputOnly"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(overall(&r), ["hidden-bias-missing"], "{r:#}");
+}

@@ -228,8 +228,15 @@ fn haiku_modules_shaped_like_appendix_e_pass() {
     }
     // Audit 28: `__call__(x, is_training)` with a dropout that always draws a key (now given
     // `is_training=False` and a key, where it had been refused) and hand-written layers whose
-    // `w` is PyTorch's `[out, in]` (every case had been skipped) pass too.
-    for class in ["FIRE", "NetsMLP", "TrainingFlagAndDropout", "TorchLayoutW"] {
+    // `w` is PyTorch's `[out, in]` (every case had been skipped) pass too, and so do layers
+    // without a bias each followed by an `hk.Bias` module (which had been refused).
+    for class in [
+        "FIRE",
+        "NetsMLP",
+        "TrainingFlagAndDropout",
+        "TorchLayoutW",
+        "BiasModules",
+    ] {
         passes_in(&haiku_fake(class), 8, &JAX_GRAD);
     }
 }

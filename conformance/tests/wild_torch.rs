@@ -583,3 +583,48 @@ fn parametrised_wrapped_and_mixing_torch_modules_are_loaded_or_named() {
         assert!(!failed_saying(&r, says).is_empty(), "{class}: {r:#}");
     }
 }
+
+/// Constructors as third-party code writes them: arguments named otherwise (the refusal says
+/// which `--map-arg` names them; with those the module passes), no `eps` (graded at the spec's
+/// ε, the other cases skipped saying why); and biases kept as parameters of their own beside
+/// `nn.Linear(bias=False)`, read as those layers' biases, one added after the activation
+/// failing.
+#[test]
+fn constructors_named_otherwise_and_biases_kept_apart_are_reached() {
+    if !torch() {
+        return;
+    }
+    let (code, r) = run(
+        &torch_fake("ArgumentsNamedOtherwise", "f32"),
+        &DEFAULT_AND_RANDOM,
+    );
+    assert_eq!(code, 3, "{r:#}");
+    assert!(
+        r.to_string()
+            .contains("--map-arg num_heads=n_heads --map-arg mlp_width=hidden"),
+        "{r:#}"
+    );
+    let appendix_e = passes(&torch_fake("FIRE", "f32"), 20);
+    let mapped = torch_fake("ArgumentsNamedOtherwise", "f32")
+        + " --map-arg num_heads=n_heads --map-arg mlp_width=hidden --map-arg init_c=c0 \
+           --map-arg init_L=L0";
+    for cmd in [mapped, torch_fake("BiasesApart", "f32")] {
+        let r = passes(&cmd, 20);
+        assert_eq!(
+            count(&r, "values", "passed"),
+            count(&appendix_e, "values", "passed"),
+            "{cmd}: {r:#}"
+        );
+    }
+    let r = passes(&torch_fake("NoEpsArgument", "f32"), 20);
+    assert!(
+        r.to_string().contains("the constructor takes no `eps`"),
+        "{r:#}"
+    );
+    let (code, r) = run(
+        &torch_fake("BiasesApartAfterActivation", "f32"),
+        &DEFAULT_AND_RANDOM,
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
+}

@@ -52,7 +52,8 @@ gets Appendix E's one hidden layer only.)
 
 A torch module's state need not be Appendix E's exactly (``load_torch``): the case's MLP layers go,
 in order, to the module's ``mlp.N`` layers or else its ``nn.Linear`` layers, so a layer built with
-``bias=False`` or a dropped activation is graded (and named) rather than refused; scalars kept as
+``bias=False`` or a dropped activation is graded (and named) rather than refused (a bias kept as a
+parameter of its own beside a bias-free layer, as long as its output, is that layer's); scalars kept as
 ``[1]`` take the case's values; buffers the case has no value for keep the constructor's; a
 parameter no case value reaches is refused by name. ``--dtype bf16`` casts it to ``bfloat16``
 (every dtype likewise, unless the module is built with floating parameters of several dtypes, a
@@ -72,6 +73,10 @@ Options (after the module spec):
     --kwargs JSON       extra constructor keyword arguments; init_c, init_L or eps there
                         replace the constructor's default in the [fire.defaults] cases
                         (the case's value is passed everywhere else)
+    --map-arg OURS=YOURS  the constructor's name for one of Appendix E's arguments (repeatable),
+                        e.g. --map-arg num_heads=n_heads; a constructor that takes no init_c,
+                        init_L or eps is built without them (c and L_init loaded over what it
+                        makes; cases at an ε other than the spec's 1e-6 skipped)
 
 At the spec's initial values a torch module is built on its own defaults, which are checked; on
 every other case it is built with the case's ``init_c`` and ``init_L`` and must hold them before
@@ -99,7 +104,7 @@ from fire_conformance import numpy_fire, repeats, steps
 from fire_conformance.outputs import NotABias, every_layout_failed, remembered_layout_failed, squeeze
 from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
-    SCALARS, at_defaults, same_in_f32, check_arguments, parse_kwargs, construct_own, construct)
+    SCALARS, at_defaults, same_in_f32, check_arguments, from_options, construct_own, construct)
 from fire_conformance.loading import (
     NAMES, Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
     parametrized, trainable)
@@ -160,6 +165,7 @@ def wider_than_bf16(dtype, got):
 
 class Glue:
     def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last", reload=None):
+        # `kwargs`: the constructor's `construction.Arguments` besides the case's.
         self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
         self.call, self.query_rows = call, query_rows
         # The module's file imported afresh where a bias may depend on earlier calls (`fresh`).
@@ -215,7 +221,7 @@ class Glue:
         enc = case.encoding
         heads, width, ours = self.params(enc)
         initial = {k: v.clone() for k, v in effective_state(m).items()}
-        names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width))
+        names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width, self.kwargs))
         if not own and check:
             # Built from the case's c and L_init: it must hold them ([fire.params]).
             theirs = {k: n for n, k in names.items()}
@@ -226,7 +232,7 @@ class Glue:
                 return effective_state(in_dtype(again, dt))[theirs[name]]
 
             check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype,
-                            rebuild)
+                            rebuild, self.kwargs.untaken(self.cls))
         elif own:
             # The MLP as the case has it (its initialisation is random), the scalars as
             # the module made them where they are not the default: one made in float32 and
@@ -600,6 +606,9 @@ def parser(description=__doc__):
     p.add_argument("--max-len", type=int, default=4096)
     p.add_argument("--query-rows", default="last", choices=calls.QUERY_ROWS)
     p.add_argument("--kwargs", default="{}")
+    p.add_argument("--map-arg", action="append", default=[], metavar="OURS=YOURS",
+                   help="the constructor's name for one of Appendix E's arguments (num_heads, "
+                        "mlp_width, init_c, init_L, eps)")
     p.add_argument("--name")
     return p
 
@@ -640,9 +649,10 @@ def main(argv=None):
         from fire_conformance import jax_glue
 
         return jax_glue.serve(cls, a)
-    glue = Glue(cls, mapping, a.dtype, a.max_len, parse_kwargs(a.kwargs), a.call, a.query_rows,
+    arguments = from_options(a.kwargs, a.map_arg)
+    glue = Glue(cls, mapping, a.dtype, a.max_len, arguments, a.call, a.query_rows,
                 reload=lambda: load_class(a.module))
-    fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}",
+    fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}{arguments.note(cls)}",
                    positions=calls.positions(a.call or calls.class_call_style(cls), a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)

@@ -61,7 +61,7 @@ class TransformedArgument(Exception):
 FROM_ARGUMENT = {"c": "init_c", "init_L": "init_L"}
 
 
-def check_arguments(held, case, dtype, rebuild=None):
+def check_arguments(held, case, dtype, rebuild=None, untaken=()):
     """Raises ``IgnoredArgument`` where a module built from the case's arguments (``construct``)
     holds, before any case value is loaded, a c or L_init other than the one it was given
     (``held``: our name -> the value it holds). Not on an invalid case ([vec.invalid]): the
@@ -74,14 +74,16 @@ def check_arguments(held, case, dtype, rebuild=None):
     (``same_in_f32``), or as the 16-bit float the module holds it in does (``held_slack``).
     ``rebuild(name, arg, value)``, where given, builds the module again with another value of
     the argument and returns what it then holds: a held value that follows the argument is a
-    transform of it (softplus⁻¹ c, log L), said so, rather than an argument ignored."""
+    transform of it (softplus⁻¹ c, log L), said so, rather than an argument ignored. An argument
+    the constructor does not take (``untaken``, ``Arguments.untaken``) is not checked: the
+    module makes that scalar its own way, and the glue loads the case's value over it."""
     enc = case.encoding
     given = {"c": enc["c"], "init_L": enc["l_init"]}
     if case.family == "invalid" or not all(isinstance(v, (int, float)) and math.isfinite(v) and v != 0
                                            for v in given.values()) or given["init_L"] < 0:
         return
     for name, value in held.items():
-        if name not in FROM_ARGUMENT:
+        if name not in FROM_ARGUMENT or FROM_ARGUMENT[name] in untaken:
             continue
         want = given[name]
         theirs = np.abs(as_float64(value)) if name == "c" else as_float64(value)
@@ -160,41 +162,149 @@ def parse_kwargs(text):
     return kwargs
 
 
-def construct_own(cls, heads, width, kwargs, enc):
+# The constructor's own arguments for a framework's random state or its place in a model (NNX's
+# `rngs`, Equinox's `key`, linen's `parent` and `name`, Haiku's `name`): never one of ours.
+FRAMEWORK_ARGS = ("rngs", "key", "parent", "name")
+
+
+def signature_of(cls):
+    """The names of the keyword arguments the constructor of ``cls`` takes (a bridged class's:
+    its ``constructs``), or None where they cannot be read or it passes ``**kwargs`` on (it may
+    then take anything)."""
+    target = getattr(cls, "constructs", cls)
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+class Arguments:
+    """What a glue gives a module's constructor besides the case: ``--kwargs`` (``extra``, a
+    dict) and ``--map-arg OURS=YOURS`` (``names``: Appendix E's argument names to the
+    constructor's, ``FIRE(n_heads=…, hidden=…)`` for ``num_heads`` and ``mlp_width``)."""
+
+    def __init__(self, extra=None, names=None):
+        self.extra = dict(extra or {})
+        self.names = dict(names or {})
+
+    def theirs(self, ours):
+        """The constructor's name for our argument ``ours``."""
+        return self.names.get(ours, ours)
+
+    def untaken(self, cls):
+        """Our initial-value arguments (``INITIAL_ARGS``) the constructor of ``cls`` does not
+        take under any name it was given: a module that fixes ε, or makes c and L_init itself
+        (the glue loads the case's c and L_init over what it makes; a case at another ε than
+        the spec's is not one it can be given). Empty where the constructor's arguments cannot
+        be read (``signature_of``)."""
+        names = signature_of(cls)
+        if names is None:
+            return frozenset()
+        return frozenset(a for a in INITIAL_ARGS if self.theirs(a) not in names and a not in self.extra)
+
+    def call(self, cls, given):
+        """``cls`` built with our arguments ``given`` (ours -> value) over ``extra``, each under
+        the constructor's name for it, leaving out those it does not take (``untaken``)."""
+        untaken = self.untaken(cls)
+        args = {**self.extra, **given}
+        return cls(**{self.theirs(k): v for k, v in args.items() if k not in untaken})
+
+    def note(self, cls):
+        """What the run's name says of a constructor taking fewer of our arguments
+        (``untaken``): "" where it takes them all."""
+        untaken = self.untaken(cls)
+        scalars = [a for a in ("init_c", "init_L") if a in untaken]
+        said = []
+        if scalars:
+            said.append(f"takes no {' or '.join(scalars)} (the case's values loaded over the module's own)")
+        if "eps" in untaken:
+            said.append(f"takes no eps (cases at ε ≠ {DEFAULTS['eps']!r} skipped)")
+        return f"; its constructor {', and '.join(said)}" if said else ""
+
+    def suggestion(self, cls):
+        """How to name our arguments for a constructor that takes others: ``--map-arg`` pairs,
+        ours in Appendix E's order against its unclaimed arguments in its own; "" where its
+        arguments cannot be read."""
+        names = signature_of(cls)
+        if names is None:
+            return ""
+        claimed = {self.theirs(a) for a in SHAPE_ARGS + INITIAL_ARGS} | set(self.extra) | set(FRAMEWORK_ARGS)
+        spare = [n for n in names if n not in claimed]
+        missing = [a for a in SHAPE_ARGS + INITIAL_ARGS if self.theirs(a) not in names]
+        pairs = " ".join(f"--map-arg {a}={n}" for a, n in zip(missing, spare))
+        shown = f"its constructor takes ({', '.join(names)})"
+        if not pairs:
+            return shown
+        return (f"{shown}; if its {', '.join(spare[:len(missing)])} are Appendix E's "
+                f"{', '.join(missing[:len(spare)])}, say so: {pairs}")
+
+
+def parse_arg_names(pairs):
+    """``--map-arg OURS=YOURS`` pairs as a dict, ours being Appendix E's constructor arguments."""
+    try:
+        names = dict(kv.split("=", 1) for kv in pairs)
+    except ValueError:
+        raise SystemExit("--map-arg takes OURS=YOURS, e.g. --map-arg num_heads=n_heads")
+    unknown = sorted(k for k in names if k not in SHAPE_ARGS + INITIAL_ARGS)
+    if unknown:
+        raise SystemExit(f"--map-arg: unknown argument(s) {unknown}; ours are Appendix E's "
+                         f"{', '.join(SHAPE_ARGS + INITIAL_ARGS)}")
+    return names
+
+
+def from_options(kwargs_text, arg_names):
+    """The ``Arguments`` of ``--kwargs JSON`` and ``--map-arg`` pairs."""
+    return Arguments(parse_kwargs(kwargs_text), parse_arg_names(arg_names))
+
+
+def construct_own(cls, heads, width, arguments, enc):
     """The module built on its own defaults for c, L_init and ε (``num_heads``, ``mlp_width``
     and ``--kwargs`` only, whose initial values stand in for the constructor's defaults). A
     constructor that requires some of them (whatever it raises without: a TypeError, a
     ``kwargs["init_c"]`` KeyError, an assert on a None default) is given those from the case
     ``enc`` — the fewest that build it — and its defaults for the others are still checked;
     None when it builds only with all three, in which case it has no defaults of its own to
-    check and is built from the case's values."""
+    check and is built from the case's values. ``arguments``: an ``Arguments``."""
     given = {"init_c": enc["c"], "init_L": enc["l_init"], "eps": enc["eps"]}
-    free = [k for k in INITIAL_ARGS if k not in kwargs]
+    untaken = arguments.untaken(cls)
+    free = [k for k in INITIAL_ARGS if k not in arguments.extra and k not in untaken]
     # Never all of them: a module given every one has no default of its own left to check.
     for n in range(len(free) or 1):
         for names in combinations(free, n):
             try:
-                return cls(num_heads=heads, mlp_width=width, **kwargs,
-                           **{k: given[k] for k in names})
+                return arguments.call(cls, {"num_heads": heads, "mlp_width": width,
+                                            **{k: given[k] for k in names}})
             except Exception:
                 continue
     return None
 
 
-def construct(cls, heads, width, enc, kwargs):
+def construct(cls, heads, width, enc, arguments):
     """The module, constructed as Appendix E's is (``num_heads``, ``mlp_width``, ``init_c``,
-    ``init_L``, ``eps``) plus ``--kwargs``. A constructor whose signature is not Appendix E's
-    fails the same way on every case; the error says how to reach it rather than leave a bare
+    ``init_L``, ``eps``) plus ``--kwargs``, under the constructor's names (``arguments``, an
+    ``Arguments``). An initial value it does not take is left out (``Arguments.untaken``): c and
+    L_init are loaded over what it makes, and a case at an ε other than the spec's is skipped,
+    since the module cannot be given it. A constructor whose signature is not Appendix E's fails
+    the same way on every case; the error says how to reach it rather than leave a bare
     TypeError to every reply."""
+    if "eps" in arguments.untaken(cls) and enc["eps"] != DEFAULTS["eps"]:
+        raise fire_kit.Skip(f"ε = {enc['eps']!r}: the constructor takes no `eps`, so the module keeps "
+                            f"its own (graded on the cases at the spec's ε = {DEFAULTS['eps']!r}); "
+                            "where it takes ε under another name, --map-arg eps=NAME")
     # The case's initial values over any --kwargs gave (`parse_kwargs`).
-    args = {**kwargs, "num_heads": heads, "mlp_width": width, "init_c": enc["c"],
-            "init_L": enc["l_init"], "eps": enc["eps"]}
+    given = {"num_heads": heads, "mlp_width": width, "init_c": enc["c"], "init_L": enc["l_init"],
+             "eps": enc["eps"]}
     try:
-        return cls(**args)
+        return arguments.call(cls, given)
     except TypeError as e:
         if "unexpected keyword" in str(e):
-            how = ("its constructor names its arguments otherwise, which --kwargs cannot rename: "
-                   "write a build(case) glue that constructs it (conformance/README.md)")
+            hint = arguments.suggestion(cls)
+            how = (f"{hint}; " if hint else "") + (
+                "name its arguments with --map-arg OURS=YOURS, or write a build(case) glue that "
+                "constructs it (conformance/README.md)")
         else:
             how = "pass other required arguments with --kwargs JSON, or write a build(case) glue"
         raise TypeError(f"{e} (the glue constructs the module as Appendix E does: num_heads, "

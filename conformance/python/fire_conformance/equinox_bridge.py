@@ -96,6 +96,8 @@ def as_linen(cls):
     class Bridged:
         # How a scalar the glue finds outside `params` is made to train (`jax_glue.FrozenScalar`).
         trains_as = "hold it as a floating array"
+        # Whose constructor's arguments the glue names (`construction.signature_of`).
+        constructs = cls
 
         def __init__(self, **kwargs):
             self.module = self.call_target = build(cls, jax, kwargs)

@@ -110,6 +110,8 @@ def as_linen(cls):
     class Bridged:
         # How a scalar the glue finds outside `params` is made to train (`jax_glue.FrozenScalar`).
         trains_as = "declare it with hk.get_parameter"
+        # Whose constructor's arguments the glue names (`construction.signature_of`).
+        constructs = cls
         call_target = signature_of(cls)
 
         def __init__(self, **kwargs):

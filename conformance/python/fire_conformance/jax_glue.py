@@ -149,6 +149,11 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     in_out = stored_in_out(flat, layers, mapping)
     # Compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] if k in in_out else tuple(np.shape(flat[k])) for k, _ in layers]
+    if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
+        claimed = {p for layer in layers for p in layer} | set(mapping.values())
+        layers = loading.loose_biases(layers, own, [(p, np.shape(flat[p])[0]) for p in flat
+                                                    if np.ndim(flat[p]) == 1 and p not in claimed
+                                                    and p[-1] not in SCALARS + ARGUMENTS])
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
     loaded = loading.assign_layers(ours, layers, own, missing, built)
@@ -305,7 +310,7 @@ class JaxGlue:
         for style in styles:
             plan = calls.plan(style, case, self.max_len, self.query_rows)
             try:
-                out = self.evaluate(m, heads, case, ours, plan, loading.Built(self.cls, heads, width),
+                out = self.evaluate(m, heads, case, ours, plan, loading.Built(self.cls, heads, width, self.kwargs),
                                     own=bool(own), width=width)
             except (outputs.NotABias, loading.ParamsMismatch, fire_kit.Mistake):
                 raise
@@ -488,7 +493,7 @@ class JaxGlue:
             return trees.lookup(holds({**case.encoding, key: value}), where[name])
 
         if not own:
-            construction.check_arguments(held, case, self.dtype, rebuild)
+            construction.check_arguments(held, case, self.dtype, rebuild, self.kwargs.untaken(self.cls))
             return
         if all(construction.same_in_f32(v, ours[name]) for name, v in held.items()
                if name in construction.FROM_ARGUMENT):
@@ -496,7 +501,7 @@ class JaxGlue:
         try:
             given = holds(case.encoding)
             construction.check_arguments({name: trees.lookup(given, where[name]) for name in held},
-                                         case, self.dtype, rebuild)
+                                         case, self.dtype, rebuild, self.kwargs.untaken(self.cls))
         except construction.TransformedArgument:
             raise
         except Exception:
@@ -606,9 +611,10 @@ def serve(cls, a):
     cls = bridged(cls)
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
-    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, construction.parse_kwargs(a.kwargs), a.call,
+    arguments = construction.from_options(a.kwargs, a.map_arg)
+    glue = JaxGlue(cls, mapping, a.dtype, a.max_len, arguments, a.call,
                    a.query_rows, reload=lambda: bridged(appendix_e.load_class(a.module)))
-    fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}",
+    fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}{arguments.note(cls)}",
                    positions=calls.positions(style, a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)

@@ -6,11 +6,11 @@ name (a value with nowhere to go, a parameter no value reaches, a constructor th
 architecture it is given, a multiplier kept under another name). spec: [fire.mlp], [grad.layout]
 """
 
-import inspect
 import re
 
 import numpy as np
 
+from fire_conformance import construction
 from fire_conformance import kit as fire_kit
 
 try:
@@ -108,18 +108,36 @@ def torch_layers(m, state, mapping):
     return chain_order(linear, lambda layer: shapes[layer[0]])
 
 
+def loose_biases(layers, own, vectors):
+    """``layers`` (``(weight, bias or None)``, first to last, ``own`` their ``[out, in]``
+    shapes) with each layer built without a bias given the first of ``vectors`` (``(name,
+    length)`` of the module's one-dimensional parameters that no layer or scalar claims, in the
+    module's order) as long as its output: a bias kept as a parameter of its own beside a
+    bias-free layer (``nn.Linear(bias=False)`` and an ``nn.Parameter``, Haiku's
+    ``hk.Linear(with_bias=False)`` and ``hk.Bias``), which the module adds itself. A layer with
+    no such vector keeps None: the catalogue's ``*-bias-missing`` (a module adding the vector
+    elsewhere, after the activation say, fails on values like any other mistake)."""
+    free = list(vectors)
+    out = []
+    for (w, b), shape in zip(layers, own):
+        if b is None and len(shape) == 2:
+            hit = next((v for v in free if v[1] == shape[0]), None)
+            if hit is not None:
+                free.remove(hit)
+                b = hit[0]
+        out.append((w, b))
+    return out
+
+
 class Built:
     """How the glue built a module: the architecture it asked for, and whether the constructor
     names ``num_heads`` and ``mlp_width`` among its parameters, so claims to build what it is
     given (one that takes them through ``**kwargs`` may have one architecture by design)."""
 
-    def __init__(self, cls, heads, width):
+    def __init__(self, cls, heads, width, arguments):
         self.text = f"built with num_heads={heads}, mlp_width={width}"
-        try:
-            params = inspect.signature(cls).parameters
-        except (TypeError, ValueError):
-            params = {}
-        self.claims = "num_heads" in params and "mlp_width" in params
+        params = construction.signature_of(cls) or ()
+        self.claims = all(arguments.theirs(a) in params for a in construction.SHAPE_ARGS)
 
     def __str__(self):
         return self.text
@@ -305,6 +323,10 @@ def load_torch(m, ours, mapping, dt, built):
                              f"it has {list(state)}")
     layers = torch_layers(m, state, mapping)
     own = [tuple(state[w].shape) for w, _ in layers]
+    if not any(is_our_name(k) and k.endswith(".weight") for k in mapping):
+        claimed = {n for layer in layers for n in layer} | set(mapping.values()) | set(construction.SCALARS)
+        layers = loose_biases(layers, own, [(n, state[n].shape[0]) for n in state
+                                            if n in params and state[n].dim() == 1 and n not in claimed])
     missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
                f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
     loaded = assign_layers(ours, layers, own, missing, built)

@@ -47,6 +47,9 @@ def pytest_addoption(parser):
                 help="the dtype to run in: f32 (default for --fire-impl), f64 or bf16")
     g.addoption("--fire-map", action="append", default=[], metavar="OURS=THEIRS",
                 help="rename a parameter for --fire-impl (repeatable), e.g. L_multiplier=L_mult")
+    g.addoption("--fire-map-arg", action="append", default=[], metavar="OURS=YOURS",
+                help="the constructor's name for one of Appendix E's arguments for --fire-impl (repeatable), e.g. num_heads=n_heads")
+    g.addoption("--fire-kwargs", metavar="JSON", help="other constructor arguments for --fire-impl, a JSON object")
     g.addoption("--fire-call", metavar="STYLE", help="how --fire-impl calls forward: x, hidden, scores, seq_len, positions, qk, ...")
     g.addoption("--fire-query-rows", choices=["last", "first"],
                 help="which rows --fire-impl's forward(query_length, key_length) returns for fewer queries than keys: last (default, a decoding step) or first (T5's compute_bias)")
@@ -65,15 +68,19 @@ def pytest_configure(config):
 
 
 def fire_cases(impl=None, glue=None, cmd=None, dtype=None, map=None, call=None, future_keys=None,
-               xfails=None, fail_on="both", vectors=None, run=(), skip=(), timeout=None, query_rows=None):
+               xfails=None, fail_on="both", vectors=None, run=(), skip=(), timeout=None, query_rows=None,
+               map_arg=None, kwargs=None):
     """A test-module attribute that pytest expands into one item per golden-vector case.
 
     Exactly one of ``impl`` (``"path/to/model.py:Class"``, Appendix E's shape), ``glue`` (a file
     defining ``build(case)``) or ``cmd`` (a protocol command line). File paths are relative to the
-    test file. ``map`` is ``{ours: theirs}``; ``run`` and ``skip`` are case-id globs; ``xfails`` a
-    file of case-id globs; ``fail_on`` limits the items to the ``values`` or ``validation`` cases.
+    test file. ``map`` is ``{ours: theirs}`` for parameters, ``map_arg`` the same for the
+    constructor's arguments (``{"num_heads": "n_heads"}``) and ``kwargs`` its other arguments;
+    ``run`` and ``skip`` are case-id globs; ``xfails`` a file of case-id globs; ``fail_on``
+    limits the items to the ``values`` or ``validation`` cases.
     """
-    return FireCases(dict(impl=impl, glue=glue, cmd=cmd, dtype=dtype, map=dict(map or {}), call=call,
+    return FireCases(dict(impl=impl, glue=glue, cmd=cmd, dtype=dtype, map=dict(map or {}),
+                          map_arg=dict(map_arg or {}), kwargs=kwargs, call=call,
                           future_keys=future_keys, xfails=xfails, fail_on=fail_on, vectors=vectors,
                           run=list(run), skip=list(skip), timeout=timeout, query_rows=query_rows))
 
@@ -89,11 +96,20 @@ class FireCases:
 
 def _cli_settings(config):
     o = config.getoption
-    bad = [kv for kv in o("fire_map") if "=" not in kv]
-    if bad:
-        raise pytest.UsageError(f"fire-conformance: --fire-map takes OURS=THEIRS, got {bad}")
+    for option in ("fire_map", "fire_map_arg"):
+        bad = [kv for kv in o(option) if "=" not in kv]
+        if bad:
+            raise pytest.UsageError(f"fire-conformance: --{option.replace('_', '-')} takes OURS=THEIRS, got {bad}")
+    kwargs = o("fire_kwargs")
+    if kwargs is not None:
+        try:
+            kwargs = json.loads(kwargs)
+        except json.JSONDecodeError as e:
+            raise pytest.UsageError(f"fire-conformance: --fire-kwargs is not JSON ({e})")
     return dict(impl=o("fire_impl"), glue=o("fire_glue"), cmd=o("fire_cmd"), dtype=o("fire_dtype"),
-                map=dict(kv.split("=", 1) for kv in o("fire_map")), call=o("fire_call"),
+                map=dict(kv.split("=", 1) for kv in o("fire_map")),
+                map_arg=dict(kv.split("=", 1) for kv in o("fire_map_arg")), kwargs=kwargs,
+                call=o("fire_call"),
                 future_keys=o("fire_future_keys"), xfails=o("fire_xfails"),
                 fail_on=o("fire_fail_on") or "both", vectors=o("fire_vectors"), run=[], skip=[],
                 timeout=o("fire_timeout"), query_rows=o("fire_query_rows"))
@@ -128,6 +144,12 @@ def implementation_command(s, base):
     args = py + ["fire_conformance.appendix_e", f"{path}:{cls}", "--dtype", s.get("dtype") or "f32"]
     for ours, theirs in (s.get("map") or {}).items():
         args += ["--map", f"{ours}={theirs}"]
+    for ours, theirs in (s.get("map_arg") or {}).items():
+        args += ["--map-arg", f"{ours}={theirs}"]
+    if s.get("kwargs") is not None:
+        if not isinstance(s["kwargs"], dict):
+            raise pytest.UsageError(f"fire-conformance: kwargs must be an object of constructor arguments, got {s['kwargs']!r}")
+        args += ["--kwargs", json.dumps(s["kwargs"])]
     if s.get("call"):
         args += ["--call", s["call"]]
     if s.get("future_keys"):

@@ -151,3 +151,13 @@ class OffsetInState(FIRE):
         offset = hk.get_state("offset", [], jnp.float32, init=jnp.zeros)
         hk.set_state("offset", offset + seq_length)
         return jnp.arange(seq_length, dtype=jnp.float32) + offset
+
+
+class BiasModules(FIRE):
+    """Correct: each layer an ``hk.Linear(with_bias=False)`` followed by an ``hk.Bias`` over its
+    last axis (the bias a module of its own)."""
+
+    def mlp(self, x):
+        h = hk.Linear(self.mlp_width, with_bias=False)(x)
+        h = jax.nn.relu(hk.Bias(bias_dims=[-1])(h))
+        return hk.Bias(bias_dims=[-1])(hk.Linear(self.num_heads, with_bias=False)(h))

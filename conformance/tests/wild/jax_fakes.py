@@ -84,10 +84,13 @@ class FIRE:
         names = self.layer_names()
         for n, name in enumerate(names):
             layer = p[name]
-            h = h @ layer["kernel"] + layer.get("bias", 0.0)
+            h = h @ layer["kernel"] + self.layer_bias(p, n, name)
             if n < len(names) - 1:
                 h = self.activation(h)
         return self.finish(jnp.transpose(h, (2, 0, 1))[None], p)
+
+    def layer_bias(self, p, n, name):
+        return p[name].get("bias", 0.0)
 
     def psi_of_distances(self, c, rel_distance):
         return jnp.log(jnp.abs(c * rel_distance) + 1)
@@ -370,3 +373,56 @@ class NoLinenInterface:
 
     def __call__(self, x):
         raise NotImplementedError
+
+
+class BiasesApart(FIRE):
+    """Each layer's ``kernel`` without a bias beside it, the biases parameters of their own
+    (``b0``, ``b1`` at the top of the tree, as ``self.param`` beside ``Dense(use_bias=False)``
+    makes them), added by the module: a correct FIRE."""
+
+    hidden_bias = output_bias = False
+
+    def extra_params(self):
+        return {"b0": jnp.zeros(self.mlp_width), "b1": jnp.zeros(self.num_heads)}
+
+    def layer_bias(self, p, n, name):
+        return p[f"b{n}"]
+
+
+class BiasesApartOutputOnly(BiasesApart):
+    """``BiasesApart`` whose hidden bias is never added (``b0`` made but unused): the catalogue's
+    ``hidden-bias-missing``."""
+
+    def layer_bias(self, p, n, name):
+        return p["b1"] if n == 1 else 0.0
+
+
+class ArgumentsNamedOtherwise(FIRE):
+    """Appendix E with its constructor's arguments named otherwise (``heads``, ``hidden``,
+    ``c0``, ``L0``): reached with ``--map-arg``."""
+
+    def __init__(self, heads=12, hidden=32, c0=0.1, L0=512.0, eps=1e-6):
+        super().__init__(heads, hidden, c0, L0, eps)
+
+
+class NoEpsArgument(FIRE):
+    """Appendix E with ε fixed at the spec's 10⁻⁶ (no ``eps`` argument): a correct FIRE that
+    cannot be given another ε."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0):
+        super().__init__(num_heads, mlp_width, init_c, init_L, 1e-6)
+
+
+class ShapeArgumentsOnly(FIRE):
+    """Appendix E whose constructor takes the shape alone (c and L_init start at the spec's
+    values, ε fixed): a correct FIRE whose initial values the glue loads over."""
+
+    def __init__(self, num_heads=12, mlp_width=32):
+        super().__init__(num_heads, mlp_width)
+
+
+class NoEpsArgumentOtherEps(FIRE):
+    """A constructor without ``eps`` whose fixed ε is 10⁻³, not the spec's 10⁻⁶."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0):
+        super().__init__(num_heads, mlp_width, init_c, init_L, 1e-3)

@@ -656,3 +656,45 @@ class ParametersInARegistry(nn.Module):
 
     def forward(self, x):
         return self.fire(x)
+
+
+class ArgumentsNamedOtherwise(FIRE):
+    """Appendix E with its constructor's arguments named otherwise: reached with ``--map-arg``."""
+
+    def __init__(self, n_heads=12, hidden=32, c0=0.1, L0=512.0, eps=1e-6):
+        super().__init__(n_heads, hidden, c0, L0, eps)
+
+
+class NoEpsArgument(FIRE):
+    """Appendix E with ε fixed at the spec's 10⁻⁶ (no ``eps`` argument)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0):
+        super().__init__(num_heads, mlp_width, init_c, init_L, 1e-6)
+
+
+class BiasesApart(FIRE):
+    """``nn.Linear(bias=False)`` layers with their biases as parameters of their own, added by
+    the module: a correct FIRE."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width, bias=False), nn.ReLU(),
+                                 nn.Linear(mlp_width, num_heads, bias=False))
+        self.b0 = nn.Parameter(torch.zeros(mlp_width))
+        self.b1 = nn.Parameter(torch.zeros(num_heads))
+        self.mlp[0].register_forward_hook(lambda mod, args, out: out + self.hidden_bias())
+        self.mlp[2].register_forward_hook(lambda mod, args, out: out + self.b1)
+
+    def hidden_bias(self):
+        return self.b0
+
+
+class BiasesApartAfterActivation(BiasesApart):
+    """``BiasesApart`` adding the hidden bias after the activation."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.mlp[1].register_forward_hook(lambda mod, args, out: out + self.b0)
+
+    def hidden_bias(self):
+        return 0.0
