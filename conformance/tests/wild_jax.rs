@@ -429,6 +429,19 @@ fn a_constructor_naming_its_arguments_otherwise_is_told_the_map_arg_and_then_gra
     let mapped = jax_fake("ArgumentsNamedOtherwise")
         + " --map-arg num_heads=heads --map-arg mlp_width=hidden --map-arg init_c=c0 \
            --map-arg init_L=L0";
+    // A --map-arg naming an argument the constructor does not take is refused before any
+    // case (an initial value would otherwise be left out as one it does not take).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fire-conformance"))
+        .args(["run", "--impl"])
+        .arg(jax_fake("ArgumentsNamedOtherwise") + " --map-arg init_c=c_init")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--map-arg init_c=c_init: the constructor takes no such argument"),
+        "{err}"
+    );
     let r = passes_in(&mapped, 10, &WITH_EPSILON);
     let appendix_e = passes_in(&jax_fake("FIRE"), 10, &WITH_EPSILON);
     assert_eq!(

@@ -650,6 +650,7 @@ def main(argv=None):
 
         return jax_glue.serve(cls, a)
     arguments = from_options(a.kwargs, a.map_arg)
+    arguments.check(cls)
     glue = Glue(cls, mapping, a.dtype, a.max_len, arguments, a.call, a.query_rows,
                 reload=lambda: load_class(a.module))
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}{arguments.note(cls)}",

@@ -212,6 +212,16 @@ class Arguments:
         args = {**self.extra, **given}
         return cls(**{self.theirs(k): v for k, v in args.items() if k not in untaken})
 
+    def check(self, cls):
+        """Refuses, before any case, a ``--map-arg`` naming an argument the constructor of
+        ``cls`` does not take (where its arguments can be read): the argument would otherwise be
+        left out as one it does not take, silently."""
+        names = signature_of(cls)
+        wrong = sorted(f"{a}={n}" for a, n in self.names.items() if names is not None and n not in names)
+        if wrong:
+            raise SystemExit(f"--map-arg {', '.join(wrong)}: the constructor takes no such argument; "
+                             f"it takes ({', '.join(names)})")
+
     def note(self, cls):
         """What the run's name says of a constructor taking fewer of our arguments
         (``untaken``): "" where it takes them all."""

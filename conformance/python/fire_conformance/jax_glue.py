@@ -612,6 +612,7 @@ def serve(cls, a):
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
     arguments = construction.from_options(a.kwargs, a.map_arg)
+    arguments.check(cls)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, arguments, a.call,
                    a.query_rows, reload=lambda: bridged(appendix_e.load_class(a.module)))
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}{arguments.note(cls)}",
