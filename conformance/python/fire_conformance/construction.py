@@ -236,8 +236,9 @@ class Arguments:
 
     def suggestion(self, cls):
         """How to name our arguments for a constructor that takes others: ``--map-arg`` pairs,
-        ours in Appendix E's order against its unclaimed arguments in its own; "" where its
-        arguments cannot be read."""
+        ours in Appendix E's order against its unclaimed arguments in its own; none where it has
+        too few to take the shape (a config object, which a ``build(case)`` glue constructs);
+        "" where its arguments cannot be read."""
         names = signature_of(cls)
         if names is None:
             return ""
@@ -246,7 +247,7 @@ class Arguments:
         missing = [a for a in SHAPE_ARGS + INITIAL_ARGS if self.theirs(a) not in names]
         pairs = " ".join(f"--map-arg {a}={n}" for a, n in zip(missing, spare))
         shown = f"its constructor takes ({', '.join(names)})"
-        if not pairs:
+        if not pairs or len(spare) < len([a for a in SHAPE_ARGS if a in missing]):
             return shown
         return (f"{shown}; if its {', '.join(spare[:len(missing)])} are Appendix E's "
                 f"{', '.join(missing[:len(spare)])}, say so: {pairs}")
