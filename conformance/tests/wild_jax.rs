@@ -495,7 +495,62 @@ fn biases_kept_apart_from_their_layers_are_loaded_and_graded() {
         return;
     }
     passes_in(&jax_fake("BiasesApart"), 10, &WITH_EPSILON);
+    // So is a heads' bias kept `[H, 1, 1]` to broadcast (refused, even when mapped: audit 29),
+    // and a constructor taking the shape by position only (refused as broken) is given it so.
+    passes_in(&jax_fake("HeadBiasBroadcast"), 10, &WITH_EPSILON);
+    passes_in(&jax_fake("PositionalOnly"), 10, &WITH_EPSILON);
     let (code, r) = run(&jax_fake("BiasesApartOutputOnly"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["hidden-bias-missing"], "{r:#}");
+}
+
+/// Biases apart from layers as wide as each other (Appendix B's two hidden layers) go to them by
+/// the numbers in their names, never by the tree's order (which sorts names: the vectors had
+/// gone to the wrong layers and a correct module failed, audit 29); names that number nothing
+/// (`bias_in`, `bias_hidden`) have those cases skipped naming the `--map` that grades them, and
+/// with it the module passes, with the two swapped it fails.
+#[test]
+fn biases_apart_from_layers_as_wide_go_by_their_names_or_are_mapped() {
+    if !jax() {
+        return;
+    }
+    let deep = ["--run", "edge/depth-2/*", "--run", "fire/depth/*"];
+    passes_in(&jax_fake("TwoHiddenBiasesApart"), 8, &deep);
+    let (code, r) = run(&jax_fake("TwoHiddenBiasesNamed"), &deep);
+    assert_eq!(code, 5, "{r:#}");
+    assert!(
+        r.to_string()
+            .contains("could each be the bias of its layers ['Dense_0/kernel', 'Dense_1/kernel']")
+            && r.to_string()
+                .contains("--map mlp.0.bias=NAME --map mlp.2.bias=NAME grades these cases"),
+        "{r:#}"
+    );
+    let mapped = |first: &str, second: &str| {
+        format!(
+            "{} --map mlp.0.bias={first} --map mlp.2.bias={second}",
+            jax_fake("TwoHiddenBiasesNamed")
+        )
+    };
+    passes_in(&mapped("bias_in", "bias_hidden"), 8, &deep);
+    let (code, r) = run(&mapped("bias_hidden", "bias_in"), &deep);
+    assert_eq!(code, 1, "{r:#}");
+}
+
+/// A constructor without `init_L` whose module keeps L_init where no case value reaches it (a
+/// plain attribute) had failed every case at another L_init as if its threshold were wrong:
+/// those cases are skipped saying so, and it is graded on the cases at the spec's L_init.
+#[test]
+fn a_threshold_no_case_value_reaches_is_graded_at_the_specs_l_init() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("ThresholdAttribute"), &WITH_EPSILON);
+    assert_eq!(code, 0, "{r:#}");
+    assert!(count(&r, "values", "passed") >= 3, "{r:#}");
+    assert!(
+        r.to_string().contains(
+            "the constructor takes no `init_L` and the module holds none the glue can load"
+        ),
+        "{r:#}"
+    );
 }

@@ -241,6 +241,34 @@ fn haiku_modules_shaped_like_appendix_e_pass() {
     }
 }
 
+/// An NNX constructor is read from its `__init__` (the metaclass's `__call__` takes anything):
+/// one naming its shape otherwise is told the `--map-arg`s, and one without `eps` is graded at
+/// the spec's ε, where every case off the defaults had failed with a TypeError (audit 29).
+#[test]
+fn an_nnx_constructor_is_read_from_its_init() {
+    if !flax() {
+        return;
+    }
+    let (code, r) = run(&nnx_fake("NamedOtherwiseNoEps"), &JAX_BIAS);
+    assert_eq!(code, 3, "{r:#}");
+    assert!(
+        r.to_string()
+            .contains("--map-arg num_heads=n_heads --map-arg mlp_width=hidden"),
+        "{r:#}"
+    );
+    let mapped =
+        nnx_fake("NamedOtherwiseNoEps") + " --map-arg num_heads=n_heads --map-arg mlp_width=hidden";
+    let r = passes_in(
+        &mapped,
+        6,
+        &["--run", "fire/random-params/*", "--run", "fire/epsilon/*"],
+    );
+    assert!(
+        r.to_string().contains("the constructor takes no `eps`"),
+        "{r:#}"
+    );
+}
+
 /// The mistakes Haiku invites, each named: a `c` kept with `hk.get_state` (right on values, but
 /// never trained: the gradient cases fail saying where it is), a ψ table from `init_c`
 /// (`FollowsInitC`), a bias cached at module level (`StaleBias`: a Haiku module lives for one

@@ -616,6 +616,17 @@ fn constructors_named_otherwise_and_biases_kept_apart_are_reached() {
             "{cmd}: {r:#}"
         );
     }
+    // A heads' bias kept [H, 1, 1] is read as the output layer's (audit 29: refused, even mapped).
+    passes(&torch_fake("HeadBiasBroadcast", "f32"), 20);
+    // Biases of layers as wide as each other, named by role and registered output first, are
+    // skipped naming the map (audit 29: given in registration order, a correct module failed);
+    // mapped, they pass.
+    let deep = ["--run", "edge/depth-2/*", "--run", "fire/depth/*"];
+    let (code, r) = run(&torch_fake("TwoHiddenBiasesNamed", "f32"), &deep);
+    assert_eq!(code, 5, "{r:#}");
+    let mapped = torch_fake("TwoHiddenBiasesNamed", "f32")
+        + " --map mlp.0.bias=bias_in --map mlp.2.bias=bias_hidden";
+    passes_in(&mapped, 8, &deep);
     let r = passes(&torch_fake("NoEpsArgument", "f32"), 20);
     assert!(
         r.to_string().contains("the constructor takes no `eps`"),

@@ -222,6 +222,7 @@ class Glue:
         heads, width, ours = self.params(enc)
         initial = {k: v.clone() for k, v in effective_state(m).items()}
         names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width, self.kwargs))
+        self.kwargs.check_reached(self.cls, names.values(), enc)
         if not own and check:
             # Built from the case's c and L_init: it must hold them ([fire.params]).
             theirs = {k: n for n, k in names.items()}

@@ -116,7 +116,9 @@ def check_arguments(held, case, dtype, rebuild=None, untaken=()):
                 f"value is loaded: its constructor ignores `{arg}` (it starts {name} at its own "
                 f"value whatever it is given), or the parameter holds {name} relative to it "
                 f"({name} / {arg}, scaled back in forward), which the glue cannot load a case's "
-                f"{name} into (a build(case) glue converts: conformance/README.md) [fire.params]")
+                f"{name} into (a build(case) glue converts: conformance/README.md); a constructor "
+                f"that takes it under another name (read from **kwargs) is told with --map-arg "
+                f"{arg}=NAME [fire.params]")
 
 
 # A relative slack per 16-bit dtype a module may hold a scalar in: twice its rounding.
@@ -167,18 +169,29 @@ def parse_kwargs(text):
 FRAMEWORK_ARGS = ("rngs", "key", "parent", "name")
 
 
-def signature_of(cls):
-    """The names of the keyword arguments the constructor of ``cls`` takes (a bridged class's:
-    its ``constructs``), or None where they cannot be read or it passes ``**kwargs`` on (it may
-    then take anything)."""
+def parameters_of(cls):
+    """The named parameters of the constructor of ``cls`` (a bridged class's: its
+    ``constructs``), read from ``__init__`` for a class (a metaclass's ``__call__``, as
+    ``flax.nnx``'s, takes ``*args, **kwargs``); None where they cannot be read or it passes
+    ``**kwargs`` on (it may then take anything)."""
     target = getattr(cls, "constructs", cls)
     try:
-        params = list(inspect.signature(target).parameters.values())
+        if isinstance(target, type) and target.__init__ is not object.__init__:
+            params = list(inspect.signature(target.__init__).parameters.values())[1:]
+        else:
+            params = list(inspect.signature(target).parameters.values())
     except (TypeError, ValueError):
         return None
     if any(p.kind == p.VAR_KEYWORD for p in params):
         return None
-    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [p for p in params if p.kind != p.VAR_POSITIONAL]
+
+
+def signature_of(cls):
+    """The names of the arguments the constructor of ``cls`` takes (``parameters_of``), or
+    None."""
+    params = parameters_of(cls)
+    return None if params is None else [p.name for p in params]
 
 
 class Arguments:
@@ -207,10 +220,17 @@ class Arguments:
 
     def call(self, cls, given):
         """``cls`` built with our arguments ``given`` (ours -> value) over ``extra``, each under
-        the constructor's name for it, leaving out those it does not take (``untaken``)."""
+        the constructor's name for it, leaving out those it does not take (``untaken``); those
+        it takes by position only (``def __init__(self, num_heads, mlp_width, /)``) by
+        position."""
         untaken = self.untaken(cls)
-        args = {**self.extra, **given}
-        return cls(**{self.theirs(k): v for k, v in args.items() if k not in untaken})
+        args = {self.theirs(k): v for k, v in {**self.extra, **given}.items() if k not in untaken}
+        positional = []
+        for p in parameters_of(cls) or ():
+            if p.kind != p.POSITIONAL_ONLY or p.name not in args:
+                break
+            positional.append(args.pop(p.name))
+        return cls(*positional, **args)
 
     def check(self, cls):
         """Refuses, before any case, a ``--map-arg`` naming an argument the constructor of
@@ -222,9 +242,24 @@ class Arguments:
             raise SystemExit(f"--map-arg {', '.join(wrong)}: the constructor takes no such argument; "
                              f"it takes ({', '.join(names)})")
 
+    def check_reached(self, cls, loaded, enc):
+        """Skips a case whose L_init the module cannot be given: its constructor does not take
+        ``init_L`` (``untaken``) and it holds no ``init_L`` the glue loads (``loaded``, our names of
+        what it loaded: a threshold kept as a float attribute, or under another name), so it
+        keeps its own, which is graded on the cases at the spec's L_init alone."""
+        if "init_L" in self.untaken(cls) and "init_L" not in loaded and enc["l_init"] != DEFAULTS["l_init"]:
+            raise fire_kit.Skip(
+                f"L_init = {enc['l_init']!r}: the constructor takes no `init_L` and the module holds "
+                "none the glue can load, so it keeps its own (graded on the cases at the spec's "
+                f"L_init = {DEFAULTS['l_init']!r}); where it takes L_init under another name, "
+                "--map-arg init_L=NAME, or where it holds it so, --map init_L=NAME")
+
     def note(self, cls):
         """What the run's name says of a constructor taking fewer of our arguments
-        (``untaken``): "" where it takes them all."""
+        (``untaken``): "" where it takes them all, or not the shape (it is then refused)."""
+        names = signature_of(cls)
+        if names is not None and any(self.theirs(a) not in names for a in SHAPE_ARGS):
+            return ""
         untaken = self.untaken(cls)
         scalars = [a for a in ("init_c", "init_L") if a in untaken]
         said = []

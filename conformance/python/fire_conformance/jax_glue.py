@@ -149,14 +149,14 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     in_out = stored_in_out(flat, layers, mapping)
     # Compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] if k in in_out else tuple(np.shape(flat[k])) for k, _ in layers]
-    if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
-        claimed = {p for layer in layers for p in layer} | set(mapping.values())
-        layers = loading.loose_biases(layers, own, [(p, np.shape(flat[p])[0]) for p in flat
-                                                    if np.ndim(flat[p]) == 1 and p not in claimed
-                                                    and p[-1] not in SCALARS + ARGUMENTS])
+    claimed = {p for layer in layers for p in layer} | set(mapping.values())
+    vectors = [(p, loading.vector_length(np.shape(flat[p]))) for p in flat
+               if p not in claimed and p[-1] not in SCALARS + ARGUMENTS and loading.vector_length(np.shape(flat[p]))]
+    layers, unordered = loading.loose_biases(layers, own, vectors, loading.mapped_biases(mapping, len(layers)),
+                                             "/".join)
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
-    loaded = loading.assign_layers(ours, layers, own, missing, built)
+    loaded = loading.assign_layers(ours, layers, own, missing, built, unordered)
     outside = {}
     for name in SCALARS:
         if name in mapping:
@@ -338,6 +338,7 @@ class JaxGlue:
                   for path, leaf in trees.flatten(dict(tree)).items()}
         elsewhere = [p for p, leaf in others.items() if np.size(leaf) <= 1]
         loaded, outside, in_out, unset = load_jax(flat, ours, self.mapping, built, elsewhere)
+        self.kwargs.check_reached(self.cls, list(loaded.values()) + list(outside.values()), case.encoding)
         self.check_held(case, heads, width, args, flat, others, loaded, outside, ours, own)
         if case.kind == "vjp":
             frozen = [(name, path[0]) for path, name in outside.items() if name == "c" or (

@@ -6,6 +6,7 @@ name (a value with nowhere to go, a parameter no value reaches, a constructor th
 architecture it is given, a multiplier kept under another name). spec: [fire.mlp], [grad.layout]
 """
 
+import os
 import re
 
 import numpy as np
@@ -108,25 +109,68 @@ def torch_layers(m, state, mapping):
     return chain_order(linear, lambda layer: shapes[layer[0]])
 
 
-def loose_biases(layers, own, vectors):
+def loose_biases(layers, own, vectors, mapped=None, shown=str):
     """``layers`` (``(weight, bias or None)``, first to last, ``own`` their ``[out, in]``
-    shapes) with each layer built without a bias given the first of ``vectors`` (``(name,
-    length)`` of the module's one-dimensional parameters that no layer or scalar claims, in the
+    shapes) with each layer built without a bias given a vector of ``vectors`` (``(name,
+    length)`` of the module's vectors, ``vector_length``, that no layer or scalar claims, in the
     module's order) as long as its output: a bias kept as a parameter of its own beside a
     bias-free layer (``nn.Linear(bias=False)`` and an ``nn.Parameter``, Haiku's
-    ``hk.Linear(with_bias=False)`` and ``hk.Bias``), which the module adds itself. A layer with
-    no such vector keeps None: the catalogue's ``*-bias-missing`` (a module adding the vector
-    elsewhere, after the activation say, fails on values like any other mistake)."""
-    free = list(vectors)
-    out = []
-    for (w, b), shape in zip(layers, own):
+    ``hk.Linear(with_bias=False)`` and ``hk.Bias``), which the module adds itself. ``mapped``
+    (``{layer index: name}``, from ``--map mlp.N.bias=NAME``) says it for a layer. A layer with no
+    such vector keeps None: the catalogue's ``*-bias-missing`` (a module adding the vector
+    elsewhere, after the activation say, fails on values like any other mistake). Where several
+    such layers are as wide (the hidden layers of Appendix B's approximator), the vectors go to
+    them by the numbers in their names (``b1``, ``b2``; Haiku's ``bias``, ``bias_1``), never by
+    the module's order, which a params tree sorts by name. Returns the layers and, where the
+    names do not order such vectors, why (``assign_layers`` skips a case of the module's
+    architecture with it, saying what ``--map`` grades it). ``shown``: a name as the message
+    writes it."""
+    out = [list(layer) for layer in layers]
+    for k, name in (mapped or {}).items():
+        out[k][1] = name
+    free = [v for v in vectors if v[0] not in (mapped or {}).values()]
+    wide = {}
+    for k, ((_, b), shape) in enumerate(zip(out, own)):
         if b is None and len(shape) == 2:
-            hit = next((v for v in free if v[1] == shape[0]), None)
-            if hit is not None:
-                free.remove(hit)
-                b = hit[0]
-        out.append((w, b))
-    return out
+            wide.setdefault(shape[0], []).append(k)
+    unordered = None
+    for width, ks in wide.items():
+        found = [name for name, n in free if n == width]
+        if len(ks) > 1 and found:
+            ordered = numbered(found, shown)
+            if ordered is None:
+                maps = " ".join(f"--map mlp.{2 * k}.bias=NAME" for k in ks)
+                unordered = (f"the module's vectors {[shown(v) for v in found]} could each be the bias "
+                             f"of its layers {[shown(out[k][0]) for k in ks]} (each {width} wide), and "
+                             f"their names do not number them: which is which cannot be told; {maps} "
+                             "grades these cases")
+                continue
+            found = ordered
+        for k, name in zip(ks, found):
+            out[k][1] = name
+    return [tuple(layer) for layer in out], unordered
+
+
+def numbered(names, shown=str):
+    """``names`` ordered by the number each has after what they all begin with (``b1``,
+    ``biases.0``, Haiku's ``fire/~/bias_1/b``; one without a number, as Haiku names the first of
+    its kind, goes first), or None where that does not order them."""
+    texts = [shown(name) for name in names]
+    # What they all begin with, less any digits it ends in (`b1` of `b12` and `b19`).
+    common = os.path.commonprefix(texts).rstrip("0123456789")
+    keys = []
+    for text in texts:
+        hit = re.search(r"\d+", text[len(common):])
+        keys.append(int(hit.group()) if hit else -1)
+    if len(set(keys)) != len(keys):
+        return None
+    return [name for _, name in sorted(zip(keys, names))]
+
+
+def mapped_biases(mapping, depth):
+    """``{layer index: the module's name}`` of the biases ``--map mlp.N.bias=NAME`` names for a
+    module whose weights the glue finds itself."""
+    return {k: mapping[f"mlp.{2 * k}.bias"] for k in range(depth) if f"mlp.{2 * k}.bias" in mapping}
 
 
 class Built:
@@ -152,7 +196,7 @@ class ExtraLayer(fire_kit.Mistake, ParamsMismatch):
     """A layer after f_θ's output: a module that is not FIRE's, not one the glue cannot load."""
 
 
-def assign_layers(ours, layers, own, missing, built):
+def assign_layers(ours, layers, own, missing, built, unordered=None):
     """The case's MLP layers given, first to last, to the module's ``layers`` (``(weight name,
     bias name or None)`` in the module's own naming, ``own`` their ``[out, in]`` shapes), as
     ``{the module's name: ours}``: by position, not by number, and a layer without a bias
@@ -192,6 +236,8 @@ def assign_layers(ours, layers, own, missing, built):
     if own != want:
         raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
                             f"{describe(own)} ({built})")
+    if unordered:
+        raise fire_kit.Skip(unordered)
     loaded = {}
     for (w, b), (their_w, their_b) in zip(ours_layers, layers):
         loaded[their_w] = w
@@ -323,13 +369,13 @@ def load_torch(m, ours, mapping, dt, built):
                              f"it has {list(state)}")
     layers = torch_layers(m, state, mapping)
     own = [tuple(state[w].shape) for w, _ in layers]
-    if not any(is_our_name(k) and k.endswith(".weight") for k in mapping):
-        claimed = {n for layer in layers for n in layer} | set(mapping.values()) | set(construction.SCALARS)
-        layers = loose_biases(layers, own, [(n, state[n].shape[0]) for n in state
-                                            if n in params and state[n].dim() == 1 and n not in claimed])
+    claimed = {n for layer in layers for n in layer} | set(mapping.values()) | set(construction.SCALARS)
+    vectors = [(n, vector_length(state[n].shape)) for n in state
+               if n in params and n not in claimed and vector_length(state[n].shape)]
+    layers, unordered = loose_biases(layers, own, vectors, mapped_biases(mapping, len(layers)))
     missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
                f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
-    loaded = assign_layers(ours, layers, own, missing, built)
+    loaded = assign_layers(ours, layers, own, missing, built, unordered)
     for k in ("c", "init_L", "L_multiplier"):
         theirs = mapping.get(k, k)
         if theirs in state:
@@ -377,9 +423,20 @@ def load_torch(m, ours, mapping, dt, built):
 def takes_shape(have, want):
     """Whether a case's value of shape ``have`` (a scalar or a vector) goes into a module's of
     shape ``want``: a scalar into any one-element shape (``[1]``, or ``[1, 1, 1]`` kept ready to
-    broadcast), a vector only into a one-dimensional shape of its length."""
+    broadcast), a vector into a shape of its length alone (``[H]``, or ``[H, 1, 1]`` kept ready
+    to broadcast over a head-first bias)."""
     n = int(np.prod(have))
-    return len(have) <= 1 and n == int(np.prod(want)) and (n == 1 or len(want) <= 1)
+    return len(have) <= 1 and n == int(np.prod(want)) and (n == 1 or vector_length(want) == n)
+
+
+def vector_length(shape):
+    """The length of a vector of ``shape``, one-dimensional or with every other axis 1 (a bias
+    kept as ``[H, 1, 1]`` or ``[1, W]`` to broadcast); None for any other shape."""
+    shape = tuple(shape)
+    if len(shape) == 1:
+        return shape[0]
+    long = [d for d in shape if d != 1]
+    return long[0] if len(shape) > 1 and len(long) == 1 else None
 
 
 # Scalars a module may lack: `init_L`, taken by the constructor; `L_multiplier`, whose absence

@@ -426,3 +426,61 @@ class NoEpsArgumentOtherEps(FIRE):
 
     def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0):
         super().__init__(num_heads, mlp_width, init_c, init_L, 1e-3)
+
+
+class TwoHiddenBiasesApart(TwoHidden):
+    """Appendix B's approximator with its biases apart from its layers, made output first
+    (``b2``, ``b1``, ``b0``): the two hidden ones are as wide, and their names number them."""
+
+    hidden_bias = output_bias = False
+    # The names of the biases, first layer first.
+    bias_names = ("b0", "b1", "b2")
+
+    def extra_params(self):
+        widths = (self.mlp_width, self.mlp_width, self.num_heads)
+        return {name: jnp.zeros(w) for name, w in reversed(list(zip(self.bias_names, widths)))}
+
+    def layer_bias(self, p, n, name):
+        return p[self.bias_names[n]]
+
+
+class TwoHiddenBiasesNamed(TwoHiddenBiasesApart):
+    """``TwoHiddenBiasesApart`` whose biases are named by role (``bias_in``, ``bias_hidden``,
+    ``bias_out``): nothing tells the glue which hidden bias is which without ``--map``."""
+
+    bias_names = ("bias_in", "bias_hidden", "bias_out")
+
+
+class ThresholdAttribute(FIRE):
+    """A constructor without ``init_L`` whose threshold L_init = 512 is a plain attribute, which
+    no case value reaches: a correct FIRE graded at the spec's L_init."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
+
+    def init(self, rng, x):
+        variables = super().init(rng, x)
+        return {"params": variables["params"]}
+
+    def apply(self, variables, x):
+        return super().apply({**variables, "constants": {"init_L": jnp.asarray(512.0)}}, x)
+
+
+class PositionalOnly(FIRE):
+    """Appendix E whose constructor takes the shape by position only."""
+
+    def __init__(self, num_heads=12, mlp_width=32, /, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+
+
+class HeadBiasBroadcast(FIRE):
+    """The output layer without a bias, the heads' bias a ``[H, 1, 1]`` parameter added to the
+    head-first bias: a correct FIRE."""
+
+    output_bias = False
+
+    def extra_params(self):
+        return {"head_bias": jnp.zeros((self.num_heads, 1, 1))}
+
+    def finish(self, bias, p):
+        return bias + p["head_bias"]

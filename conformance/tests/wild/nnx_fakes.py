@@ -191,3 +191,11 @@ class CachesNormaliserGlobally(FIRE):
         rel_distance = self.psi_of_distances(positions[:, None] - positions[None, :])
         h = self.mlp_of((rel_distance / _CACHE[key])[..., None])
         return jnp.transpose(h, (2, 0, 1))[None]
+
+
+class NamedOtherwiseNoEps(FIRE):
+    """Appendix E in NNX whose constructor names its shape otherwise (``n_heads``,
+    ``hidden``) and takes no ``eps`` (fixed at the spec's 10⁻⁶)."""
+
+    def __init__(self, n_heads=12, hidden=32, init_c=0.1, init_L=512.0, *, rngs: nnx.Rngs):
+        super().__init__(n_heads, hidden, init_c, init_L, 1e-6, rngs=rngs)

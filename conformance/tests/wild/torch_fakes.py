@@ -698,3 +698,39 @@ class BiasesApartAfterActivation(BiasesApart):
 
     def hidden_bias(self):
         return 0.0
+
+
+class HeadBiasBroadcast(FIRE):
+    """The output ``nn.Linear(bias=False)``, the heads' bias an ``[H, 1, 1]`` parameter added to
+    the head-first bias: a correct FIRE."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.mlp[2] = nn.Linear(mlp_width, num_heads, bias=False)
+        self.head_bias = nn.Parameter(torch.zeros(num_heads, 1, 1))
+
+    def forward(self, x):
+        return super().forward(x) + self.head_bias
+
+
+class TwoHiddenBiasesNamed(nn.Module):
+    """Appendix B's approximator whose three layers are ``nn.Linear(bias=False)`` and whose
+    biases, registered output first, are named by role: which hidden one is which only a map
+    says."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__()
+        self.base = FIRE(num_heads, mlp_width, init_c, init_L, eps)
+        self.base.mlp = nn.Sequential(nn.Linear(1, mlp_width, bias=False), nn.ReLU(),
+                                      nn.Linear(mlp_width, mlp_width, bias=False), nn.ReLU(),
+                                      nn.Linear(mlp_width, num_heads, bias=False))
+        self.bias_out = nn.Parameter(torch.zeros(num_heads))
+        self.bias_hidden = nn.Parameter(torch.zeros(mlp_width))
+        self.bias_in = nn.Parameter(torch.zeros(mlp_width))
+        mlp = self.base.mlp
+        mlp[0].register_forward_hook(lambda mod, args, out: out + self.bias_in)
+        mlp[2].register_forward_hook(lambda mod, args, out: out + self.bias_hidden)
+        mlp[4].register_forward_hook(lambda mod, args, out: out + self.bias_out)
+
+    def forward(self, x):
+        return self.base(x)
