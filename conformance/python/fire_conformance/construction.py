@@ -169,6 +169,18 @@ def parse_kwargs(text):
 FRAMEWORK_ARGS = ("rngs", "key", "parent", "name")
 
 
+# What other code calls Appendix E's constructor arguments (lower-cased), for the suggestion
+# made to a constructor that names them otherwise.
+SYNONYMS = {
+    "num_heads": {"heads", "n_heads", "n_head", "nheads", "num_attention_heads", "attention_heads", "h"},
+    "mlp_width": {"mlp_dim", "hidden", "hidden_dim", "hidden_size", "width", "mlp_hidden",
+                  "mlp_hidden_dim", "d_hidden", "dim_hidden", "mlp_hidden_size"},
+    "init_c": {"c", "c0", "c_0", "c_init", "initial_c"},
+    "init_L": {"l", "l0", "l_0", "l_init", "init_l", "initial_l", "threshold", "max_len"},
+    "eps": {"epsilon", "eps"},
+}
+
+
 def parameters_of(cls):
     """The named parameters of the constructor of ``cls`` (a bridged class's: its
     ``constructs``), read from ``__init__`` for a class (a metaclass's ``__call__``, as
@@ -280,12 +292,21 @@ class Arguments:
         claimed = {self.theirs(a) for a in SHAPE_ARGS + INITIAL_ARGS} | set(self.extra) | set(FRAMEWORK_ARGS)
         spare = [n for n in names if n not in claimed]
         missing = [a for a in SHAPE_ARGS + INITIAL_ARGS if self.theirs(a) not in names]
-        pairs = " ".join(f"--map-arg {a}={n}" for a, n in zip(missing, spare))
+        # Names other code gives our arguments first, then Appendix E's order for the rest.
+        guess = {}
+        for a in missing:
+            known = [n for n in spare if n.lower() in SYNONYMS[a] and n not in guess.values()]
+            if known:
+                guess[a] = known[0]
+        rest = [n for n in spare if n not in guess.values()]
+        guess.update(zip([a for a in missing if a not in guess], rest))
+        missing = [a for a in missing if a in guess]
+        spare = [guess[a] for a in missing]
+        pairs = " ".join(f"--map-arg {a}={guess[a]}" for a in missing)
         shown = f"its constructor takes ({', '.join(names)})"
-        if not pairs or len(spare) < len([a for a in SHAPE_ARGS if a in missing]):
+        if not pairs or not all(a in guess for a in SHAPE_ARGS if self.theirs(a) not in names):
             return shown
-        return (f"{shown}; if its {', '.join(spare[:len(missing)])} are Appendix E's "
-                f"{', '.join(missing[:len(spare)])}, say so: {pairs}")
+        return f"{shown}; if its {', '.join(spare)} are Appendix E's {', '.join(missing)}, say so: {pairs}"
 
 
 def parse_arg_names(pairs):
