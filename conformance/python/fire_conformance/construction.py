@@ -282,10 +282,11 @@ class Arguments:
         return f"; its constructor {', and '.join(said)}" if said else ""
 
     def suggestion(self, cls):
-        """How to name our arguments for a constructor that takes others: ``--map-arg`` pairs,
-        ours in Appendix E's order against its unclaimed arguments in its own; none where it has
-        too few to take the shape (a config object, which a ``build(case)`` glue constructs);
-        "" where its arguments cannot be read."""
+        """How to name our arguments for a constructor that takes others: ``--map-arg`` pairs of
+        ours and its unclaimed arguments, by the names other code gives ours (``SYNONYMS``) and
+        else in Appendix E's order against its own; none where it has too few to take the shape
+        (a config object, which a ``build(case)`` glue constructs); "" where its arguments
+        cannot be read."""
         names = signature_of(cls)
         if names is None:
             return ""
