@@ -618,6 +618,12 @@ fn constructors_named_otherwise_and_biases_kept_apart_are_reached() {
     }
     // A heads' bias kept [H, 1, 1] is read as the output layer's (audit 29: refused, even mapped).
     passes(&torch_fake("HeadBiasBroadcast", "f32"), 20);
+    // Frozen, it fails the gradient cases naming it (it had been "a misspelt name").
+    every_failure_says(
+        &torch_fake("FrozenHeadBias", "f32"),
+        &["--run", "fire-grad/vjp/*"],
+        "the module keeps `head_bias` (the case's `mlp.2.bias`) with requires_grad=False",
+    );
     // Biases of layers as wide as each other, named by role and registered output first, are
     // skipped naming the map (audit 29: given in registration order, a correct module failed);
     // mapped, they pass.

@@ -91,6 +91,7 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import re
 import sys
 
 import numpy as np
@@ -565,12 +566,14 @@ def numpy_output(autodiff):
 
 def frozen(m, names, case):
     """Raises on a gradient case where the module keeps ``c`` (or, where the threshold is learned,
-    ``L_multiplier``) as a buffer or with ``requires_grad=False``: no gradient reaches it, so it
-    never trains, which [grad.layout] says of ``init_L`` alone. Said by name, rather than as a
-    gradient missing from the reply."""
+    ``L_multiplier``), or a weight or bias of f_θ (a bias kept apart from its layer included), as
+    a buffer or with ``requires_grad=False``: no gradient reaches it, so it never trains, which
+    [grad.layout] says of ``init_L`` alone. Said by name, rather than as a gradient missing from
+    the reply."""
     train = trainable(m)
     for theirs, ours in names.items():
-        if ours == "c" or (ours == "L_multiplier" and case.encoding["threshold"] == "learnable"):
+        learned = ours == "c" or (ours == "L_multiplier" and case.encoding["threshold"] == "learnable")
+        if learned or re.fullmatch(r"mlp\.\d+\.(weight|bias)", ours):
             if not train.get(theirs, False):
                 how = "with requires_grad=False" if theirs in train else "as a buffer"
                 raise fire_kit.Mistake(f"the module keeps `{theirs}` (the case's `{ours}`) {how}: no gradient "

@@ -734,3 +734,11 @@ class TwoHiddenBiasesNamed(nn.Module):
 
     def forward(self, x):
         return self.base(x)
+
+
+class FrozenHeadBias(HeadBiasBroadcast):
+    """``HeadBiasBroadcast`` whose heads' bias never trains (``requires_grad=False``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.head_bias.requires_grad_(False)
