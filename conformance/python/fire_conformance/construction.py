@@ -279,7 +279,28 @@ class Arguments:
             said.append(f"takes no {' or '.join(scalars)} (the case's values loaded over the module's own)")
         if "eps" in untaken:
             said.append(f"takes no eps (cases at ε ≠ {DEFAULTS['eps']!r} skipped)")
-        return f"; its constructor {', and '.join(said)}" if said else ""
+        if not said:
+            return ""
+        # An argument named as other code names one of ours may be it.
+        guess = self.named_otherwise(names or ())[2]
+        maybe = [a for a in INITIAL_ARGS if a in untaken and a in guess]
+        hint = (f"; its {', '.join(guess[a] for a in maybe)} may be ours: "
+                f"{' '.join(f'--map-arg {a}={guess[a]}' for a in maybe)}") if maybe else ""
+        return f"; its constructor {', and '.join(said)}{hint}"
+
+    def named_otherwise(self, names):
+        """For a constructor taking ``names``: its arguments none of ours claims, ours it does
+        not take, and those of ours one of its arguments is named as other code names it
+        (``SYNONYMS``: ``n_heads``, ``c0``), ours -> its."""
+        claimed = {self.theirs(a) for a in SHAPE_ARGS + INITIAL_ARGS} | set(self.extra) | set(FRAMEWORK_ARGS)
+        spare = [n for n in names if n not in claimed]
+        missing = [a for a in SHAPE_ARGS + INITIAL_ARGS if self.theirs(a) not in names]
+        guess = {}
+        for a in missing:
+            known = [n for n in spare if n.lower() in SYNONYMS[a] and n not in guess.values()]
+            if known:
+                guess[a] = known[0]
+        return spare, missing, guess
 
     def suggestion(self, cls):
         """How to name our arguments for a constructor that takes others: ``--map-arg`` pairs of
@@ -290,15 +311,8 @@ class Arguments:
         names = signature_of(cls)
         if names is None:
             return ""
-        claimed = {self.theirs(a) for a in SHAPE_ARGS + INITIAL_ARGS} | set(self.extra) | set(FRAMEWORK_ARGS)
-        spare = [n for n in names if n not in claimed]
-        missing = [a for a in SHAPE_ARGS + INITIAL_ARGS if self.theirs(a) not in names]
-        # Names other code gives our arguments first, then Appendix E's order for the rest.
-        guess = {}
-        for a in missing:
-            known = [n for n in spare if n.lower() in SYNONYMS[a] and n not in guess.values()]
-            if known:
-                guess[a] = known[0]
+        spare, missing, guess = self.named_otherwise(names)
+        # Then Appendix E's order for the rest.
         rest = [n for n in spare if n not in guess.values()]
         guess.update(zip([a for a in missing if a not in guess], rest))
         missing = [a for a in missing if a in guess]
