@@ -269,6 +269,36 @@ fn an_nnx_constructor_is_read_from_its_init() {
     );
 }
 
+/// NNX's state sorts its names, so biases apart from layers as wide as each other and named by
+/// role (`bias_hidden` before `bias_in`) had gone to the wrong layers and a correct module failed
+/// (audit 29): those cases are skipped naming the `--map` that grades them; with it the module
+/// passes, with the two swapped it fails.
+#[test]
+fn an_nnx_tree_sorted_by_name_has_its_biases_mapped() {
+    if !flax() {
+        return;
+    }
+    let deep = ["--run", "edge/depth-2/*", "--run", "fire/depth/*"];
+    let (code, r) = run(&nnx_fake("TwoHiddenBiasesNamed"), &deep);
+    assert_eq!(code, 5, "{r:#}");
+    let said = r.to_string();
+    assert!(
+        said.contains(
+            "could each be the bias of its layers ['lin_in/kernel', 'lin_hidden/kernel']"
+        ) && said.contains("--map mlp.0.bias=NAME --map mlp.2.bias=NAME grades these cases"),
+        "{r:#}"
+    );
+    let mapped = |first: &str, second: &str| {
+        format!(
+            "{} --map mlp.0.bias={first} --map mlp.2.bias={second}",
+            nnx_fake("TwoHiddenBiasesNamed")
+        )
+    };
+    passes_in(&mapped("bias_in", "bias_hidden"), 8, &deep);
+    let (code, r) = run(&mapped("bias_hidden", "bias_in"), &deep);
+    assert_eq!(code, 1, "{r:#}");
+}
+
 /// The mistakes Haiku invites, each named: a `c` kept with `hk.get_state` (right on values, but
 /// never trained: the gradient cases fail saying where it is), a ψ table from `init_c`
 /// (`FollowsInitC`), a bias cached at module level (`StaleBias`: a Haiku module lives for one

@@ -127,7 +127,7 @@ def composing(kernels, flat):
     return order
 
 
-def load_jax(flat, ours, mapping, built, elsewhere=()):
+def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
     """Where each of the case's parameters ``ours`` goes in the module's flattened params tree
     ``flat``: ``{path: our name}``, and where a scalar outside ``params`` goes (``elsewhere``, the
     scalar leaves of the other collections by ``(collection,) + path``): ``{path: our name}``.
@@ -140,7 +140,8 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     built where the bias has no gradient in them, ``JaxGlue.constants``, else refused). A scalar
     found by its name only outside ``params`` (an ``init_L`` constant; a ``c`` or ``L_multiplier`` kept there, which
     then never trains) takes the case's value there; ``L_multiplier`` may be absent
-    (``loading.no_multiplier``), unless another scalar leaf could be it."""
+    (``loading.no_multiplier``), unless another scalar leaf could be it. ``ordered``: whether
+    ``flat`` keeps the order the module made its parameters in (``loading.loose_biases``)."""
     for name, path in mapping.items():
         if path not in flat:
             raise loading.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
@@ -153,7 +154,7 @@ def load_jax(flat, ours, mapping, built, elsewhere=()):
     vectors = [(p, loading.vector_length(np.shape(flat[p]))) for p in flat
                if p not in claimed and p[-1] not in SCALARS + ARGUMENTS and loading.vector_length(np.shape(flat[p]))]
     layers, unordered = loading.loose_biases(layers, own, vectors, loading.mapped_biases(mapping, len(layers)),
-                                             "/".join)
+                                             "/".join, ordered)
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight` among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
     loaded = loading.assign_layers(ours, layers, own, missing, built, unordered)
@@ -337,7 +338,8 @@ class JaxGlue:
         others = {(coll,) + path: leaf for coll, tree in variables.items() if coll != "params"
                   for path, leaf in trees.flatten(dict(tree)).items()}
         elsewhere = [p for p, leaf in others.items() if np.size(leaf) <= 1]
-        loaded, outside, in_out, unset = load_jax(flat, ours, self.mapping, built, elsewhere)
+        loaded, outside, in_out, unset = load_jax(flat, ours, self.mapping, built, elsewhere,
+                                                  not getattr(self.cls, "sorts_params", False))
         self.kwargs.check_reached(self.cls, list(loaded.values()) + list(outside.values()), case.encoding)
         self.check_held(case, heads, width, args, flat, others, loaded, outside, ours, own)
         if case.kind == "vjp":

@@ -109,7 +109,7 @@ def torch_layers(m, state, mapping):
     return chain_order(linear, lambda layer: shapes[layer[0]])
 
 
-def loose_biases(layers, own, vectors, mapped=None, shown=str):
+def loose_biases(layers, own, vectors, mapped=None, shown=str, ordered=True):
     """``layers`` (``(weight, bias or None)``, first to last, ``own`` their ``[out, in]``
     shapes) with each layer built without a bias given a vector of ``vectors`` (``(name,
     length)`` of the module's vectors, ``vector_length``, that no layer or scalar claims, in the
@@ -120,11 +120,11 @@ def loose_biases(layers, own, vectors, mapped=None, shown=str):
     such vector keeps None: the catalogue's ``*-bias-missing`` (a module adding the vector
     elsewhere, after the activation say, fails on values like any other mistake). Where several
     such layers are as wide (the hidden layers of Appendix B's approximator), the vectors go to
-    them by the numbers in their names (``b1``, ``b2``; Haiku's ``bias``, ``bias_1``), never by
-    the module's order, which a params tree sorts by name. Returns the layers and, where the
-    names do not order such vectors, why (``assign_layers`` skips a case of the module's
-    architecture with it, saying what ``--map`` grades it). ``shown``: a name as the message
-    writes it."""
+    them by the numbers in their names (``b1``, ``b2``; Haiku's ``bias``, ``bias_1``), else in the
+    module's order where it keeps the order they were made in (``ordered``: not a tree that
+    sorts its names, as ``flax.nnx``'s state). Returns the layers and, where neither orders such
+    vectors, why (``assign_layers`` skips a case of the module's architecture with it, saying
+    what ``--map`` grades it). ``shown``: a name as the message writes it."""
     out = [list(layer) for layer in layers]
     for k, name in (mapped or {}).items():
         out[k][1] = name
@@ -137,15 +137,17 @@ def loose_biases(layers, own, vectors, mapped=None, shown=str):
     for width, ks in wide.items():
         found = [name for name, n in free if n == width]
         if len(ks) > 1 and found:
-            ordered = numbered(found, shown)
-            if ordered is None:
+            by_number = numbered(found, shown)
+            if by_number is None and ordered:
+                by_number = found
+            if by_number is None:
                 maps = " ".join(f"--map mlp.{2 * k}.bias=NAME" for k in ks)
                 unordered = (f"the module's vectors {[shown(v) for v in found]} could each be the bias "
                              f"of its layers {[shown(out[k][0]) for k in ks]} (each {width} wide), and "
                              f"their names do not number them: which is which cannot be told; {maps} "
                              "grades these cases")
                 continue
-            found = ordered
+            found = by_number
         for k, name in zip(ks, found):
             out[k][1] = name
     return [tuple(layer) for layer in out], unordered
@@ -153,14 +155,18 @@ def loose_biases(layers, own, vectors, mapped=None, shown=str):
 
 def numbered(names, shown=str):
     """``names`` ordered by the number each has after what they all begin with (``b1``,
-    ``biases.0``, Haiku's ``fire/~/bias_1/b``; one without a number, as Haiku names the first of
-    its kind, goes first), or None where that does not order them."""
+    ``biases.0``, Haiku's ``fire/~/bias_1/b``; one that ends where the others go on to their
+    number, as Haiku names the first of its kind ``bias``, goes first), or None where that does
+    not order them (``hidden_bias`` beside ``layer1_bias``)."""
     texts = [shown(name) for name in names]
     # What they all begin with, less any digits it ends in (`b1` of `b12` and `b19`).
     common = os.path.commonprefix(texts).rstrip("0123456789")
     keys = []
     for text in texts:
-        hit = re.search(r"\d+", text[len(common):])
+        rest = text[len(common):]
+        hit = re.search(r"\d+", rest)
+        if hit is None and rest[:1].isalnum():
+            return None
         keys.append(int(hit.group()) if hit else -1)
     if len(set(keys)) != len(keys):
         return None

@@ -98,6 +98,8 @@ def as_linen(cls):
         trains_as = "declare it as nnx.Param"
         # Whose constructor's arguments the glue names (`construction.signature_of`).
         constructs = cls
+        # Its state is sorted by name, not kept in the order it was made (`loading.loose_biases`).
+        sorts_params = True
 
         def __init__(self, **kwargs):
             self.module = self.call_target = build(cls, nnx, kwargs)

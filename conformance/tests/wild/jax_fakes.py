@@ -446,9 +446,13 @@ class TwoHiddenBiasesApart(TwoHidden):
 
 class TwoHiddenBiasesNamed(TwoHiddenBiasesApart):
     """``TwoHiddenBiasesApart`` whose biases are named by role (``bias_in``, ``bias_hidden``,
-    ``bias_out``): nothing tells the glue which hidden bias is which without ``--map``."""
+    ``bias_out``), made first layer first: the tree's order says which hidden bias is which."""
 
     bias_names = ("bias_in", "bias_hidden", "bias_out")
+
+    def extra_params(self):
+        widths = (self.mlp_width, self.mlp_width, self.num_heads)
+        return {name: jnp.zeros(w) for name, w in zip(self.bias_names, widths)}
 
 
 class ThresholdAttribute(FIRE):

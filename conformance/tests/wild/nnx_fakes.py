@@ -199,3 +199,25 @@ class NamedOtherwiseNoEps(FIRE):
 
     def __init__(self, n_heads=12, hidden=32, init_c=0.1, init_L=512.0, *, rngs: nnx.Rngs):
         super().__init__(n_heads, hidden, init_c, init_L, 1e-6, rngs=rngs)
+
+
+class TwoHiddenBiasesNamed(FIRE):
+    """Appendix B's approximator with ``nnx.Linear(use_bias=False)`` layers and their biases as
+    ``nnx.Param``s named by role: NNX's state sorts them by name (``bias_hidden`` before
+    ``bias_in``), so nothing but a ``--map`` says which hidden bias is which."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        del self.mlp
+        self.lin_in = nnx.Linear(1, mlp_width, use_bias=False, rngs=rngs)
+        self.lin_hidden = nnx.Linear(mlp_width, mlp_width, use_bias=False, rngs=rngs)
+        self.lin_out = nnx.Linear(mlp_width, num_heads, use_bias=False, rngs=rngs)
+        self.bias_in = nnx.Param(jnp.zeros(mlp_width))
+        self.bias_hidden = nnx.Param(jnp.zeros(mlp_width))
+        self.bias_out = nnx.Param(jnp.zeros(num_heads))
+
+    def mlp_of(self, h):
+        h = nnx.relu(self.lin_in(h) + self.bias_in[...])
+        h = nnx.relu(self.lin_hidden(h) + self.bias_hidden[...])
+        return self.lin_out(h) + self.bias_out[...]

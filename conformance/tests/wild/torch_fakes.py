@@ -715,8 +715,8 @@ class HeadBiasBroadcast(FIRE):
 
 class TwoHiddenBiasesNamed(nn.Module):
     """Appendix B's approximator whose three layers are ``nn.Linear(bias=False)`` and whose
-    biases, registered output first, are named by role: which hidden one is which only a map
-    says."""
+    biases are named by role, registered first layer first: their order says which hidden one
+    is which."""
 
     def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
         super().__init__()
@@ -724,9 +724,9 @@ class TwoHiddenBiasesNamed(nn.Module):
         self.base.mlp = nn.Sequential(nn.Linear(1, mlp_width, bias=False), nn.ReLU(),
                                       nn.Linear(mlp_width, mlp_width, bias=False), nn.ReLU(),
                                       nn.Linear(mlp_width, num_heads, bias=False))
-        self.bias_out = nn.Parameter(torch.zeros(num_heads))
-        self.bias_hidden = nn.Parameter(torch.zeros(mlp_width))
         self.bias_in = nn.Parameter(torch.zeros(mlp_width))
+        self.bias_hidden = nn.Parameter(torch.zeros(mlp_width))
+        self.bias_out = nn.Parameter(torch.zeros(num_heads))
         mlp = self.base.mlp
         mlp[0].register_forward_hook(lambda mod, args, out: out + self.bias_in)
         mlp[2].register_forward_hook(lambda mod, args, out: out + self.bias_hidden)
