@@ -91,7 +91,6 @@ import argparse
 import contextlib
 import importlib.util
 import os
-import re
 import sys
 
 import numpy as np
@@ -573,7 +572,7 @@ def frozen(m, names, case):
     train = trainable(m)
     for theirs, ours in names.items():
         learned = ours == "c" or (ours == "L_multiplier" and case.encoding["threshold"] == "learnable")
-        if learned or re.fullmatch(r"mlp\.\d+\.(weight|bias)", ours):
+        if learned or (is_our_name(ours) and ours not in SCALARS):
             if not train.get(theirs, False):
                 how = "with requires_grad=False" if theirs in train else "as a buffer"
                 raise fire_kit.Mistake(f"the module keeps `{theirs}` (the case's `{ours}`) {how}: no gradient "

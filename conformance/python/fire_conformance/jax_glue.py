@@ -151,8 +151,8 @@ def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
     # Compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] if k in in_out else tuple(np.shape(flat[k])) for k, _ in layers]
     claimed = {p for layer in layers for p in layer} | set(mapping.values())
-    vectors = [(p, loading.vector_length(np.shape(flat[p]))) for p in flat
-               if p not in claimed and p[-1] not in SCALARS + ARGUMENTS and loading.vector_length(np.shape(flat[p]))]
+    vectors = loading.unclaimed_vectors({p: np.shape(v) for p, v in flat.items() if p[-1] not in SCALARS + ARGUMENTS},
+                                        claimed)
     layers, unordered = loading.loose_biases(layers, own, vectors, loading.mapped_biases(mapping, len(layers)),
                                              "/".join, ordered)
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight` among "

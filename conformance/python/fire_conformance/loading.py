@@ -153,6 +153,13 @@ def loose_biases(layers, own, vectors, mapped=None, shown=str, ordered=True):
     return [tuple(layer) for layer in out], unordered
 
 
+def unclaimed_vectors(shapes, claimed):
+    """``(name, length)`` of the vectors (``vector_length``) among the module's parameters
+    ``shapes`` (name -> shape, in the module's order) that ``claimed`` leaves: what
+    ``loose_biases`` may read as a bias-free layer's bias."""
+    return [(n, vector_length(s)) for n, s in shapes.items() if n not in claimed and vector_length(s)]
+
+
 def numbered(names, shown=str):
     """``names`` ordered by the number each has after what they all begin with (``b1``,
     ``biases.0``, Haiku's ``fire/~/bias_1/b``; one that ends where the others go on to their
@@ -376,8 +383,7 @@ def load_torch(m, ours, mapping, dt, built):
     layers = torch_layers(m, state, mapping)
     own = [tuple(state[w].shape) for w, _ in layers]
     claimed = {n for layer in layers for n in layer} | set(mapping.values()) | set(construction.SCALARS)
-    vectors = [(n, vector_length(state[n].shape)) for n in state
-               if n in params and n not in claimed and vector_length(state[n].shape)]
+    vectors = unclaimed_vectors({n: state[n].shape for n in state if n in params}, claimed)
     layers, unordered = loose_biases(layers, own, vectors, mapped_biases(mapping, len(layers)))
     missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
                f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
