@@ -187,4 +187,9 @@ pub trait Implementation {
     fn capabilities(&mut self) -> crate::error::Result<Capabilities>;
     /// Answers one request.
     fn run(&mut self, request: &Request) -> Reply;
+    /// The implementation's note on its last reply (how a glue read the module's parameters),
+    /// taken once: reports print it with the case, never grade it. spec: [proto.reply]
+    fn take_note(&mut self) -> Option<String> {
+        None
+    }
 }

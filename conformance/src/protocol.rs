@@ -267,20 +267,58 @@ fn tensor(name: &str, v: &Value) -> Result<Tensor, String> {
     Ok(t)
 }
 
-/// Reads one reply line for case `id`. Anything malformed is a [`Reply::Broken`] with the reason.
-/// spec: [proto.reply]
-pub fn parse_reply(line: &str, id: &str) -> Reply {
+/// A result line as read: the case it answers, the reply, and the implementation's note on how
+/// it answered. spec: [proto.reply]
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The case id it echoes.
+    pub id: String,
+    /// What it answered.
+    pub reply: Reply,
+    /// Its `note`, one line (whitespace runs, newlines included, read as one space).
+    pub note: Option<String>,
+}
+
+/// The longest note a report prints, in characters: a note is a line for a reader, not a log.
+pub const NOTE_CHARS: usize = 600;
+
+/// Reads one reply line for case `id`: the reply and its note. Anything malformed is a
+/// [`Reply::Broken`] with the reason (and no note). spec: [proto.reply]
+pub fn parse_reply(line: &str, id: &str) -> (Reply, Option<String>) {
     match parse_result(line) {
-        Err(e) => Reply::Broken(e),
-        Ok((got, _)) if got != id => Reply::Broken(format!(
-            "reply for case `{got}` while `{id}` was asked (replies must answer the current case)"
-        )),
-        Ok((_, reply)) => reply,
+        Err(e) => (Reply::Broken(e), None),
+        Ok(a) if a.id != id => (
+            Reply::Broken(format!(
+                "reply for case `{}` while `{id}` was asked (replies must answer the current case)",
+                a.id
+            )),
+            None,
+        ),
+        Ok(a) => (a.reply, a.note),
     }
 }
 
-/// Reads a result line: its id and reply. spec: [proto.reply]
-pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
+/// A result's `note`: absent, or a string made one line and cut to [`NOTE_CHARS`]; anything else
+/// is refused, as a misspelt field would be read as absent. spec: [proto.reply]
+fn note(m: &Map<String, Value>) -> Result<Option<String>, String> {
+    match m.get("note") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            let line = s.split_whitespace().collect::<Vec<_>>().join(" ");
+            Ok(match line.chars().count() {
+                0 => None,
+                n if n > NOTE_CHARS => {
+                    Some(line.chars().take(NOTE_CHARS - 1).chain(['…']).collect())
+                }
+                _ => Some(line),
+            })
+        }
+        Some(_) => Err("a result's `note` must be a string".into()),
+    }
+}
+
+/// Reads a result line: its id, reply and note. spec: [proto.reply]
+pub fn parse_result(line: &str) -> Result<Answer, String> {
     let m = parse_object(line)?;
     if m.get("type").and_then(Value::as_str) != Some("result") {
         return Err(format!("expected a result line, got: {}", excerpt(line)));
@@ -290,6 +328,7 @@ pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
         .and_then(Value::as_str)
         .ok_or("a result needs a string `id`")?
         .to_owned();
+    let note = note(&m)?;
     let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let reply = match m.get("status").and_then(Value::as_str) {
         Some("output") => {
@@ -328,7 +367,7 @@ pub fn parse_result(line: &str) -> Result<(String, Reply), String> {
             ))
         }
     };
-    Ok((id, reply))
+    Ok(Answer { id, reply, note })
 }
 
 /// A result line, as an implementation (or a results file) writes it.
@@ -368,13 +407,58 @@ mod tests {
     #[test]
     fn an_errored_reply_caused_by_the_module_is_a_mistake() {
         let line = r#"{"type": "result", "id": "a", "status": "errored", "message": "m", "cause": "module"}"#;
-        let (_, reply) = parse_result(line).unwrap();
+        let reply = parse_result(line).unwrap().reply;
         assert!(matches!(&reply, Reply::Mistake(m) if m == "m"), "{reply:?}");
-        assert_eq!(parse_result(&result_line("a", &reply)).unwrap().1, reply);
+        assert_eq!(
+            parse_result(&result_line("a", &reply)).unwrap().reply,
+            reply
+        );
         let plain = r#"{"type": "result", "id": "a", "status": "errored", "message": "m"}"#;
-        assert!(matches!(parse_result(plain).unwrap().1, Reply::Errored(_)));
+        assert!(matches!(
+            parse_result(plain).unwrap().reply,
+            Reply::Errored(_)
+        ));
         let other = r#"{"type": "result", "id": "a", "status": "errored", "message": "m", "cause": "glue"}"#;
         assert!(parse_result(other).unwrap_err().contains("unknown `cause`"));
+    }
+
+    /// A result's `note` is read as one line and cut to [`NOTE_CHARS`], on any status; absent,
+    /// null or blank is no note; a note of another type makes the line unreadable rather than
+    /// being dropped; a broken reply carries none. spec: [proto.reply]
+    #[test]
+    fn a_note_is_one_line_of_text_on_any_result() {
+        let noted = |status: &str, note: &str| {
+            parse_result(&format!(
+                r#"{{"type": "result", "id": "a", {status}, "note": {note}}}"#
+            ))
+        };
+        let output = r#""status": "output", "outputs": {}"#;
+        let a = noted(output, r#""read `b1`\n  as\tmlp.0.bias ""#).unwrap();
+        assert_eq!(a.note.as_deref(), Some("read `b1` as mlp.0.bias"));
+        assert_eq!(a.reply, Reply::Output(BTreeMap::new()));
+        for status in [
+            r#""status": "skipped", "reason": "r""#,
+            r#""status": "errored", "message": "m""#,
+            r#""status": "errored", "message": "m", "cause": "module""#,
+        ] {
+            assert_eq!(noted(status, r#""n""#).unwrap().note.as_deref(), Some("n"));
+        }
+        for none in ["null", r#"" \n ""#] {
+            assert_eq!(noted(output, none).unwrap().note, None);
+        }
+        let long = noted(output, &format!("\"{}\"", "x".repeat(2 * NOTE_CHARS))).unwrap();
+        let cut = long.note.unwrap();
+        assert_eq!(cut.chars().count(), NOTE_CHARS);
+        assert!(cut.ends_with('…'));
+        for wrong in ["1", r#"["n"]"#, r#"{"n": 1}"#] {
+            assert!(noted(output, wrong)
+                .unwrap_err()
+                .contains("`note` must be a string"));
+        }
+        let other =
+            r#"{"type": "result", "id": "b", "status": "skipped", "reason": "r", "note": "n"}"#;
+        assert!(matches!(parse_reply(other, "a"), (Reply::Broken(_), None)));
+        assert_eq!(parse_reply(other, "b").1.as_deref(), Some("n"));
     }
 
     fn hello(extra: &str) -> Result<Capabilities, String> {

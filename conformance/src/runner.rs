@@ -112,6 +112,8 @@ pub struct Outcome {
     pub details: Vec<String>,
     /// Diagnosis of a failing case.
     pub finding: Option<Finding>,
+    /// The implementation's note on its reply ([proto.reply]): printed, never graded.
+    pub note: Option<String>,
     /// Wall time.
     pub duration: Duration,
 }
@@ -197,6 +199,19 @@ impl Report {
     pub fn summary(&self) -> String {
         let (p, f, s) = self.counts();
         format!("{p} passed, {f} failed, {s} skipped")
+    }
+
+    /// The implementation's notes ([proto.reply]), each distinct text once with how many cases
+    /// carried it, in the order they first came.
+    pub fn notes(&self) -> Vec<(&str, usize)> {
+        let mut notes: Vec<(&str, usize)> = Vec::new();
+        for note in self.outcomes.iter().filter_map(|o| o.note.as_deref()) {
+            match notes.iter_mut().find(|(n, _)| *n == note) {
+                Some((_, count)) => *count += 1,
+                None => notes.push((note, 1)),
+            }
+        }
+        notes
     }
 
     /// The names of the variants the overall diagnosis found (empty when none or broken).
@@ -358,6 +373,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
             profile: None,
             details: vec![],
             finding: None,
+            note: None,
             duration: Duration::ZERO,
         };
         if !families.is_match(family(&case.id)) {
@@ -380,6 +396,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         outcome.profile = Some(profile);
         let future = future_keys(case, &caps);
         let reply = imp.run(&Request::for_case_under(case, &dtype, future));
+        outcome.note = imp.take_note();
         let (status, details) = judge(case, &reply, profile, &caps);
         if let (Reply::Output(_), Some(expected)) = (&reply, expected_for(case, &caps)) {
             future_unchecked += expected

@@ -67,7 +67,7 @@ fn the_unmutated_samples_parse() {
     assert!(load::parse_file("invalid/inputs.yaml", SAMPLE).is_ok());
     assert!(protocol::parse_hello(HELLO).is_ok());
     assert!(matches!(
-        protocol::parse_reply(REPLY, "a/b/c"),
+        protocol::parse_reply(REPLY, "a/b/c").0,
         fire_conformance::implementation::Reply::Output(_)
     ));
 }

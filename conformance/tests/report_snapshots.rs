@@ -96,3 +96,101 @@ fn report_of_an_implementation_with_wrong_gradients() {
     );
     insta::assert_snapshot!(redacted(text::render(&report, false)));
 }
+
+/// A module without its output bias, driven by a glue that notes how it read the module's
+/// parameters, as the ready-made glues do ([proto.reply]): one note for one-layer cases, another
+/// for deeper ones, none for what it rejects.
+struct Noting {
+    mistaken: Mistaken,
+    note: Option<String>,
+}
+
+impl Implementation for Noting {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        self.mistaken.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let reply = self.mistaken.run(r);
+        self.note = match (&reply, r.id.contains("depth-2")) {
+            (Reply::Output(_), false) => Some(
+                "read the module's `fc1.weight` as mlp.0.weight, `b1` as mlp.0.bias, `fc2.weight` as mlp.2.weight; no parameter of the module took mlp.2.bias".into(),
+            ),
+            (Reply::Output(_), true) => Some("read the module's `layers.0.weight` as mlp.0.weight".into()),
+            _ => None,
+        };
+        reply
+    }
+
+    fn take_note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+}
+
+/// The notes are printed with each case and once per distinct text over the run, counted, and
+/// carried into the JSON; they change no verdict (the same failures as without them).
+#[test]
+fn report_of_an_implementation_that_notes_how_it_read_the_module() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let v = variants::find("output-bias-missing").unwrap();
+    let mut noting = Noting {
+        mistaken: Mistaken(v),
+        note: None,
+    };
+    let report = runner::run(&suite, &mut noting, &options()).unwrap();
+    let plain = runner::run(&suite, &mut Mistaken(v), &options()).unwrap();
+    assert_eq!(report.counts(), plain.counts());
+    assert_eq!(report.overall, plain.overall);
+    let json = fire_conformance::report::json::render(&report);
+    let notes = json["implementation_notes"].as_array().unwrap();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0]["note"]
+        .as_str()
+        .unwrap()
+        .ends_with("took mlp.2.bias"));
+    let with_note = json["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["implementation_note"].is_string())
+        .count();
+    let counted: u64 = notes.iter().map(|n| n["cases"].as_u64().unwrap()).sum();
+    assert_eq!(with_note as u64, counted);
+    insta::assert_snapshot!(redacted(text::render(&report, false)));
+}
+
+/// Past three distinct notes the run-level lines count the rest and point to `-v`, so a glue
+/// that notes something different on every case does not bury the verdict.
+#[test]
+fn many_distinct_notes_are_counted_not_listed() {
+    struct EveryCase(u32);
+    impl Implementation for EveryCase {
+        fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+            Reference.capabilities()
+        }
+        fn run(&mut self, r: &Request) -> Reply {
+            self.0 += 1;
+            Reference.run(r)
+        }
+        fn take_note(&mut self) -> Option<String> {
+            Some(format!("call {}", self.0))
+        }
+    }
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let report = runner::run(&suite, &mut EveryCase(0), &options()).unwrap();
+    let lines = text::run_lines(&report);
+    let noted: Vec<&str> = lines
+        .lines()
+        .filter(|l| l.starts_with("the implementation notes"))
+        .collect();
+    let ran = report.outcomes.len();
+    assert_eq!(noted.len(), 4, "{lines}");
+    assert_eq!(noted[0], "the implementation notes (1 case): call 1");
+    assert_eq!(
+        noted[3],
+        format!(
+            "the implementation notes {} more distinct note(s); -v prints each case's",
+            ran - 3
+        )
+    );
+}

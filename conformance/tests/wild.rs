@@ -558,6 +558,47 @@ fn what_a_module_or_glue_prints_to_stdout_does_not_reach_the_protocol() {
     passes(&glue("prints"), 15);
 }
 
+/// A glue's `case.note(…)` reaches the report as the reply's `note` ([proto.reply]): made one
+/// line, several on one case joined, the same text once, each distinct note counted over the
+/// cases that carried it, and the verdict unchanged.
+#[test]
+fn a_glues_notes_reach_the_report_once_per_distinct_text() {
+    if !numpy() {
+        return;
+    }
+    let r = passes(&glue("notes"), 15);
+    let cases = r["cases"].as_array().unwrap();
+    let ran = |kind: &str| {
+        cases
+            .iter()
+            .filter(|c| c["status"] == "passed" && c["id"].as_str().unwrap().starts_with(kind))
+            .count() as u64
+    };
+    let noted: Vec<(String, u64)> = r["implementation_notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["note"].as_str().unwrap().to_owned(),
+                n["cases"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        noted,
+        // In the suite's order, where fire-grad/ comes first.
+        [
+            (
+                "answered by the NumPy FIRE (vjp); gradients by hand".to_owned(),
+                ran("fire-grad/")
+            ),
+            ("answered by the NumPy FIRE (bias)".to_owned(), ran("fire/")),
+        ],
+        "{r:#}"
+    );
+}
+
 /// A module called on the whole square has its KV-cache, gapped and unsorted cases answered by
 /// the glue's gather, and the report says its own decoding call never ran; one whose forward
 /// takes the query and key positions is run on the lists themselves ([proto.hello]).

@@ -494,7 +494,17 @@ fn biases_kept_apart_from_their_layers_are_loaded_and_graded() {
     if !jax() {
         return;
     }
-    passes_in(&jax_fake("BiasesApart"), 10, &WITH_EPSILON);
+    let r = passes_in(&jax_fake("BiasesApart"), 10, &WITH_EPSILON);
+    // Which vector was read as which layer's bias is said ([proto.reply]).
+    let said = notes(&r);
+    assert_eq!(said.len(), 1, "{said:?}");
+    for read in [
+        "`b0` as mlp.0.bias",
+        "`b1` as mlp.2.bias",
+        "([in, out], transposed) as mlp.0.weight",
+    ] {
+        assert!(said[0].contains(read), "{said:?}");
+    }
     // So is a heads' bias kept `[H, 1, 1]` to broadcast (refused, even when mapped: audit 29),
     // and a constructor taking the shape by position only (refused as broken) is given it so.
     passes_in(&jax_fake("HeadBiasBroadcast"), 10, &WITH_EPSILON);
@@ -502,6 +512,11 @@ fn biases_kept_apart_from_their_layers_are_loaded_and_graded() {
     let (code, r) = run(&jax_fake("BiasesApartOutputOnly"), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["hidden-bias-missing"], "{r:#}");
+    // The vector the module makes and never adds was read as the hidden bias: the note says so.
+    assert!(
+        notes(&r).iter().all(|n| n.contains("`b0` as mlp.0.bias")),
+        "{r:#}"
+    );
 }
 
 /// Biases apart from layers as wide as each other (Appendix B's two hidden layers) go to them by
@@ -514,8 +529,34 @@ fn biases_apart_from_layers_as_wide_go_by_their_names_or_their_order() {
         return;
     }
     let deep = ["--run", "edge/depth-2/*", "--run", "fire/depth/*"];
-    passes_in(&jax_fake("TwoHiddenBiasesApart"), 8, &deep);
-    passes_in(&jax_fake("TwoHiddenBiasesNamed"), 8, &deep);
+    for (fake, read) in [
+        (
+            "TwoHiddenBiasesApart",
+            [
+                "`b0` as mlp.0.bias",
+                "`b1` as mlp.2.bias",
+                "`b2` as mlp.4.bias",
+            ],
+        ),
+        (
+            "TwoHiddenBiasesNamed",
+            [
+                "`bias_in` as mlp.0.bias",
+                "`bias_hidden` as mlp.2.bias",
+                "`bias_out` as mlp.4.bias",
+            ],
+        ),
+    ] {
+        let r = passes_in(&jax_fake(fake), 8, &deep);
+        let deeper: Vec<String> = notes(&r)
+            .into_iter()
+            .filter(|n| n.contains("mlp.4.bias"))
+            .collect();
+        assert_eq!(deeper.len(), 1, "{fake}: {r:#}");
+        for each in read {
+            assert!(deeper[0].contains(each), "{fake}: {deeper:?}");
+        }
+    }
 }
 
 /// A constructor without `init_L` whose module keeps L_init where no case value reaches it (a

@@ -107,7 +107,7 @@ from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, from_options, construct_own, construct)
 from fire_conformance.loading import (
     NAMES, Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
-    parametrized, trainable)
+    parametrized, reading, trainable)
 
 try:
     import torch
@@ -222,6 +222,7 @@ class Glue:
         heads, width, ours = self.params(enc)
         initial = {k: v.clone() for k, v in effective_state(m).items()}
         names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width, self.kwargs))
+        case.note(reading(names, ours))
         self.kwargs.check_reached(self.cls, names.values(), enc)
         if not own and check:
             # Built from the case's c and L_init: it must hold them ([fire.params]).

@@ -341,6 +341,7 @@ class JaxGlue:
         loaded, outside, in_out, unset = load_jax(flat, ours, self.mapping, built, elsewhere,
                                                   not getattr(self.cls, "sorts_params", False))
         self.kwargs.check_reached(self.cls, list(loaded.values()) + list(outside.values()), case.encoding)
+        case.note(loading.reading({**loaded, **outside}, ours, "/".join, in_out))
         self.check_held(case, heads, width, args, flat, others, loaded, outside, ours, own)
         if case.kind == "vjp":
             frozen = [(name, path[0]) for path, name in outside.items() if name == "c" or (

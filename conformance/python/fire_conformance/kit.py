@@ -141,6 +141,18 @@ class Case:
         self.inputs = self._tensors(msg["inputs"])
         self.queries = list(self.inputs["queries"])
         self.keys = list(self.inputs["keys"])
+        self.notes = []
+
+    def note(self, text):
+        """Says something about how this case was answered that a reader of the report should
+        know (how a glue read the module's parameters): sent as the reply's ``note``, printed
+        with the case and once per distinct text over the run, never graded [proto.reply].
+        Several notes on one case are joined with "; "; None says nothing."""
+        if text is None:
+            return
+        text = " ".join(str(text).split())
+        if text and text not in self.notes:
+            self.notes.append(text)
 
     @classmethod
     def _tensors(cls, v):
@@ -207,10 +219,17 @@ def reserve_stdout():
     return _replies
 
 
-def _reply(obj):
+def _send(obj):
     out = reserve_stdout()
     out.write(json.dumps(obj, allow_nan=False) + "\n")
     out.flush()
+
+
+def _reply(case, obj):
+    """A result line, with the case's notes (``Case.note``) where it has any."""
+    if case is not None and case.notes:
+        obj["note"] = "; ".join(case.notes)
+    _send(obj)
 
 
 def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
@@ -233,14 +252,15 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
         msg = json.loads(line)
         kind = msg.get("type")
         if kind == "hello":
-            _reply({"type": "hello", "protocol": PROTOCOL, "name": name,
-                    "families": families, "dtypes": dtypes,
-                    "conventions": {"future_keys": future_keys, "placement": placement},
-                    "positions": positions})
+            _send({"type": "hello", "protocol": PROTOCOL, "name": name,
+                   "families": families, "dtypes": dtypes,
+                   "conventions": {"future_keys": future_keys, "placement": placement},
+                   "positions": positions})
         elif kind == "bye":
             return
         elif kind == "case":
             cid = msg.get("id", "")
+            case = None
             try:
                 case = Case(msg)
                 out = build(case)
@@ -258,19 +278,20 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                                         f"{_described(value)}{hint}: {e}; return one array of numbers "
                                         "per output (a torch tensor, a NumPy array, a nested list)") from None
                     outputs[key] = {"shape": shape, "data": data}
-                _reply({"type": "result", "id": cid, "status": "output", "outputs": outputs})
+                _reply(case, {"type": "result", "id": cid, "status": "output", "outputs": outputs})
             except UnsupportedDtype as s:
-                _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s),
-                        "unsupported": "dtype"})
+                _reply(case, {"type": "result", "id": cid, "status": "skipped", "reason": str(s),
+                              "unsupported": "dtype"})
             except Skip as s:
-                _reply({"type": "result", "id": cid, "status": "skipped", "reason": str(s)})
+                _reply(case, {"type": "result", "id": cid, "status": "skipped", "reason": str(s)})
             except Mistake as e:
-                _reply({"type": "result", "id": cid, "status": "errored", "message": _message(e),
-                        "cause": "module"})
+                _reply(case, {"type": "result", "id": cid, "status": "errored",
+                              "message": _message(e), "cause": "module"})
             except MemoryError as e:
                 # The machine's limit, not a FIRE mistake: counted as skipped, and what the case
                 # checks is reported unchecked [proto.report].
-                _reply({"type": "result", "id": cid, "status": "skipped",
-                        "reason": f"ran out of memory ({_message(e)})"})
+                _reply(case, {"type": "result", "id": cid, "status": "skipped",
+                              "reason": f"ran out of memory ({_message(e)})"})
             except Exception as e:  # noqa: BLE001 - every failure is a reply, never a crash
-                _reply({"type": "result", "id": cid, "status": "errored", "message": _message(e)})
+                _reply(case, {"type": "result", "id": cid, "status": "errored",
+                              "message": _message(e)})

@@ -494,6 +494,30 @@ def no_multiplier(init_l_trained, scalars, how="map it with --map L_multiplier=N
                              "any computes L = L_init (the catalogue's multiplier-ignored)")
 
 
+def reading(loaded, ours, shown=str, transposed=()):
+    """How the glue read the module, for the reply's note (``Case.note``): each of the module's
+    parameters ``loaded`` (``{the module's name: ours}``) whose name is not ours after a
+    wrapper's prefix or a tree's path (``fire.mlp.0.weight``, ``fire/c``), as "`fc1.weight` as
+    mlp.0.weight", those in ``transposed`` (a JAX kernel, ``[in, out]``) said so, and the
+    layers' weights and biases of the case (``ours``) no parameter took (a layer built without
+    a bias); None where every name is ours. A module read otherwise than its author meant fails
+    as a mistake would: the note says which of its parameters took which value. ``shown``: a
+    name as the note writes it."""
+    order = {name: k for k, name in enumerate(ours)}
+    read = sorted(((order.get(k, len(order)), k, theirs) for theirs, k in loaded.items()
+                   if not re.search(r"(^|[./])" + re.escape(k) + "$", shown(theirs))
+                   or theirs in transposed), key=lambda t: t[:2])
+    said = [f"`{shown(theirs)}`{' ([in, out], transposed)' if theirs in transposed else ''} as {k}"
+            for _, k, theirs in read]
+    left = [k for k in ours if k.startswith("mlp.") and k not in loaded.values()]
+    if not said and not left:
+        return None
+    text = "read the module's " + ", ".join(said) if said else ""
+    if left:
+        text += ("; " if text else "") + f"no parameter of the module took {', '.join(left)}"
+    return text
+
+
 def describe(shapes):
     """An MLP's ``[out, in]`` layer shapes as ``1 → 32 → 32 → 12``; shapes that do not compose
     from one input as they are, first to last."""

@@ -291,6 +291,8 @@ pub struct External {
     /// `startup`, per case.
     warm_up_failed: bool,
     suite_version: String,
+    /// The note of the last reply, until the runner takes it. spec: [proto.reply]
+    note: Option<String>,
 }
 
 impl std::fmt::Debug for External {
@@ -307,6 +309,7 @@ impl External {
             limits,
             process: None,
             failed_starts: 0,
+            note: None,
             warm_up_failed: false,
             suite_version: crate::vectors::manifest::SUITE_VERSION.into(),
         }
@@ -365,6 +368,7 @@ impl Implementation for External {
     }
 
     fn run(&mut self, request: &Request) -> Reply {
+        self.note = None;
         if self.process.is_none() {
             if self.failed_starts >= self.limits.max_failed_starts {
                 return Reply::Broken(format!(
@@ -400,7 +404,11 @@ impl Implementation for External {
             }),
         };
         let reply = match line {
-            Ok(line) => protocol::parse_reply(&line, &request.id),
+            Ok(line) => {
+                let (reply, note) = protocol::parse_reply(&line, &request.id);
+                self.note = note;
+                reply
+            }
             Err(e) => Reply::Broken(e),
         };
         if let Reply::Broken(_) = reply {
@@ -409,6 +417,10 @@ impl Implementation for External {
             self.drop_process();
         }
         reply
+    }
+
+    fn take_note(&mut self) -> Option<String> {
+        self.note.take()
     }
 }
 
@@ -435,8 +447,9 @@ impl Drop for External {
 #[derive(Debug, Clone)]
 pub struct Recorded {
     caps: Capabilities,
-    replies: BTreeMap<String, Reply>,
+    replies: BTreeMap<String, (Reply, Option<String>)>,
     hello: bool,
+    note: Option<String>,
 }
 
 impl Recorded {
@@ -464,16 +477,16 @@ impl Recorded {
                 hello = true;
                 continue;
             }
-            let (id, reply) =
-                protocol::parse_result(line).map_err(|e| bad(n + 1, e.to_string()))?;
-            if replies.insert(id.clone(), reply).is_some() {
-                return Err(bad(n + 1, format!("a second result for `{id}`")));
+            let a = protocol::parse_result(line).map_err(|e| bad(n + 1, e.to_string()))?;
+            if replies.insert(a.id.clone(), (a.reply, a.note)).is_some() {
+                return Err(bad(n + 1, format!("a second result for `{}`", a.id)));
             }
         }
         Ok(Self {
             caps,
             replies,
             hello,
+            note: None,
         })
     }
 }
@@ -502,9 +515,16 @@ impl Implementation for Recorded {
     }
 
     fn run(&mut self, request: &Request) -> Reply {
-        self.replies
+        let (reply, note) = self
+            .replies
             .get(&request.id)
             .cloned()
-            .unwrap_or_else(|| Reply::Skipped("no result in the file".into()))
+            .unwrap_or_else(|| (Reply::Skipped("no result in the file".into()), None));
+        self.note = note;
+        reply
+    }
+
+    fn take_note(&mut self) -> Option<String> {
+        self.note.take()
     }
 }

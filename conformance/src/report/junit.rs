@@ -38,6 +38,10 @@ pub fn render(r: &Report) -> String {
             o.duration.as_secs_f64()
         );
         let mut body = o.details.join("\n");
+        if let Some(note) = &o.note {
+            body.push_str("\nthe implementation notes: ");
+            body.push_str(note);
+        }
         if let (Some(f), Some(p)) = (&o.finding, o.profile) {
             body.push('\n');
             body.push_str(&crate::diagnose::describe(f, p).join("\n"));

@@ -32,10 +32,33 @@ pub fn case(out: &mut String, o: &Outcome) {
     for d in &o.details {
         let _ = writeln!(out, "    {d}");
     }
+    if let Some(note) = &o.note {
+        let _ = writeln!(out, "    the implementation notes: {note}");
+    }
     if let (Some(f), Some(p)) = (&o.finding, o.profile) {
         for line in describe(f, p) {
             let _ = writeln!(out, "    {line}");
         }
+    }
+}
+
+/// How many distinct notes the run-level lines print before pointing to `-v`.
+const NOTES_SHOWN: usize = 3;
+
+/// The implementation's notes, once per distinct text with the cases that carried it: how a glue
+/// read the module is the context of every verdict, passing or failing. spec: [proto.reply]
+fn notes(out: &mut String, r: &Report) {
+    let notes = r.notes();
+    for (note, count) in notes.iter().take(NOTES_SHOWN) {
+        let cases = if *count == 1 { "case" } else { "cases" };
+        let _ = writeln!(out, "the implementation notes ({count} {cases}): {note}");
+    }
+    if notes.len() > NOTES_SHOWN {
+        let _ = writeln!(
+            out,
+            "the implementation notes {} more distinct note(s); -v prints each case's",
+            notes.len() - NOTES_SHOWN
+        );
     }
 }
 
@@ -127,13 +150,14 @@ fn skip_reason(r: &Report, question: Question) -> String {
     }
 }
 
-/// The run-level lines between the failing cases and the verdicts: the overall diagnosis, the
-/// tolerated variants, and what the run did not check or grade — one text for the report, the
+/// The run-level lines between the failing cases and the verdicts: the implementation's notes,
+/// the overall diagnosis, the tolerated variants, and what the run did not check or grade — one text for the report, the
 /// JSON (`run_lines`) and the pytest plugin, which prints them under a failing item.
 /// spec: [proto.report]
 pub fn run_lines(r: &Report) -> String {
     let c = &r.capabilities;
     let mut out = String::new();
+    notes(&mut out, r);
     match &r.overall {
         Some(Overall::GlueFound {
             message,

@@ -99,6 +99,18 @@ pub fn overall(r: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The implementation's notes over the run, each distinct text once ([proto.reply]).
+pub fn notes(r: &Value) -> Vec<String> {
+    r["implementation_notes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|n| n["note"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn count(r: &Value, question: &str, status: &str) -> u64 {
     r[question][status].as_u64().unwrap()
 }

@@ -17,6 +17,7 @@ exact verdict on each.
     list-of-heads         the independent NumPy FIRE's bias returned as a list of per-head arrays
     returns-none          a build that forgets to return the bias
     bare-assert           a build failing a bare ``assert`` (no message) on every case
+    notes                 the independent NumPy FIRE, noting on each reply how it answered
 """
 
 import math
@@ -127,6 +128,15 @@ def bare_assert(case):
     assert case.kind == "none"
 
 
+def notes(case):
+    case.note(f"answered by the NumPy FIRE ({case.kind})")
+    # The same text again, spaced otherwise: one note.
+    case.note(f"  answered by\tthe NumPy FIRE ({case.kind})\n")
+    if case.kind == "vjp":
+        case.note("gradients by hand")
+    return numpy_fire.build(case)
+
+
 GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
     "future-negated": (future_negated, {"future_keys": "negated",
@@ -141,6 +151,7 @@ GLUES = {
     "list-of-heads": (list_of_heads, {"families": ["fire"]}),
     "returns-none": (returns_none, {"families": ["fire"]}),
     "bare-assert": (bare_assert, {"families": ["fire"]}),
+    "notes": (notes, {"families": ["fire", "fire-grad"]}),
 }
 
 if __name__ == "__main__":
