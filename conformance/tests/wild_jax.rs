@@ -519,6 +519,26 @@ fn biases_kept_apart_from_their_layers_are_loaded_and_graded() {
     );
 }
 
+/// An f_θ whose last layer has one output shared by the heads (a real "FIRE" shares it and
+/// tells the heads apart by a threshold each) had been refused as a constructor ignoring
+/// `num_heads`, the adapter called broken: it fails as the module's, saying f_θ gives each head
+/// its own bias.
+#[test]
+fn an_f_theta_with_one_output_for_every_head_fails_saying_so() {
+    if !jax() {
+        return;
+    }
+    let (code, r) = run(&jax_fake("OneOutputForEveryHead"), &JAX_BIAS);
+    assert_eq!(code, 1, "{r:#}");
+    let found = r["glue_found"]["message"].as_str().unwrap_or_default();
+    assert!(
+        found.starts_with("SharedAcrossHeads:")
+            && found.contains("1 → 8 → 1")
+            && found.contains("[fire.mlp]"),
+        "{r:#}"
+    );
+}
+
 /// Biases apart from layers as wide as each other (Appendix B's two hidden layers) go to them by
 /// the numbers in their names (made output first, `b2`, `b1`, `b0`), or in the order the module
 /// made them where the names number nothing (`bias_in`, `bias_hidden`); a tree that sorts its

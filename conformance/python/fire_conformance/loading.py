@@ -209,6 +209,10 @@ class ExtraLayer(fire_kit.Mistake, ParamsMismatch):
     """A layer after f_θ's output: a module that is not FIRE's, not one the glue cannot load."""
 
 
+class SharedAcrossHeads(fire_kit.Mistake, ParamsMismatch):
+    """An f_θ with one output where FIRE's has one per head: a module that is not FIRE's."""
+
+
 def assign_layers(ours, layers, own, missing, built, unordered=None):
     """The case's MLP layers given, first to last, to the module's ``layers`` (``(weight name,
     bias name or None)`` in the module's own naming, ``own`` their ``[out, in]`` shapes), as
@@ -241,6 +245,14 @@ def assign_layers(ours, layers, own, missing, built, unordered=None):
         raise ExtraLayer(f"the module's layers are {describe(own)} ({built}): after the {heads}-wide "
                              f"output comes another layer ({heads} → {heads}, mixing the heads), which "
                              "FIRE's f_θ does not have [fire.mlp]; the bias is the MLP's output")
+    if heads > 1 and len(own) == len(want) and is_chain(own) and own[-1] == (1, want[-1][1]) \
+            and own[:-1] == want[:-1]:
+        # Every layer as asked but the last, which has one output: the heads share one bias
+        # function (told apart elsewhere, if at all: a threshold per head), where f_θ maps to
+        # one value per head.
+        raise SharedAcrossHeads(f"the module's f_θ is {describe(own)} ({built}), where FIRE's is "
+                                f"{describe(want)}: one output shared by the {heads} heads, where "
+                                "f_θ: ℝ → ℝ^H gives each head its own bias [fire.mlp]")
     if own != want and len(own) == len(want) and is_chain(own) and built.claims:
         raise ParamsMismatch(f"the module was built for the case's MLP, {describe(want)} ({built}), "
                              f"but its layers are {describe(own)}: its constructor ignores num_heads "

@@ -34,8 +34,11 @@ class FIRE:
     def layer_names(self):
         return self.names or [f"Dense_{n}" for n in range(self.hidden_layers + 1)]
 
+    # The output layer's width, where it is not one per head.
+    outputs = None
+
     def init(self, rng, x):
-        w, h = self.mlp_width, self.num_heads
+        w, h = self.mlp_width, self.outputs or self.num_heads
         dims = [1] + [w] * self.hidden_layers + [h]
         names = self.layer_names()
         keys = jax.random.split(rng, len(names))
@@ -387,6 +390,16 @@ class BiasesApart(FIRE):
 
     def layer_bias(self, p, n, name):
         return p[f"b{n}"]
+
+
+class OneOutputForEveryHead(FIRE):
+    """f_θ with one output, broadcast over the heads (every head the same bias; a module that
+    tells them apart elsewhere, a threshold per head, is no closer): not FIRE's f_θ: ℝ → ℝ^H."""
+
+    outputs = 1
+
+    def finish(self, bias, p):
+        return jnp.broadcast_to(bias, (1, self.num_heads) + bias.shape[2:])
 
 
 class BiasesApartOutputOnly(BiasesApart):
