@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use fire_reference::fire::init;
+use fire_reference::variants::Variant;
 
 use crate::compare::Profile;
 use crate::conventions::causal_cotangent;
@@ -165,6 +166,20 @@ pub fn other_initial(
     caps: &Capabilities,
     future: FutureKeys,
 ) -> Vec<OtherInitial> {
+    other_initial_under(case, got, profile, caps, future, None)
+}
+
+/// [`other_initial`] of the catalogue's `variant` rather than the reference: the initial values
+/// with which that mistake reproduces `got` (a module with the mistake whose constructor also
+/// starts a scalar elsewhere). Empty where the variant reproduces it at the spec's values.
+pub fn other_initial_under(
+    case: &Case,
+    got: &BTreeMap<String, Tensor>,
+    profile: Profile,
+    caps: &Capabilities,
+    future: FutureKeys,
+    variant: Option<&Variant>,
+) -> Vec<OtherInitial> {
     if !at_defaults(case) {
         return vec![];
     }
@@ -178,11 +193,12 @@ pub fn other_initial(
         };
         inputs.cotangent = Some(cotangent);
     }
-    // An output the spec's own values reproduce failed for something no initial value changes
-    // (an output the case did not ask for, say: the gradient of a trained L_init), and any
+    // An output the spec's own values reproduce (the reference's: it failed for something no
+    // initial value changes, an output the case did not ask for, say the gradient of a trained
+    // L_init; the variant's: the mistake alone explains it) needs no other value, and any
     // value close enough to the spec's would "reproduce" it too (an ε of 1e-5 had been named).
     let agrees_with = |encoding: &Encoding| {
-        evaluate_placed(encoding, case.kind, &inputs, None, caps.placement)
+        evaluate_placed(encoding, case.kind, &inputs, variant, caps.placement)
             .is_ok_and(|predicted| agrees(case, &predicted, got, profile, future, None))
     };
     if agrees_with(&case.encoding) {

@@ -219,6 +219,7 @@ impl Report {
         match &self.overall {
             Some(Overall::Variants(v)) => v.clone(),
             Some(Overall::Regions { causal, future }) => vec![*causal, *future],
+            Some(Overall::VariantAndInitial { variant, .. }) => vec![*variant],
             Some(Overall::Convention(_) | Overall::Gradients { .. }) => vec![],
             _ => vec![],
         }

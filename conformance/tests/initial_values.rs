@@ -11,8 +11,10 @@ mod common;
 use common::{failed_ids, lines, run_in_process as run, Literal};
 use fire_conformance::implementation::{Capabilities, Implementation, Reply, Request};
 use fire_conformance::implementations::reference::Reference;
+use fire_conformance::implementations::variant::Mistaken;
 use fire_conformance::runner;
 use fire_conformance::vectors::format::{Encoding, FireParams, Kind, Tensor};
+use fire_reference::variants;
 
 /// The reference with one initial scalar of its own (`set`) wherever a case is at
 /// [fire.defaults]' initial values (a constructor's default, kept on the cases that build the
@@ -38,6 +40,63 @@ impl Implementation for OwnInitial {
         }
         Reference.run(&r)
     }
+}
+
+/// A catalogued mistake (`from`) with one initial scalar of its own (`set`) at [fire.defaults]'
+/// values: a module with the mistake whose constructor also starts a value elsewhere.
+struct MistakenFrom(&'static variants::Variant, fn(&mut FireParams));
+
+impl Implementation for MistakenFrom {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Mistaken(self.0).capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let mut r = r.clone();
+        if let Encoding::Fire(p) = &mut r.encoding {
+            if (p.c, p.l_init, p.l_multiplier, p.eps) == (0.1, 512.0, 1.0, 1e-6) {
+                (self.1)(p);
+            }
+        }
+        Mistaken(self.0).run(&r)
+    }
+}
+
+/// A public FIRE normalising by the distance, `init_L = 256.0` in its constructor: the cases off
+/// the defaults are the variant, the cases at the defaults neither the variant nor L_init = 256
+/// alone, and the run had said only "no single catalogued variant explains every failing case".
+/// It names both; with the spec's L_init the same mistake is named alone, as before.
+#[test]
+fn a_mistake_in_a_module_that_also_starts_elsewhere_is_named_with_that_value() {
+    let distance = variants::find("normalize-by-distance").unwrap();
+    let report = run(
+        &mut MistakenFrom(distance, |p| p.l_init = 256.0),
+        &["fire/*", "edge/*"],
+    );
+    let Some(runner::Overall::VariantAndInitial { variant, values }) = &report.overall else {
+        panic!("{:?}", report.overall);
+    };
+    assert_eq!(*variant, "normalize-by-distance");
+    assert_eq!(values.len(), 1, "{values:?}");
+    assert_eq!(values[0].threshold(), Some(256.0), "{values:?}");
+    let text = fire_conformance::report::text::render(&report, false);
+    assert!(
+        text.contains("overall: the failures are explained by variant `normalize-by-distance` together with the threshold L = |m·L_init| = 256"),
+        "{text}"
+    );
+    assert_eq!(report.overall_variants(), ["normalize-by-distance"]);
+    let alone = run(&mut MistakenFrom(distance, |_| ()), &["fire/*", "edge/*"]);
+    assert_eq!(
+        alone.overall,
+        Some(runner::Overall::Variants(vec!["normalize-by-distance"]))
+    );
+    // The other value alone is still named as that (no variant to combine with).
+    let initial = run(&mut OwnInitial(|p| p.l_init = 256.0), &["fire/*", "edge/*"]);
+    assert!(
+        matches!(initial.overall, Some(runner::Overall::OtherInitial(_))),
+        "{:?}",
+        initial.overall
+    );
 }
 
 /// An own default of L_init = 256 fails only the cases at the defaults, and is named as that

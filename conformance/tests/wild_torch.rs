@@ -627,7 +627,27 @@ fn constructors_named_otherwise_and_biases_kept_apart_are_reached() {
     // Biases of layers as wide as each other, named by role, go in the order the module
     // registered them, and pass; under a wrapper's prefix too (`base.mlp.0.weight`).
     let deep = ["--run", "edge/depth-2/*", "--run", "fire/depth/*"];
-    passes_in(&torch_fake("TwoHiddenBiasesNamed", "f32"), 8, &deep);
+    let r = passes_in(&torch_fake("TwoHiddenBiasesNamed", "f32"), 8, &deep);
+    // The report says which vector was read as which layer's bias; the wrapper's prefix on the
+    // weights (`base.mlp.0.weight`) is no other name.
+    let deeper: Vec<String> = notes(&r)
+        .into_iter()
+        .filter(|n| n.contains("mlp.4.bias"))
+        .collect();
+    assert_eq!(
+        deeper,
+        ["read the module's `bias_in` as mlp.0.bias, `bias_hidden` as mlp.2.bias, `bias_out` as mlp.4.bias"],
+        "{r:#}"
+    );
+    // An f_θ with one output for every head fails as the module's (it had been refused as a
+    // constructor ignoring num_heads, the adapter called broken).
+    let (code, r) = run(
+        &torch_fake("OneOutputForEveryHead", "f32"),
+        &DEFAULT_AND_RANDOM,
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let found = r["glue_found"]["message"].as_str().unwrap_or_default();
+    assert!(found.starts_with("SharedAcrossHeads:"), "{r:#}");
     let r = passes(&torch_fake("NoEpsArgument", "f32"), 20);
     assert!(
         r.to_string().contains("the constructor takes no `eps`"),

@@ -11,6 +11,7 @@ use crate::runner::{Outcome, Question, Status};
 use crate::vectors::format::{Case, Kind, Tensor};
 
 mod carried;
+mod combined;
 mod named;
 mod replies;
 mod shared;
@@ -69,6 +70,18 @@ pub enum Overall {
         variant: &'static str,
         /// A case that passed although the variant changes it.
         passed: String,
+    },
+    /// No single variant explains the failures, but `variant` does together with other initial
+    /// values: every failing diagnosable case off [fire.defaults] matches it whole, every one
+    /// at the defaults matches it evaluated with `values` (the distinct ones, as
+    /// [`Overall::OtherInitial`] names them), and it agrees with every passing case — a module
+    /// with that mistake whose constructor also starts a scalar elsewhere. spec:
+    /// [variants.catalogue], [fire.defaults]
+    VariantAndInitial {
+        /// The variant.
+        variant: &'static str,
+        /// The initial values it needs at the defaults.
+        values: Vec<crate::initial::OtherInitial>,
     },
     /// Every failing case is at [fire.defaults]' initial values and is the reference's with
     /// one of them changed: the module starts those (the distinct ones, in the order first
@@ -291,8 +304,12 @@ pub(crate) fn diagnose_run(
                     Overall::Precision(p)
                 } else if let Some((causal, future)) = two_regions(outcomes, ran, &failed) {
                     Overall::Regions { causal, future }
-                } else if let Some(names) = several(outcomes, ran, &failed, passing_agree) {
+                } else if let Some(names) = several(outcomes, ran, &failed, &passing_agree) {
                     Overall::Several(names)
+                } else if let Some((variant, values)) =
+                    combined::variant_and_initial(outcomes, ran, &failed, caps, &passing_agree)
+                {
+                    Overall::VariantAndInitial { variant, values }
                 } else if let Some((variant, passed)) =
                     one_covers(outcomes, ran, &failed).and_then(|v| Some((v, passing_disagree(v)?)))
                 {

@@ -94,13 +94,22 @@ pub(super) fn other_initial(
         .iter()
         .map(|f| (!f.other_initial.is_empty()).then_some(&f.other_initial[..]))
         .collect::<Option<_>>()?;
+    Some(shared_values(&sets))
+}
+
+/// The values to name of each case's fitting ones (`sets`, none empty): per case the first that
+/// every case of the same scalar shares, else its first, the distinct ones in the order first
+/// met; a threshold the bias cases show said by the factor a gradient case names.
+pub(super) fn shared_values(
+    sets: &[&[crate::initial::OtherInitial]],
+) -> Vec<crate::initial::OtherInitial> {
     let shared = |o: &crate::initial::OtherInitial| {
         sets.iter()
             .filter(|s| s.first().is_some_and(|f| f.name == o.name))
             .all(|s| s.contains(o))
     };
     let mut values: Vec<crate::initial::OtherInitial> = Vec::new();
-    for set in &sets {
+    for set in sets {
         let o = *set.iter().find(|o| shared(o)).unwrap_or(&set[0]);
         if !values.contains(&o) {
             values.push(o);
@@ -117,5 +126,5 @@ pub(super) fn other_initial(
         .filter(|o| o.name != crate::initial::THRESHOLD || !o.threshold().is_some_and(named))
         .copied()
         .collect();
-    Some(kept)
+    kept
 }

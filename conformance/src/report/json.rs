@@ -70,6 +70,7 @@ pub fn render(r: &Report) -> Value {
     let (overall, broken) = match &r.overall {
         Some(Overall::Variants(v)) => (Some(v.clone()), Value::Null),
         Some(Overall::Regions { causal, future }) => (Some(vec![*causal, *future]), Value::Null),
+        Some(Overall::VariantAndInitial { variant, .. }) => (Some(vec![*variant]), Value::Null),
         Some(
             Overall::Convention(_)
             | Overall::Gradients { .. }
@@ -126,7 +127,7 @@ pub fn render(r: &Report) -> Value {
         "run_lines": super::text::run_lines(r).lines().collect::<Vec<_>>(),
         "too_precise": r.too_precise.iter().map(|t| json!({"kind": t.kind, "cases": t.cases, "profiles": t.profiles})).collect::<Vec<_>>(),
         "overall_other_initial": match &r.overall {
-            Some(Overall::OtherInitial(values)) => json!(values.iter().map(|o| json!({"name": o.name, "value": o.value, "spec": o.spec})).collect::<Vec<_>>()),
+            Some(Overall::OtherInitial(values) | Overall::VariantAndInitial { values, .. }) => json!(values.iter().map(|o| json!({"name": o.name, "value": o.value, "spec": o.spec})).collect::<Vec<_>>()),
             _ => Value::Null,
         },
         "overall_placement": match &r.overall {

@@ -241,6 +241,17 @@ pub fn run_lines(r: &Report) -> String {
                     .join(" and ")
             );
         }
+        Some(Overall::VariantAndInitial { variant, values }) => {
+            let said = values
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = writeln!(
+                out,
+                "overall: the failures are explained by variant `{variant}` together with {said}: every failing case off [fire.defaults] matches the variant, every failing case at the spec's initial values matches it started there, and every passing case agrees with it — the mistake, and a module that starts that value elsewhere (its constructor's default, or what it makes of the value it is given)"
+            );
+        }
         Some(Overall::OtherInitial(values)) => {
             let said = values
                 .iter()

@@ -742,3 +742,22 @@ class FrozenHeadBias(HeadBiasBroadcast):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.head_bias.requires_grad_(False)
+
+
+class OneOutputForEveryHead(FIRE):
+    """f_θ with one output shared by the heads, told apart by a learned log-threshold each (as a
+    public "FIRE" does): every layer as asked but the last, which FIRE's f_θ: ℝ → ℝ^H has one
+    output per head."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        self.num_heads = num_heads
+        self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, 1))
+        self.log_threshold = nn.Parameter(torch.full((num_heads,), math.log(init_L)))
+
+    def forward(self, x):
+        positions = torch.arange(x.size(2), dtype=x.dtype, device=x.device)
+        rel = (positions[:, None] - positions[None, :]).abs()
+        threshold = self.log_threshold.exp()[:, None, None]
+        z = torch.log1p(self.c.abs() * rel) / torch.log1p(self.c.abs() * torch.maximum(positions[:, None], threshold))
+        return self.mlp(z.unsqueeze(-1)).squeeze(-1).unsqueeze(0)
