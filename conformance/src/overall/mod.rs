@@ -304,10 +304,10 @@ pub(crate) fn diagnose_run(
                     Overall::Precision(p)
                 } else if let Some((causal, future)) = two_regions(outcomes, ran, &failed) {
                     Overall::Regions { causal, future }
-                } else if let Some(names) = several(outcomes, ran, &failed, &passing_agree) {
+                } else if let Some(names) = several(outcomes, ran, &failed, passing_agree) {
                     Overall::Several(names)
                 } else if let Some((variant, values)) =
-                    combined::variant_and_initial(outcomes, ran, &failed, caps, &passing_agree)
+                    combined::variant_and_initial(outcomes, ran, &failed, caps, passing_agree)
                 {
                     Overall::VariantAndInitial { variant, values }
                 } else if let Some((variant, passed)) =
