@@ -1,9 +1,10 @@
-//! One catalogued variant and another initial value between them ([`super::Overall::VariantAndInitial`]):
-//! a module with a mistake whose constructor also starts a scalar elsewhere than [fire.defaults]
-//! (a public FIRE normalising by the distance, `init_L = 256.0` in its signature) fails the cases
-//! off the defaults as the variant, and the cases at the defaults as neither the variant nor
-//! the other starting value alone: the variant evaluated at that value reproduces them. The
-//! reconstruction is the harness's, not the paper's. spec: [variants.catalogue], [fire.defaults]
+//! One catalogued variant and another initial value between them
+//! ([`super::Overall::VariantAndInitial`]): a module with a mistake whose constructor also
+//! starts a scalar elsewhere than [fire.defaults] (a public FIRE normalising by the distance,
+//! `init_L = 256.0` in its signature) fails the cases off the defaults as the variant, and the
+//! cases at the defaults as neither the variant nor the other starting value alone: the variant
+//! evaluated at that value reproduces them. The reconstruction is the harness's, not the
+//! paper's. spec: [variants.catalogue], [fire.defaults]
 
 use fire_reference::variants::CATALOGUE;
 
@@ -17,8 +18,8 @@ use crate::runner::Outcome;
 /// that reproduces every failing diagnosable case at the defaults, there with one other initial
 /// value where not at the spec's, some case needing one; with the values to name
 /// ([`shared_values`]). Failing cases no variant applies to (gradient cases) constrain it no
-/// more than they do [`super::Overall::Variants`]. None without a failing diagnosable case on each
-/// side.
+/// more than they do [`super::Overall::Variants`]. None without a failing diagnosable case on
+/// each side.
 pub(super) fn variant_and_initial(
     outcomes: &[Outcome],
     ran: &[Ran],
