@@ -558,6 +558,56 @@ fn what_a_module_or_glue_prints_to_stdout_does_not_reach_the_protocol() {
     passes(&glue("prints"), 15);
 }
 
+/// A `forward(idx)` that unpacks a batch of token ids `[B, T]` (nanoGPT's name) had been called
+/// with position lists and failed `PositionsIgnored` (audit 30): it takes no list `[n]` and reads
+/// a `[1, n]` only for its length, so it is called with token ids, the note says so, and the run
+/// says its position lists were gathered; the same name taking a list `[n]` and counting it
+/// still fails. A `forward(attn_weights)` returning the bias alone fails as one dropping the
+/// scores, told the `--call scores_shape` that grades it as returning the bias for its caller;
+/// a constructor of one config object is told what reaches it.
+#[test]
+fn token_ids_scores_read_for_their_shape_and_config_constructors_are_told_how_to_call() {
+    if !numpy() {
+        return;
+    }
+    let r = passes(&appendix("TokenIds", "f32"), 20);
+    assert!(
+        notes(&r)
+            .iter()
+            .any(|n| n.contains("`idx` read as token ids [B, T]")),
+        "{r:#}"
+    );
+    assert!(r["positions_from_square"].as_u64().unwrap() > 0, "{r:#}");
+    let (code, r) = run(&appendix("IdxPositionsCounted", "f32"), &[]);
+    assert_eq!(code, 1, "{r:#}");
+    let found = r["glue_found"]["message"].as_str().unwrap_or_default();
+    assert!(found.starts_with("PositionsIgnored:"), "{r:#}");
+    let (code, r) = run(
+        &appendix("ScoresShapeOnly", "f32"),
+        &["--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let found = r["glue_found"]["message"].as_str().unwrap_or_default();
+    assert!(found.contains("--call scores_shape"), "{r:#}");
+    passes(
+        &(appendix("ScoresShapeOnly", "f32") + " --call scores_shape"),
+        20,
+    );
+    // A constructor taking one config object is told to write a build(case) glue, not to name
+    // its arguments with --map-arg, which cannot reach inside the object (audit 30).
+    let (code, r) = run(
+        &appendix("ConfigConstructor", "f32"),
+        &["--fail-on", "values"],
+    );
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("takes (config), too few arguments to be given the shape")
+            && !error.contains("--map-arg"),
+        "{error}"
+    );
+}
+
 /// A glue's `case.note(…)` reaches the report as the reply's `note` ([proto.reply]): made one
 /// line, several on one case joined, the same text once, each distinct note counted over the
 /// cases that carried it, and the verdict unchanged.

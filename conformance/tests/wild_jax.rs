@@ -539,6 +539,24 @@ fn an_f_theta_with_one_output_for_every_head_fails_saying_so() {
     );
 }
 
+/// A JAX `apply(variables, idx)` unpacking token ids `[B, T]` is called with token ids, not
+/// failed for ignoring positions (audit 30), and says so.
+#[test]
+fn a_jax_module_reading_token_ids_is_called_with_them() {
+    if !jax() {
+        return;
+    }
+    let mut args = JAX_BIAS.to_vec();
+    args.extend(["--run", "edge/positions/non-contiguous"]);
+    let r = passes_in(&jax_fake("TokenIds"), 6, &args);
+    assert!(
+        notes(&r)
+            .iter()
+            .any(|n| n.contains("`idx` read as token ids [B, T]")),
+        "{r:#}"
+    );
+}
+
 /// Biases apart from layers as wide as each other (Appendix B's two hidden layers) go to them by
 /// the numbers in their names (made output first, `b2`, `b1`, `b0`), or in the order the module
 /// made them where the names number nothing (`bias_in`, `bias_hidden`); a tree that sorts its

@@ -12,7 +12,7 @@ A Flax/JAX module of the same shape (``init``/``apply``) is handed to ``fire_con
 
 How the module is called is found by introspecting its ``forward`` (or ``__call__``), or forced
 with ``--call``. A ``forward(x)`` found by introspection is called with the ``x`` layout first and,
-when that fails or returns a bias of another length, with ``hidden``, then ``scores``: which
+when that fails or returns a bias of another length, with ``hidden``, ``scores``, then ``ids``: which
 dimension of ``x`` a module reads the length from is its calling convention, not a FIRE mistake,
 and the values are checked in full either way. A first parameter named for attention scores
 (``scores``, ``attn_logits``, ``sim``, ...) gets the ``scores`` layout only. Each style hands the
@@ -25,6 +25,13 @@ there is caught rather than answered by the glue's gather [proto.hello]:
     scores     forward(x), x attention scores [B, H, T, T]: called with zero scores and again
                with random ones, it must return scores + bias, or (a module reading only the
                length from x.size(-1), its parameter not named for scores) the bias alone
+    scores_shape  forward(x), x attention scores [B, H, T, T] read only for their shape, the
+               bias returned alone for the caller to add (given only with --call: a parameter
+               named for scores is otherwise held to return scores + bias)
+    ids        forward(idx), idx a batch of token ids [B, T] of integers (nanoGPT's), the
+               length read from it; a ``forward(idx)`` or ``forward(indices)`` that takes no
+               list of positions [n] and reads a [1, n] only for its count is called so, and
+               the run's note says it (--call positions grades it as positions instead)
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
     lengths    forward(query_length, key_length): the decoding call, the rows from the case's
@@ -346,12 +353,16 @@ class Glue:
             tensor = lambda v: torch.as_tensor(v, device=dev)  # noqa: E731
             array = lambda a: torch.as_tensor(a, device=dev).to(dt)  # noqa: E731
             zeros = lambda shape: torch.zeros(shape, dtype=dt, device=dev)  # noqa: E731
+            token_zeros = lambda shape: torch.zeros(shape, dtype=torch.long, device=dev)  # noqa: E731
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
             dev, dt = "cpu", np.float64 if self.dtype == "f64" else np.float32
             tensor = np.asarray
             array = lambda a: np.asarray(a, dtype=dt)  # noqa: E731
             zeros = lambda shape: np.zeros(shape, dtype=dt)  # noqa: E731
+            token_zeros = lambda shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
+        # Token ids stay integers; every other x is in the dtype asked.
+        x_of = lambda style, a: tensor(a) if style == "ids" else array(a)  # noqa: E731
 
         def call(style):
             p = calls.plan(style, case, self.max_len, self.query_rows)
@@ -360,7 +371,7 @@ class Glue:
 
             def invoke():
                 if x is not None:
-                    return m(zeros(x))
+                    return m(token_zeros(x) if style == "ids" else zeros(x))
                 if style in ("seq_len_device", "lengths_device"):
                     return m(*p.args, dev)
                 if style in ("seq_len", "lengths"):
@@ -376,6 +387,12 @@ class Glue:
                 if torch_module and any(w in text for w in ("Double", "Float", "dtype", "scalar type")):
                     raise fire_kit.UnsupportedDtype(f"the module cannot compute in {self.dtype} ({type(e).__name__}: "
                                         f"{text.splitlines()[0]}); rerun with the --dtype it computes in")
+                if style in calls.LENGTH_STYLES and not self.call:
+                    raise calls.as_lengths_failed(style, calls.parameter_names(m), e) from e
+                raise
+            except (AttributeError, IndexError, ValueError) as e:
+                if style in calls.LENGTH_STYLES and not self.call:
+                    raise calls.as_lengths_failed(style, calls.parameter_names(m), e) from e
                 raise
             full = squeeze(out, heads, rows, cols, batch=p.batch)
             if style in ("lengths", "lengths_device") and self.query_rows == "last" and rows < cols:
@@ -392,7 +409,8 @@ class Glue:
                 with probing():
                     again = squeeze(invoke(), heads, rows, cols, batch=p.batch)
                 steps.check_repeated(as_numpy(full), as_numpy(again), self.dtype)
-            counting = calls.counted(p.args[0]) if style in calls.POSITION_LAYOUTS else None
+            always = calls.may_read_tokens(calls.parameter_names(m), self.call, style)
+            counting = calls.counted(p.args[0], always) if style in calls.POSITION_LAYOUTS else None
             if counting is not None:
                 given = tensor(counting) if style == "positions" else tensor(counting)[None]
                 try:
@@ -402,28 +420,32 @@ class Glue:
                     again = None
                 if again is not None:
                     calls.check_positions_used(as_numpy(full), again, list(p.args[0]), counting)
-            if style in ("x", "hidden"):
-                probe = calls.x_probe(x)
+            if style in ("x", "hidden", "ids"):
+                probe = calls.probe_for(style, x)
                 with probing():
-                    probed = m(array(probe))
+                    probed = m(x_of(style, probe))
                 calls.check_x(as_numpy(full), as_numpy(squeeze(probed, heads, rows, cols, batch=p.batch)),
                               probe, self.dtype)
                 if p.batch > 1:
-                    varied = calls.x_probe(x, varied=True)
+                    varied = calls.probe_for(style, x, varied=True)
                     with probing():
-                        probed = m(array(varied))
+                        probed = m(x_of(style, varied))
                     if hasattr(probed, "shape"):
                         calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
-            if style == "scores":
+            if style in calls.SCORES_STYLES:
                 scores = array(calls.scores_probe(x))
                 # A copy: a module adding its bias in place (`scores += bias`, as T5 does)
                 # changes what it is given, not what its output is checked against.
                 with probing():
                     probed = m(scores.clone() if torch_module else scores.copy())
-                calls.check_scores(full, probed, scores, self.dtype,
-                                   calls.takes_scores(calls.parameter_names(m)), to_numpy=as_numpy)
+                named = style == "scores" and calls.takes_scores(calls.parameter_names(m))
+                calls.check_scores(full, probed, scores, self.dtype, named, to_numpy=as_numpy)
             return full, p
 
+        if style == "positions" and self.layout == "ids":
+            # Read as token ids on an earlier case (``calls.reads_tokens``).
+            case.note(calls.token_note(calls.parameter_names(m)[0]))
+            return call("ids")
         if style == "positions":
             layouts = calls.POSITION_LAYOUTS
         elif style != "x" or self.call:
@@ -438,6 +460,14 @@ class Glue:
         for layout in order:
             try:
                 out = call(layout)
+            except calls.PositionsIgnored as e:
+                names = calls.parameter_names(m)
+                refused = self.layout == "position_ids" or any(s == "positions" for s, _ in errors)
+                if not calls.reads_tokens(names, self.call, refused, e):
+                    raise
+                self.layout = "ids"
+                case.note(calls.token_note(names[0]))
+                return call("ids")
             except (NotABias, fire_kit.Mistake):
                 raise
             except LAYOUT_ERRORS as e:
@@ -658,7 +688,7 @@ def main(argv=None):
     glue = Glue(cls, mapping, a.dtype, a.max_len, arguments, a.call, a.query_rows,
                 reload=lambda: load_class(a.module))
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}{arguments.note(cls)}",
-                   positions=calls.positions(a.call or calls.class_call_style(cls), a.query_rows),
+                   positions=calls.class_positions(cls, a.call, a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)
 

@@ -18,10 +18,15 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 
-CALLS = ["x", "hidden", "scores", "seq_len", "seq_len_device", "lengths", "lengths_device", "positions",
-         "qk"]
-# The layouts of x a ``forward(x)`` found by introspection is tried with, in this order.
-X_LAYOUTS = ["x", "hidden", "scores"]
+CALLS = ["x", "hidden", "scores", "scores_shape", "ids", "seq_len", "seq_len_device", "lengths",
+         "lengths_device", "positions", "qk"]
+# The styles handing the module attention scores [B, H, T, T]: ``scores`` to return added to the
+# bias, ``scores_shape`` (only by ``--call``) read for their shape, the bias returned alone for
+# the caller to add.
+SCORES_STYLES = ("scores", "scores_shape")
+# The layouts of x a ``forward(x)`` found by introspection is tried with, in this order: ``ids``
+# is a batch of token ids [B, T] (nanoGPT's ``forward(idx)``), whose length the module reads.
+X_LAYOUTS = ["x", "hidden", "scores", "ids"]
 # The layouts of a ``forward(positions)``'s positions, in this order: a list [n], or
 # ``position_ids`` of one sequence, [1, n] (a module that unpacks ``B, T = position_ids.shape``).
 POSITION_LAYOUTS = ["positions", "position_ids"]
@@ -37,6 +42,11 @@ QUERY_LENGTH_NAMES = {"i", "query_length", "query_len", "q_len", "qlen", "q_leng
 KEY_LENGTH_NAMES = {"j", "key_length", "key_len", "k_len", "klen", "k_length", "num_keys", "n_keys",
                     "src_len"}
 POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
+# Of those, the names other code gives a batch of token ids (nanoGPT's ``forward(idx)``): a module
+# so named that takes no list of positions [n] and returns for a [1, n] the bias of 0..n whatever
+# its values reads a [B, T] of tokens for its length, and is called so (``ids``), not failed for
+# ignoring positions it was never given.
+TOKEN_NAMES = {"idx", "indices"}
 # A first parameter so named holds attention scores (or logits) the module is to add its bias to:
 # its name has one of the words, or is one of the names.
 SCORES_WORDS = ("score", "logit")
@@ -80,10 +90,10 @@ def call_style(m):
     return "x" if names is None else style_of(names)
 
 
-def class_call_style(cls):
-    """``call_style`` of ``cls``'s instances, read from the class before any is built (for the
-    hello): its ``forward`` (or ``__call__``, or linen's ``apply``) less ``self`` and, for
-    ``apply``, ``variables``."""
+def class_parameter_names(cls):
+    """The lower-cased positional parameter names of ``cls``'s instances' call, read from the
+    class before any is built (for the hello): its ``forward`` (or ``__call__``, or linen's
+    ``apply``) less ``self`` and, for ``apply``, ``variables``; None where unreadable."""
     own = lambda name: next((k.__dict__[name] for k in getattr(cls, "__mro__", ())  # noqa: E731
                              if k not in (object, type) and name in k.__dict__), None)
     fn, skip = own("forward"), 1
@@ -91,8 +101,23 @@ def class_call_style(cls):
         fn = own("__call__")
     if fn is None and callable(getattr(cls, "apply", None)):
         fn, skip = cls.apply, 2
-    names = positional(fn, skip)
+    return positional(fn, skip)
+
+
+def class_call_style(cls):
+    """``call_style`` of ``cls``'s instances, read from the class (``class_parameter_names``)."""
+    names = class_parameter_names(cls)
     return "x" if names is None else style_of(names)
+
+
+def class_positions(cls, call, query_rows="last"):
+    """The hello's ``positions`` for ``cls`` called as ``call`` (None: as its parameters say):
+    ``positions`` (``lists``) but ``square`` where its first parameter may be token ids
+    (``TOKEN_NAMES``), which ``reads_tokens`` then calls with ``ids`` and gathers from — a
+    report that counted its lists as the module's own would claim what never ran."""
+    if call is None and (class_parameter_names(cls) or [None])[0] in TOKEN_NAMES:
+        return "square"
+    return positions(call or class_call_style(cls), query_rows)
 
 
 def style_of(names):
@@ -149,7 +174,8 @@ class Plan:
         """The shape of x for a call in one of the x layouts (``X_LAYOUTS``), else None."""
         rows, cols = self.shape
         return {"x": (self.batch, heads, rows, 1), "hidden": (self.batch, rows, 1),
-                "scores": (self.batch, heads, rows, cols)}.get(self.style)
+                "scores": (self.batch, heads, rows, cols), "scores_shape": (self.batch, heads, rows, cols),
+                "ids": (self.batch, rows)}.get(self.style)
 
     def pick(self, full):
         """The case's ``[H, queries, keys]`` from the call's ``[H, rows, columns]`` output."""
@@ -225,16 +251,20 @@ def scores_probe(shape):
     return np.random.default_rng(list(shape)).standard_normal(shape, dtype=np.float32)
 
 
-def counted(listed):
+def counted(listed, always=False):
     """The positions a ``positions`` call of ``listed`` is repeated with (``check_positions_used``):
     ``0..n``, or ``0, 2, 4, …`` or ``0, 3, 6, …`` where the distances between ``listed``'s
     positions are those of ``0..n`` (``p, p + 1, …``, or the same reversed, whose bias below L
     is 0..n's): a module reading the positions then returns another bias, since FIRE's moves with
     the distances; one that counts returns the same. None for fewer than two positions, or for
-    ``0..n`` itself, on which a module that counts is right."""
+    ``0..n`` itself, on which a module that counts is right — unless ``always`` (a module that
+    may read token ids, ``TOKEN_NAMES``: told apart on the first case), which gets ``0, 2, 4, …``
+    there."""
     n = len(listed)
-    if n < 2 or list(listed) == list(range(n)):
+    if n < 2:
         return None
+    if list(listed) == list(range(n)):
+        return (np.arange(n, dtype=np.int64) * 2).tolist() if always else None
     given = np.asarray(listed, dtype=np.int64)
     distances = np.abs(given[:, None] - given[None, :])
     for step in (1, 2, 3):
@@ -277,6 +307,64 @@ def unmasked(bias):
 
 # The x probes' seeds (with the shape): one x repeated over the batch, and one per sequence.
 SEED, VARIED_SEED = 7, 8
+
+
+def reads_tokens(names, call, list_refused, e):
+    """Whether a ``forward`` whose parameters are ``names``, called in the positions layouts
+    (no ``--call`` given: ``call``), is one reading a batch of token ids rather than positions:
+    its first parameter is one of ``TOKEN_NAMES``, a list ``[n]`` failed (``list_refused``, on
+    this case or the one that chose ``position_ids``) and a ``[1, n]`` was read only for its
+    count (``e``, a ``PositionsIgnored``). Such a module is called with ``ids``."""
+    return (call is None and bool(names) and names[0] in TOKEN_NAMES and isinstance(e, PositionsIgnored)
+            and list_refused)
+
+
+def may_read_tokens(names, call, style):
+    """Whether a ``position_ids`` call of a module whose parameters are ``names`` is checked for
+    reading only the count even on ``0..n`` (``counted``'s ``always``)."""
+    return call is None and style == "position_ids" and bool(names) and names[0] in TOKEN_NAMES
+
+
+LENGTH_STYLES = ("seq_len", "seq_len_device", "lengths", "lengths_device")
+
+
+def as_lengths_failed(style, names, e):
+    """The error of a call in a lengths style (``LENGTH_STYLES``, chosen from the parameters'
+    names ``names``, no ``--call`` given) that raised ``e``: ``e`` told with what the module was
+    given and the ``--call`` that hands it positions, where a name read as a length (``t``,
+    ``i, j``) holds position tensors."""
+    text = (f"{(str(e).splitlines() or [''])[0]} (forward({', '.join(names)}) was "
+            f"called with {'a length' if style.startswith('seq_len') else 'the lengths of the queries and keys'}"
+            ", as its parameters' names read; if it takes position tensors, --call positions (one list) or "
+            "--call qk (the queries', the keys') hands it those)")
+    try:
+        told = type(e)(text)
+    except Exception:  # an exception type with a constructor of its own
+        told = ValueError(text)
+    told.__cause__ = e
+    return told
+
+
+def token_note(name):
+    """The note of a module called with ``ids`` after ``reads_tokens``."""
+    return (f"forward({name}) takes no list of positions [n] and reads a [1, n] only for its length: "
+            f"`{name}` read as token ids [B, T] (nanoGPT's), its bias over 0..T−1 gathered; "
+            "--call positions grades it as a forward(positions) that ignores their values")
+
+
+def ids_probe(shape, varied=False):
+    """Non-zero token ids of ``shape`` ([B, T], ``Plan.x_shape`` of ``ids``), int64, the same for
+    every sequence of the batch unless ``varied``: an ``ids`` call's ``x_probe``."""
+    rng = np.random.default_rng([VARIED_SEED if varied else SEED] + list(shape))
+    if varied:
+        return rng.integers(1, 50_000, size=tuple(shape), dtype=np.int64)
+    one = rng.integers(1, 50_000, size=(1,) + tuple(shape[1:]), dtype=np.int64)
+    return np.repeat(one, shape[0], axis=0)
+
+
+def probe_for(style, shape, varied=False):
+    """The non-zero x an ``x``, ``hidden`` or ``ids`` call is checked with (``check_x``)."""
+    return ids_probe(shape, varied) if style == "ids" else x_probe(shape, varied)
 
 
 def x_probe(shape, varied=False):
@@ -432,7 +520,9 @@ def check_scores(bias, probed, scores, dtype, named, to_numpy=np.asarray):
         raise ScoresMisused(
             "forward was given non-zero attention scores (its parameter's name says it adds the bias "
             "to them) and returned the bias without them: in a model the attention logits would be "
-            "replaced by the bias; return scores + bias [fire.bias]")
+            "replaced by the bias; return scores + bias [fire.bias] (a module that reads only the "
+            "scores' shape and returns the bias for its caller to add is graded so with --call "
+            "scores_shape)")
     raise ScoresMisused(
         f"forward was given non-zero attention scores and returned neither scores + bias nor a bias "
         f"that ignores them: its output minus the scores differs from its output at zero scores by "

@@ -382,7 +382,13 @@ def construct(cls, heads, width, enc, arguments):
     try:
         return arguments.call(cls, given)
     except TypeError as e:
-        if "unexpected keyword" in str(e):
+        names = signature_of(cls)
+        if "unexpected keyword" in str(e) and names is not None and len(names) < len(SHAPE_ARGS):
+            # One object holding them all (a config): no --map-arg names what is inside it.
+            how = (f"its constructor takes ({', '.join(names)}), too few arguments to be given the "
+                   "shape, as a config object holds it: write a build(case) glue that makes one "
+                   "from the case and constructs the module (conformance/README.md)")
+        elif "unexpected keyword" in str(e):
             hint = arguments.suggestion(cls)
             how = (f"{hint}; " if hint else "") + (
                 "name its arguments with --map-arg OURS=YOURS, or write a build(case) glue that "

@@ -271,6 +271,8 @@ class JaxGlue:
         """The call styles to try in turn: one, or for an introspected ``__call__(x)`` the x
         layouts of ``calls.X_LAYOUTS``, the one that worked before first."""
         style = self.call or call_style(m)
+        if style == "positions" and self.layout == "ids":
+            return ["ids"]  # read as token ids on an earlier case (``calls.reads_tokens``)
         if style == "positions":
             return sorted(calls.POSITION_LAYOUTS, key=lambda s: s != self.layout)
         if style != "x" or self.call:
@@ -285,7 +287,7 @@ class JaxGlue:
         jnp = self.jnp
         x = plan.x_shape(heads)
         if x is not None:
-            return (jnp.zeros(x, dtype=self.dt),)
+            return (jnp.zeros(x, dtype=jnp.int32 if plan.style == "ids" else self.dt),)
         if plan.style in ("seq_len_device", "lengths_device"):
             return plan.args + (None,)
         if plan.style in ("seq_len", "lengths"):
@@ -307,22 +309,36 @@ class JaxGlue:
         own = construction.at_defaults(enc) and construction.construct_own(self.cls, heads, width, self.kwargs, enc)
         m = own or construction.construct(self.cls, heads, width, enc, self.kwargs)
         styles = self.layouts(m)
+        built = loading.Built(self.cls, heads, width, self.kwargs)
         errors = []
         for style in styles:
             plan = calls.plan(style, case, self.max_len, self.query_rows)
             try:
-                out = self.evaluate(m, heads, case, ours, plan, loading.Built(self.cls, heads, width, self.kwargs),
-                                    own=bool(own), width=width)
+                out = self.evaluate(m, heads, case, ours, plan, built, own=bool(own), width=width)
+            except calls.PositionsIgnored as e:
+                names = parameter_names(m)
+                refused = self.layout == "position_ids" or any(s == "positions" for s, _ in errors)
+                if not calls.reads_tokens(names, self.call, refused, e):
+                    raise
+                self.layout = "ids"
+                out = self.evaluate(m, heads, case, ours, calls.plan("ids", case, self.max_len),
+                                    built, own=bool(own), width=width)
+                case.note(calls.token_note(names[0]))
+                return out
             except (outputs.NotABias, loading.ParamsMismatch, fire_kit.Mistake):
                 raise
-            except appendix_e.LAYOUT_ERRORS as e:
-                if len(styles) == 1:
+            except (*appendix_e.LAYOUT_ERRORS, AttributeError) as e:
+                if style in calls.LENGTH_STYLES and not self.call:
+                    raise calls.as_lengths_failed(style, parameter_names(m), e) from e
+                if isinstance(e, AttributeError) or len(styles) == 1:
                     raise
                 if style == self.layout:
                     raise outputs.remembered_layout_failed(style, e, case.length)
                 errors.append((style, e))
                 continue
-            if case.length != heads:
+            if style == "ids" and self.layout == "ids":
+                case.note(calls.token_note(parameter_names(m)[0]))
+            elif case.length != heads:
                 self.layout = style
             return out
         raise outputs.every_layout_failed(errors)
@@ -420,7 +436,8 @@ class JaxGlue:
             calls.check_last_rows(np.asarray(full, dtype=np.float64),
                                   np.asarray(outputs.squeeze(square, heads, cols_n, cols_n), dtype=np.float64),
                                   self.dtype)
-        counting = calls.counted(plan.args[0]) if plan.style in calls.POSITION_LAYOUTS else None
+        always = calls.may_read_tokens(parameter_names(m), self.call, plan.style)
+        counting = calls.counted(plan.args[0], always) if plan.style in calls.POSITION_LAYOUTS else None
         if counting is not None:
             given = jnp.asarray(counting) if plan.style == "positions" else jnp.asarray(counting)[None]
             try:
@@ -430,21 +447,22 @@ class JaxGlue:
                 again = None
             if again is not None:
                 calls.check_positions_used(as_numpy(full), again, list(plan.args[0]), counting)
-        if plan.style in ("x", "hidden"):
-            probe = calls.x_probe(args[0].shape)
-            probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=self.dt))
+        if plan.style in ("x", "hidden", "ids"):
+            x_dt = jnp.int32 if plan.style == "ids" else self.dt
+            probe = calls.probe_for(plan.style, args[0].shape)
+            probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=x_dt))
             calls.check_x(as_numpy(full), as_numpy(outputs.squeeze(probed, heads, rows, cols, batch=plan.batch)),
                           probe, self.dtype)
             if plan.batch > 1:
-                varied = calls.x_probe(args[0].shape, varied=True)
-                probed = m.apply({**variables, "params": params}, jnp.asarray(varied, dtype=self.dt))
+                varied = calls.probe_for(plan.style, args[0].shape, varied=True)
+                probed = m.apply({**variables, "params": params}, jnp.asarray(varied, dtype=x_dt))
                 if hasattr(probed, "shape"):
                     calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
-        if plan.style == "scores":
+        if plan.style in calls.SCORES_STYLES:
             scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
             probed = m.apply({**variables, "params": params}, scores)
-            calls.check_scores(full, probed, scores, self.dtype, calls.takes_scores(parameter_names(m)),
-                               to_numpy=as_numpy)
+            named = plan.style == "scores" and calls.takes_scores(parameter_names(m))
+            calls.check_scores(full, probed, scores, self.dtype, named, to_numpy=as_numpy)
         kept = {p: others[p] for p in outside}
         if twinned:
             self.twin(case, heads, width, params, kept, unset, args, plan, as_numpy(full), stepped)
@@ -611,7 +629,7 @@ def serve(cls, a):
     """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``; a ``flax.nnx``,
     Equinox or Haiku module through linen's interface (``nnx_bridge``, ``equinox_bridge``,
     ``haiku_bridge``)."""
-    style = a.call or calls.class_call_style(cls)
+    positions = calls.class_positions(cls, a.call, a.query_rows)
     cls = bridged(cls)
     linen_interface(cls)
     mapping = appendix_e.parse_map(a.map)
@@ -620,7 +638,7 @@ def serve(cls, a):
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, arguments, a.call,
                    a.query_rows, reload=lambda: bridged(appendix_e.load_class(a.module)))
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}{arguments.note(cls)}",
-                   positions=calls.positions(style, a.query_rows),
+                   positions=positions,
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys)
 

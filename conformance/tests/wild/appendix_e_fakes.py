@@ -366,3 +366,36 @@ class CachedAcrossInstances(Correct):
         if T not in _BIASES:
             _BIASES[T] = self.bias(T)
         return _BIASES[T]
+
+
+class TokenIds(Correct):
+    """Correct, called as nanoGPT calls its model: forward(idx) with ``idx`` a batch of token ids
+    [B, T], read only for its length."""
+
+    def __call__(self, idx):
+        B, T = np.shape(idx)
+        return self.bias(T)
+
+
+class IdxPositionsCounted(Correct):
+    """forward(idx) taking a list of positions [n] and computing the bias of 0..n−1 whatever
+    they are: it ignores the positions it is given (gapped, unsorted, KV-cache rows)."""
+
+    def __call__(self, idx):
+        return self.bias(len(np.asarray(idx)))[0]
+
+
+class ScoresShapeOnly(Correct):
+    """Correct where its callers add the bias: forward(attn_weights) reads only their length and
+    returns the bias alone."""
+
+    def __call__(self, attn_weights):
+        return self.bias(np.shape(attn_weights)[-1])
+
+
+class ConfigConstructor(Correct):
+    """Correct, constructed from one config object (``__init__(self, config)``, Hugging Face's
+    way): no ``--map-arg`` reaches what the object holds."""
+
+    def __init__(self, config):
+        super().__init__(config.num_attention_heads, config.fire_mlp_width)

@@ -501,3 +501,16 @@ class HeadBiasBroadcast(FIRE):
 
     def finish(self, bias, p):
         return bias + p["head_bias"]
+
+
+class TokenIds(FIRE):
+    """Appendix E called as nanoGPT calls its model: ``apply(variables, idx)`` with ``idx`` a batch
+    of token ids [B, T], read only for its length."""
+
+    def init(self, rng, idx):
+        B, T = idx.shape
+        return super().init(rng, jnp.zeros((B, 1, T, 1)))
+
+    def apply(self, variables, idx):
+        B, T = idx.shape
+        return super().apply(variables, jnp.zeros((B, 1, T, 1)))
