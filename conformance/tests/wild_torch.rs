@@ -639,6 +639,14 @@ fn constructors_named_otherwise_and_biases_kept_apart_are_reached() {
         ["read the module's `bias_in` as mlp.0.bias, `bias_hidden` as mlp.2.bias, `bias_out` as mlp.4.bias"],
         "{r:#}"
     );
+    // A constructor that takes init_L and keeps its own in a float attribute (nothing the glue
+    // loads) fails naming the argument; one that keeps what it is given there passes (audit 30).
+    every_failure_says(
+        &torch_fake("InitLKeptAsAttribute", "f32"),
+        &["--run", "fire/random-params/*"],
+        "keeps a threshold of its own",
+    );
+    passes(&torch_fake("InitLFollowedAsAttribute", "f32"), 20);
     // An f_θ with one output for every head fails as the module's (it had been refused as a
     // constructor ignoring num_heads, the adapter called broken).
     let (code, r) = run(

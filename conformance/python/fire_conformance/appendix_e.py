@@ -103,6 +103,7 @@ import sys
 import numpy as np
 
 from fire_conformance import calls
+from fire_conformance import construction
 from fire_conformance import equinox_bridge
 from fire_conformance import haiku_bridge
 from fire_conformance import fresh
@@ -198,10 +199,12 @@ class Glue:
         any_depth = torch is not None and isinstance(self.cls, type) and issubclass(self.cls, torch.nn.Module)
         return appendix_params(enc, any_depth=any_depth)
 
-    def constructed(self, case, init_c=None):
+    def constructed(self, case, init_c=None, init_L=None):
         """The module for ``case`` as constructed, and whether it was built on its own defaults
-        (``own``); ``init_c`` builds it with that ``c`` in place of the case's (``twin``)."""
+        (``own``); ``init_c`` or ``init_L`` builds it with that value in place of the case's
+        (``twin``)."""
         enc = case.encoding if init_c is None else {**case.encoding, "c": init_c}
+        enc = enc if init_L is None else {**enc, "l_init": init_L}
         heads, width, _ = self.params(case.encoding)
         # At the spec's defaults a torch module is built on its own: c, L_init and ε from its
         # constructor's defaults, c and the multiplier as it initialises them, so that a
@@ -212,7 +215,7 @@ class Glue:
         # tested for truth: a torch.compile wrapper forwards ``len()`` to a module without one.
         factory = torch is not None and not isinstance(self.cls, type)
         own = None
-        if init_c is None and at_defaults(enc) and (self.torch_class() or factory):
+        if init_c is None and init_L is None and at_defaults(enc) and (self.torch_class() or factory):
             own = construct_own(self.cls, heads, width, self.kwargs, enc)
             if own is not None and not isinstance(own, torch.nn.Module):
                 own = None
@@ -288,34 +291,68 @@ class Glue:
             m.load_state_dict({k: np.asarray(ours[v], dtype=dt) for k, v in names.items()})
         return m, heads, names, ours
 
-    def twin(self, case, full, plan, heads):
+    def built_again(self, case, heads, dt, **other):
+        """The bias of the module built for ``case`` again, with ``other`` (``init_c`` or
+        ``init_L``) in place of the case's, loaded with its values and called once; None where
+        it cannot be built or called (which tells nothing)."""
+        try:
+            m, own = self.constructed(case, **other)
+            m = in_dtype(m, dt)
+            materialise(m)
+            self.loaded(m, case, own, dt, check=False)
+            m.eval()
+            with torch.no_grad():
+                again, _ = self.forward(m, heads, case, True, probes=False)
+        except Exception:
+            return None
+        return again
+
+    def twin(self, case, full, plan, heads, names):
         """Raises where a module built anew and loaded with the case's values returns another
         bias than ``full`` (``steps.twin_mistake``): built with another ``init_c`` where the
-        glue passes the case's. Only on squares up to ``steps.FULL_LIMIT``; a twin that cannot
-        be built or called tells nothing."""
+        glue passes the case's; and where one built with another ``init_L`` returns the same
+        though no parameter or buffer holds it (``names``, what was loaded), so the constructor
+        is its only way in: it keeps a threshold of its own (``IgnoredArgument``). Only on
+        squares up to ``steps.FULL_LIMIT``."""
         rows, cols = plan.shape
         if rows * cols > steps.FULL_LIMIT:
             return
         dt = getattr(torch, TORCH_DTYPES[self.dtype])
         c = float(case.encoding["c"])
         other = None if self.own else (c * 1.5 if c != 0 else 0.25)
-        try:
-            m, own = self.constructed(case, init_c=other)
-            m = in_dtype(m, dt)
-            materialise(m)
-            self.loaded(m, case, own, dt, check=False)
-            m.eval()
-            with torch.no_grad():
-                twin, _ = self.forward(m, heads, case, True, probes=False)
-        except Exception:
+        twin = self.built_again(case, heads, dt, init_c=other)
+        if twin is None:
             return
         got, twin = plan.pick(as_numpy(full)), plan.pick(as_numpy(twin))
         if steps.twin_differs(got, twin, self.dtype):
             reference = numpy_fire.reference(case)
             if reference is not None:
                 raise steps.twin_mistake(got, twin, reference, case.queries, case.keys, other)
+        self.keeps_own_threshold(case, got, plan, heads, dt, names)
         self.fresh.check(case, got, lambda cls: plan.pick(as_numpy(self.anew(cls, case, heads, dt))),
                          self.dtype)
+
+    def keeps_own_threshold(self, case, got, plan, heads, dt, names):
+        """Raises ``IgnoredArgument`` where the constructor takes ``init_L``, nothing the glue
+        loads holds it (a float attribute), and the module built with an ``init_L`` that moves
+        the threshold L = |m·L_init| past every position returns the case's bias ``got``
+        unchanged: its threshold is its own, whatever it is given [fire.params]."""
+        enc = case.encoding
+        m_factor = abs(float(enc["l_multiplier"]))
+        if (self.own or "init_L" in names.values() or "init_L" in self.kwargs.untaken(self.cls)
+                or m_factor == 0 or enc.get("threshold") not in ("learnable", "fixed")):
+            return
+        last = max(case.queries + case.keys)
+        other = float((last + 1) / m_factor + 2 * abs(float(enc["l_init"])) + 1)
+        again = self.built_again(case, heads, dt, init_L=other)
+        if again is None or steps.twin_differs(got, plan.pick(as_numpy(again)), self.dtype):
+            return
+        raise construction.IgnoredArgument(
+            f"built with init_L={enc['l_init']!r} and again with init_L={other!r}, which moves the "
+            f"threshold L = |m·L_init| past every position, the module returns the same bias: its "
+            f"constructor takes `{self.kwargs.theirs('init_L')}` and keeps a threshold of its own (no "
+            "parameter or buffer holds L_init for the glue to load), where [fire.params] starts "
+            "L_init at the value it is given")
 
     def anew(self, cls, case, heads, dt):
         """The bias of a module of ``cls`` (the class imported afresh, ``fresh``) built for
@@ -556,7 +593,7 @@ class Glue:
         with_twin = torch_module and case.encoding.get("type") == "fire"
         if case.kind == "bias":
             if with_twin:
-                self.twin(case, full, plan, heads)
+                self.twin(case, full, plan, heads, names)
             return plan.pick(as_numpy(full))
         if not full.requires_grad:
             raise fire_kit.Mistake("the module's output carries no autograd graph (a .detach(), torch.no_grad() "
@@ -582,7 +619,7 @@ class Glue:
         out = {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k])).clone()
                for k, v in grads.items()}
         if with_twin:
-            self.twin(case, full.detach(), plan, heads)
+            self.twin(case, full.detach(), plan, heads, names)
         return out
 
 

@@ -761,3 +761,22 @@ class OneOutputForEveryHead(FIRE):
         threshold = self.log_threshold.exp()[:, None, None]
         z = torch.log1p(self.c.abs() * rel) / torch.log1p(self.c.abs() * torch.maximum(positions[:, None], threshold))
         return self.mlp(z.unsqueeze(-1)).squeeze(-1).unsqueeze(0)
+
+
+class InitLKeptAsAttribute(FIRE):
+    """Takes ``init_L`` and keeps 512 as a float attribute whatever it is given: no parameter or
+    buffer holds L_init, so only a module built with another ``init_L`` shows it ignored."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        del self.init_L
+        self.init_L = 512.0
+
+
+class InitLFollowedAsAttribute(FIRE):
+    """Correct: ``init_L`` kept as the float attribute it is given."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        del self.init_L
+        self.init_L = float(init_L)
