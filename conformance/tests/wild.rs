@@ -593,6 +593,21 @@ fn token_ids_scores_read_for_their_shape_and_config_constructors_are_told_how_to
         &(appendix("ScoresShapeOnly", "f32") + " --call scores_shape"),
         20,
     );
+    // A forward(t) given a length where t holds positions is told which --call hands them.
+    let (code, r) = run(
+        &appendix("PositionsNamedT", "f32"),
+        &["--fail-on", "values"],
+    );
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("forward(t) was called with a length") && error.contains("--call positions"),
+        "{error}"
+    );
+    passes(
+        &(appendix("PositionsNamedT", "f32") + " --call positions"),
+        20,
+    );
     // A constructor taking one config object is told to write a build(case) glue, not to name
     // its arguments with --map-arg, which cannot reach inside the object (audit 30).
     let (code, r) = run(

@@ -42,6 +42,15 @@ pub fn case(out: &mut String, o: &Outcome) {
     }
 }
 
+/// Other initial values as a report lists them.
+fn listed(values: &[crate::initial::OtherInitial]) -> String {
+    values
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// How many distinct notes the run-level lines print before pointing to `-v`.
 const NOTES_SHOWN: usize = 3;
 
@@ -242,22 +251,14 @@ pub fn run_lines(r: &Report) -> String {
             );
         }
         Some(Overall::VariantAndInitial { variant, values }) => {
-            let said = values
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
+            let said = listed(values);
             let _ = writeln!(
                 out,
                 "overall: the failures are explained by variant `{variant}` together with {said}: every failing case off [fire.defaults] matches the variant, every failing case at the spec's initial values matches it started there, and every passing case agrees with it — the mistake, and a module that starts that value elsewhere (its constructor's default, or what it makes of the value it is given)"
             );
         }
         Some(Overall::OtherInitial(values)) => {
-            let said = values
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
+            let said = listed(values);
             let _ = writeln!(
                 out,
                 "overall: every failing case is at the spec's initial values and is the reference's with {said}: the module starts with other initial values than [fire.defaults] (its constructor's defaults, or what it makes of the values it is given), and every case that sets them passes"

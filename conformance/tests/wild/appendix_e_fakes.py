@@ -399,3 +399,12 @@ class ConfigConstructor(Correct):
 
     def __init__(self, config):
         super().__init__(config.num_attention_heads, config.fire_mlp_width)
+
+
+class PositionsNamedT(Correct):
+    """Correct, ``forward(t)`` with ``t`` the positions (a name that reads as a length)."""
+
+    def __call__(self, t):
+        pos = np.asarray(t, dtype=self.dt)
+        x = self.numerator(np.abs(pos[:, None] - pos[None, :])) / self.normalizer(pos)[:, None]
+        return np.transpose(self.mlp(x), (2, 0, 1))
