@@ -539,6 +539,22 @@ fn an_f_theta_with_one_output_for_every_head_fails_saying_so() {
     );
 }
 
+/// A JAX constructor that takes `init_L` and keeps it where nothing the glue loads holds it (an
+/// attribute) passes; one that keeps 512 whatever it is given fails naming the argument (it had
+/// failed with no catalogued variant, audit 30's torch finding, checked in both glues).
+#[test]
+fn a_jax_threshold_kept_as_an_attribute_is_checked_through_the_constructor() {
+    if !jax() {
+        return;
+    }
+    passes_in(&jax_fake("ThresholdAttributeGiven"), 6, &JAX_BIAS);
+    every_failure_says(
+        &jax_fake("ThresholdAttributeIgnored"),
+        &JAX_BIAS,
+        "keeps a threshold of its own",
+    );
+}
+
 /// A JAX `apply(variables, idx)` unpacking token ids `[B, T]` is called with token ids, not
 /// failed for ignoring positions (audit 30), and says so.
 #[test]

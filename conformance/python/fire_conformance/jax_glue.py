@@ -466,6 +466,9 @@ class JaxGlue:
         kept = {p: others[p] for p in outside}
         if twinned:
             self.twin(case, heads, width, params, kept, unset, args, plan, as_numpy(full), stepped)
+            if "init_L" not in loaded.values() and "init_L" not in outside.values():
+                self.keeps_own_threshold(case, heads, width, params, kept, unset, args, plan,
+                                         as_numpy(full))
         elif small:
             # On its own defaults: no twin, but the file imported afresh, built the same way.
             c = float(case.encoding["c"])
@@ -580,15 +583,45 @@ class JaxGlue:
                                          stepped=steps.JAX_STEP if stepped else None)
         self.fresh.check(case, got, lambda cls: anew(cls, c), self.dtype)
 
-    def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan, own=False):
+    def keeps_own_threshold(self, case, heads, width, params, kept, unset, args, plan, full):
+        """Raises ``IgnoredArgument`` where the constructor takes ``init_L``, nothing the glue
+        loads holds it, and the module built with an ``init_L`` that moves the threshold
+        L = |m·L_init| past every position, applied to the same values, returns the case's bias
+        ``full`` unchanged: its threshold is its own, whatever it is given [fire.params]
+        (``appendix_e.Glue.keeps_own_threshold``). One that cannot be built tells nothing."""
+        enc = case.encoding
+        m_factor = abs(float(enc["l_multiplier"]))
+        if ("init_L" in self.kwargs.untaken(self.cls) or m_factor == 0
+                or enc.get("threshold") not in ("learnable", "fixed")):
+            return
+        other = float((max(case.queries + case.keys) + 1) / m_factor + 2 * abs(float(enc["l_init"])) + 1)
+        try:
+            again = plan.pick(self.anew(self.cls, case, heads, width, float(enc["c"]), params, kept,
+                                        unset, args, plan, l_init=other))
+        except Exception:
+            return
+        if steps.twin_differs(plan.pick(full), again, self.dtype):
+            return
+        raise construction.IgnoredArgument(
+            f"built with init_L={enc['l_init']!r} and again with init_L={other!r}, which moves the "
+            f"threshold L = |m·L_init| past every position, the module returns the same bias: its "
+            f"constructor takes `{self.kwargs.theirs('init_L')}` and keeps a threshold of its own "
+            "(nothing the glue loads holds L_init), where [fire.params] starts L_init at the value "
+            "it is given")
+
+    def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan, own=False,
+             l_init=None):
         """The bias (``[H, R, C]`` float64) of a module of ``cls`` built anew with ``init_c``
-        (``own``: on its own defaults, as the graded module was, ``build``) and applied to the
-        case's ``params`` and the scalars ``kept`` outside them, its own values of the constants
-        ``unset`` and of everything else (``twin``)."""
+        (and ``l_init`` where given; ``own``: on its own defaults, as the graded module was,
+        ``build``) and applied to the case's ``params`` and the scalars ``kept`` outside them,
+        its own values of the constants ``unset`` and of everything else (``twin``)."""
         jax, jnp = self.jax, self.jnp
         rows, cols = plan.shape
+        enc = {**case.encoding, "c": init_c}
+        if l_init is not None:
+            enc["l_init"] = l_init
         m = own and construction.construct_own(cls, heads, width, self.kwargs, case.encoding)
-        m = m or construction.construct(cls, heads, width, {**case.encoding, "c": init_c}, self.kwargs)
+        m = m or construction.construct(cls, heads, width, enc, self.kwargs)
         variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
         for path, value in kept.items():
             variables[path[0]][path[1:]] = value

@@ -514,3 +514,23 @@ class TokenIds(FIRE):
     def apply(self, variables, idx):
         B, T = idx.shape
         return super().apply(variables, jnp.zeros((B, 1, T, 1)))
+
+
+class ThresholdAttributeGiven(FIRE):
+    """Takes ``init_L`` and keeps it as a plain attribute, which nothing the glue loads holds: a
+    correct FIRE, reached through its constructor only."""
+
+    def init(self, rng, x):
+        variables = super().init(rng, x)
+        return {"params": variables["params"]}
+
+    def apply(self, variables, x):
+        return super().apply({**variables, "constants": {"init_L": jnp.asarray(self.init_L)}}, x)
+
+
+class ThresholdAttributeIgnored(ThresholdAttributeGiven):
+    """``ThresholdAttributeGiven`` whose constructor takes ``init_L`` and keeps 512 whatever it
+    is given."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
