@@ -337,22 +337,14 @@ class Glue:
         loads holds it (a float attribute), and the module built with an ``init_L`` that moves
         the threshold L = |m·L_init| past every position returns the case's bias ``got``
         unchanged: its threshold is its own, whatever it is given [fire.params]."""
-        enc = case.encoding
-        m_factor = abs(float(enc["l_multiplier"]))
-        if (self.own or "init_L" in names.values() or "init_L" in self.kwargs.untaken(self.cls)
-                or m_factor == 0 or enc.get("threshold") not in ("learnable", "fixed")):
+        if self.own or "init_L" in names.values():
             return
-        last = max(case.queries + case.keys)
-        other = float((last + 1) / m_factor + 2 * abs(float(enc["l_init"])) + 1)
-        again = self.built_again(case, heads, dt, init_L=other)
-        if again is None or steps.twin_differs(got, plan.pick(as_numpy(again)), self.dtype):
+        moved = construction.threshold_moved(case, self.kwargs.untaken(self.cls))
+        if moved is None:
             return
-        raise construction.IgnoredArgument(
-            f"built with init_L={enc['l_init']!r} and again with init_L={other!r}, which moves the "
-            f"threshold L = |m·L_init| past every position, the module returns the same bias: its "
-            f"constructor takes `{self.kwargs.theirs('init_L')}` and keeps a threshold of its own (no "
-            "parameter or buffer holds L_init for the glue to load), where [fire.params] starts "
-            "L_init at the value it is given")
+        again = self.built_again(case, heads, dt, init_L=moved)
+        if again is not None and not steps.twin_differs(got, plan.pick(as_numpy(again)), self.dtype):
+            raise construction.keeps_own_threshold(case, moved, self.kwargs.theirs("init_L"))
 
     def anew(self, cls, case, heads, dt):
         """The bias of a module of ``cls`` (the class imported afresh, ``fresh``) built for
@@ -499,8 +491,7 @@ class Glue:
                 out = call(layout)
             except calls.PositionsIgnored as e:
                 names = calls.parameter_names(m)
-                refused = self.layout == "position_ids" or any(s == "positions" for s, _ in errors)
-                if not calls.reads_tokens(names, self.call, refused, e):
+                if not calls.reads_tokens(names, self.call, self.layout, errors, e):
                     raise
                 self.layout = "ids"
                 case.note(calls.token_note(names[0]))

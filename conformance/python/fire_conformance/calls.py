@@ -309,14 +309,16 @@ def unmasked(bias):
 SEED, VARIED_SEED = 7, 8
 
 
-def reads_tokens(names, call, list_refused, e):
+def reads_tokens(names, call, layout, errors, e):
     """Whether a ``forward`` whose parameters are ``names``, called in the positions layouts
     (no ``--call`` given: ``call``), is one reading a batch of token ids rather than positions:
-    its first parameter is one of ``TOKEN_NAMES``, a list ``[n]`` failed (``list_refused``, on
-    this case or the one that chose ``position_ids``) and a ``[1, n]`` was read only for its
-    count (``e``, a ``PositionsIgnored``). Such a module is called with ``ids``."""
+    its first parameter is one of ``TOKEN_NAMES``, a list ``[n]`` failed (on this case, among
+    ``errors``, or on the one that chose the ``layout`` ``position_ids``) and a ``[1, n]`` was
+    read only for its count (``e``, a ``PositionsIgnored``). Such a module is called with
+    ``ids``."""
+    refused = layout == "position_ids" or any(style == "positions" for style, _ in errors)
     return (call is None and bool(names) and names[0] in TOKEN_NAMES and isinstance(e, PositionsIgnored)
-            and list_refused)
+            and refused)
 
 
 def may_read_tokens(names, call, style):

@@ -51,6 +51,29 @@ class IgnoredArgument(fire_kit.Mistake):
     so the bias alone could not show it."""
 
 
+def threshold_moved(case, untaken):
+    """The ``init_L`` that moves the threshold L = |m·L_init| past every position of ``case``
+    (so a module holding the value it is given returns another bias), or None where the
+    constructor does not take ``init_L`` (``untaken``) or no L_init moves it (m = 0, no
+    threshold): the probe of a constructor that may keep a threshold of its own."""
+    enc = case.encoding
+    m = abs(float(enc["l_multiplier"]))
+    if "init_L" in untaken or m == 0 or enc.get("threshold") not in ("learnable", "fixed"):
+        return None
+    return float((max(case.queries + case.keys) + 1) / m + 2 * abs(float(enc["l_init"])) + 1)
+
+
+def keeps_own_threshold(case, moved, theirs):
+    """The ``IgnoredArgument`` of a module that, built with ``init_L`` = ``moved``
+    (``threshold_moved``), returns the case's bias unchanged: its constructor takes ``init_L``
+    (``theirs``, under its own name) and keeps a threshold of its own [fire.params]."""
+    return IgnoredArgument(
+        f"built with init_L={case.encoding['l_init']!r} and again with init_L={moved!r}, which moves "
+        f"the threshold L = |m·L_init| past every position, the module returns the same bias: its "
+        f"constructor takes `{theirs}` and keeps a threshold of its own (nothing the glue loads "
+        "holds L_init), where [fire.params] starts L_init at the value it is given")
+
+
 class TransformedArgument(Exception):
     """A module that stores a transform of a case's initial c or L_init (softplus⁻¹ c, log L):
     held values follow the argument, so it is not ignored, but the glue cannot load a case's

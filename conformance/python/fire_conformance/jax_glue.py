@@ -317,8 +317,7 @@ class JaxGlue:
                 out = self.evaluate(m, heads, case, ours, plan, built, own=bool(own), width=width)
             except calls.PositionsIgnored as e:
                 names = parameter_names(m)
-                refused = self.layout == "position_ids" or any(s == "positions" for s, _ in errors)
-                if not calls.reads_tokens(names, self.call, refused, e):
+                if not calls.reads_tokens(names, self.call, self.layout, errors, e):
                     raise
                 self.layout = "ids"
                 out = self.evaluate(m, heads, case, ours, calls.plan("ids", case, self.max_len),
@@ -589,25 +588,16 @@ class JaxGlue:
         L = |m·L_init| past every position, applied to the same values, returns the case's bias
         ``full`` unchanged: its threshold is its own, whatever it is given [fire.params]
         (``appendix_e.Glue.keeps_own_threshold``). One that cannot be built tells nothing."""
-        enc = case.encoding
-        m_factor = abs(float(enc["l_multiplier"]))
-        if ("init_L" in self.kwargs.untaken(self.cls) or m_factor == 0
-                or enc.get("threshold") not in ("learnable", "fixed")):
+        moved = construction.threshold_moved(case, self.kwargs.untaken(self.cls))
+        if moved is None:
             return
-        other = float((max(case.queries + case.keys) + 1) / m_factor + 2 * abs(float(enc["l_init"])) + 1)
         try:
-            again = plan.pick(self.anew(self.cls, case, heads, width, float(enc["c"]), params, kept,
-                                        unset, args, plan, l_init=other))
+            again = plan.pick(self.anew(self.cls, case, heads, width, float(case.encoding["c"]), params,
+                                        kept, unset, args, plan, l_init=moved))
         except Exception:
             return
-        if steps.twin_differs(plan.pick(full), again, self.dtype):
-            return
-        raise construction.IgnoredArgument(
-            f"built with init_L={enc['l_init']!r} and again with init_L={other!r}, which moves the "
-            f"threshold L = |m·L_init| past every position, the module returns the same bias: its "
-            f"constructor takes `{self.kwargs.theirs('init_L')}` and keeps a threshold of its own "
-            "(nothing the glue loads holds L_init), where [fire.params] starts L_init at the value "
-            "it is given")
+        if not steps.twin_differs(plan.pick(full), again, self.dtype):
+            raise construction.keeps_own_threshold(case, moved, self.kwargs.theirs("init_L"))
 
     def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan, own=False,
              l_init=None):

@@ -8,7 +8,7 @@
 
 use fire_reference::variants::CATALOGUE;
 
-use super::{shared::shared_values, Ran};
+use super::{failing_runs, shared::shared_values, Ran};
 use crate::implementation::Capabilities;
 use crate::initial::{at_defaults, other_initial_under, OtherInitial};
 use crate::runner::Outcome;
@@ -27,13 +27,7 @@ pub(super) fn variant_and_initial(
     caps: &Capabilities,
     passing_agree: impl Fn(&str) -> bool,
 ) -> Option<(&'static str, Vec<OtherInitial>)> {
-    let failing: Vec<&Ran> = ran
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| **f)
-        .map(|(r, _)| r)
-        .collect();
-    let (at, off): (Vec<&Ran>, Vec<&Ran>) = failing
+    let (at, off): (Vec<&Ran>, Vec<&Ran>) = failing_runs(ran, failed)
         .iter()
         .filter(|r| r.diagnosable)
         .partition(|r| at_defaults(r.case));

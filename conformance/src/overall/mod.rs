@@ -369,6 +369,15 @@ fn failed_values(outcomes: &[Outcome]) -> usize {
         .count()
 }
 
+/// The cases that ran and failed (`failed`, per case of `ran`).
+fn failing_runs<'r, 'a>(ran: &'r [Ran<'a>], failed: &[bool]) -> Vec<&'r Ran<'a>> {
+    ran.iter()
+        .zip(failed)
+        .filter(|(_, f)| **f)
+        .map(|(r, _)| r)
+        .collect()
+}
+
 /// The findings of the failing cases, when every failed value case gave an output and was
 /// diagnosed (the run-level readings below speak of every failure or of none).
 fn failing_findings<'a>(
@@ -505,12 +514,7 @@ fn several(
 /// the query ([`Overall::Convention`]), or every one is a gradient case ([`Overall::Gradients`]).
 /// Only when every failed value case gave an output (none errored or broke).
 fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabilities) -> Overall {
-    let failing: Vec<&Ran> = ran
-        .iter()
-        .zip(failed)
-        .filter(|(_, f)| **f)
-        .map(|(r, _)| r)
-        .collect();
+    let failing = failing_runs(ran, failed);
     if failing.is_empty() || failing.len() != failed_values(outcomes) {
         return Overall::Variants(vec![]);
     }
