@@ -85,6 +85,39 @@ fn a_bias_with_its_heads_last_fails_naming_the_layout() {
         &["--run", "fire/random-params/*", "--fail-on", "values"],
         "its heads on the last axis",
     );
+    // Where T = H the shape cannot tell, the output is read as [H, T, T] and the catalogue
+    // names the reshape; the report says that and what the glue found on the others (audit 30).
+    let (code, r) = run(
+        &appendix("HeadsLast", "f32"),
+        &[
+            "--run",
+            "fire/random-params/*",
+            "--run",
+            "edge/positions/query-zero",
+            "--fail-on",
+            "values",
+        ],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(overall(&r), ["layout-qkh"], "{r:#}");
+    let partly = &r["glue_found_partly"];
+    assert!(
+        partly["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("HeadsLast:"),
+        "{r:#}"
+    );
+    assert_eq!(
+        partly["found_cases"].as_u64().unwrap() + 1,
+        count(&r, "values", "failed"),
+        "{r:#}"
+    );
+    let lines = r["run_lines"].to_string();
+    assert!(
+        lines.contains("of the 7 failing value cases are ones where the glue's own checks"),
+        "{lines}"
+    );
 }
 
 /// Positions clamped to a table's last entry (511) are named so, per case and for the run,
@@ -836,6 +869,23 @@ fn a_positions_module_is_given_the_positions() {
         let r = passes(&appendix(class, "f32"), 20);
         assert_eq!(r["positions_from_square"], 0, "{class}: {r:#}");
     }
+    // A table of 4 096 positions fails past its end, told to declare its context; declared, the
+    // cases past it skip and are named as not checked, as they are for a forward(x) module.
+    let (code, r) = run(&appendix("PositionTable", "f32"), &["--fail-on", "values"]);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(&r, "declares it with --max-len N");
+    assert!(
+        failed.iter().any(|id| id.ends_with("/large-positions")),
+        "{failed:?}\n{r:#}"
+    );
+    assert_eq!(
+        failed.len() as u64,
+        count(&r, "values", "failed"),
+        "{failed:?}\n{r:#}"
+    );
+    let r = passes(&(appendix("PositionTable", "f32") + " --max-len 4096"), 20);
+    let unchecked = r["unchecked_flags"].to_string();
+    assert!(unchecked.contains("large-positions"), "{r:#}");
     let (code, r) = run(
         &appendix("PositionListAsIndices", "f32"),
         &["--fail-on", "values"],

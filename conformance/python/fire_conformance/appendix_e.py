@@ -73,7 +73,9 @@ Options (after the module spec):
     --call STYLE        how to call forward (see above; default: introspection)
     --future-keys X     mirrored (Appendix E, default), zero, masked (-inf or any value <= -1e3,
                         e.g. finfo.min) or negated (nothing checked above the diagonal)
-    --max-len N         the largest T x T square to evaluate (default 4096); larger cases skip
+    --max-len N         the module's context: a case needing a T x T square with T > N, or a
+                        position >= N in a list of positions, skips (default: squares up to
+                        4096, lists of positions of any value)
     --query-rows last|first  which rows forward(query_length, key_length) returns when there
                         are fewer queries than keys (default last: the new queries of a decoding
                         step)
@@ -478,7 +480,10 @@ class Glue:
         if style == "positions":
             layouts = calls.POSITION_LAYOUTS
         elif style != "x" or self.call:
-            return call(style)
+            try:
+                return call(style)
+            except LAYOUT_ERRORS as e:
+                raise calls.past_context(style, case, self.max_len, e) or e
         elif calls.takes_scores(calls.parameter_names(m)):
             return call("scores")
         else:
@@ -499,6 +504,9 @@ class Glue:
             except (NotABias, fire_kit.Mistake):
                 raise
             except LAYOUT_ERRORS as e:
+                beyond = calls.past_context(layout, case, self.max_len, e)
+                if beyond is not None:
+                    raise beyond from e
                 if layout == self.layout:
                     raise remembered_layout_failed(layout, e, case.length)
                 errors.append((layout, e))
@@ -665,7 +673,7 @@ def parser(description=__doc__):
     p.add_argument("--dtype", default="f32", choices=["f32", "f64", "bf16"])
     p.add_argument("--call", choices=CALLS, help="how to call forward (default: introspection)")
     p.add_argument("--future-keys", default="mirrored", choices=["mirrored", "zero", "masked", "negated"])
-    p.add_argument("--max-len", type=int, default=4096)
+    p.add_argument("--max-len", type=int, default=None)
     p.add_argument("--query-rows", default="last", choices=calls.QUERY_ROWS)
     p.add_argument("--kwargs", default="{}")
     p.add_argument("--map-arg", action="append", default=[], metavar="OURS=YOURS",

@@ -190,11 +190,26 @@ class Plan:
         return g
 
 
-def plan(style, case, max_len, query_rows="last"):
+# The largest T x T square evaluated where ``--max-len`` is not given: a memory bound, which a
+# list of positions (as long as its positions, whatever their values) does not reach.
+DEFAULT_MAX_LEN = 4096
+
+
+def plan(style, case, max_len=None, query_rows="last"):
     """The call of ``style`` that computes ``case`` (a ``Skip`` where it would need a square past
-    ``max_len`` on a side). See the module docstring for what each style is handed."""
+    ``max_len`` on a side). See the module docstring for what each style is handed.
+
+    ``max_len`` is the user's ``--max-len`` (``None``: not given). Given, it is the module's
+    context: a list of positions reaching position ``max_len`` skips as the square of that length
+    would, so a module keeping a table of ``max_len`` positions is graded up to its context
+    through either call, never failed past it. Not given, squares stop at ``DEFAULT_MAX_LEN`` and
+    lists of positions go as far as the case's (10⁶ included)."""
     q, k = list(case.queries), list(case.keys)
     T = case.length
+    bound = DEFAULT_MAX_LEN if max_len is None else max_len
+    if style == "qk" or style in POSITION_LAYOUTS:
+        if max_len is not None and T > max_len:
+            raise fire_kit.Skip(f"needs position {T - 1} (past --max-len {max_len})")
     if style == "qk":
         return Plan(style, (q, k), (len(q), len(k)), range(len(q)), range(len(k)))
     if style in POSITION_LAYOUTS:
@@ -202,8 +217,8 @@ def plan(style, case, max_len, query_rows="last"):
         # keys, as they are (unsorted and repeated included), and the rows and columns picked
         # from that.
         listed = q if q == k else q + k
-        if len(listed) > max_len:
-            raise fire_kit.Skip(f"needs {len(listed)} positions (> --max-len {max_len})")
+        if len(listed) > bound:
+            raise fire_kit.Skip(f"needs {len(listed)} positions (> --max-len {bound})")
         cols = range(len(k)) if q == k else range(len(q), len(q) + len(k))
         return Plan(style, (listed,), (len(listed), len(listed)), range(len(q)), cols)
     if style in ("lengths", "lengths_device"):
@@ -211,11 +226,11 @@ def plan(style, case, max_len, query_rows="last"):
         # last + 1 where the module returns the first rows.
         first = min(q) if query_rows == "last" else 0
         n = T - first if query_rows == "last" else max(q) + 1
-        if T > max_len:
-            raise fire_kit.Skip(f"needs {T} keys (> --max-len {max_len})")
+        if T > bound:
+            raise fire_kit.Skip(f"needs {T} keys (> --max-len {bound})")
         return Plan(style, (n, T), (n, T), [p - first for p in q], k)
-    if T > max_len:
-        raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {max_len})")
+    if T > bound:
+        raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {bound})")
     if style not in CALLS:
         raise SystemExit(f"unknown --call {style!r}; one of {CALLS}")
     return Plan(style, (T,), (T, T), q, k, batch=batch_of(T) if style in X_LAYOUTS else 1)
@@ -328,6 +343,22 @@ def may_read_tokens(names, call, style):
 
 
 LENGTH_STYLES = ("seq_len", "seq_len_device", "lengths", "lengths_device")
+# The styles handing the module positions themselves, which go past any square the run evaluates.
+LIST_STYLES = ("qk", *POSITION_LAYOUTS)
+
+
+def past_context(style, case, max_len, e):
+    """``e`` retold for a call handing positions (``LIST_STYLES``) that raised it on a case whose
+    positions reach past every square the run evaluates, no ``--max-len`` given: a module whose
+    context ends sooner (a table of N positions) is told to declare it, as a ``forward(x)``
+    module of that context would have skipped the case. ``None`` elsewhere."""
+    if style not in LIST_STYLES or max_len is not None or case.length <= DEFAULT_MAX_LEN:
+        return None
+    from fire_conformance.outputs import retold  # outputs imports this module
+
+    return retold(e, f"{(str(e).splitlines() or [''])[0]} (the module was handed positions up to "
+                     f"{case.length - 1}; one whose context ends sooner declares it with --max-len N, "
+                     "and the cases past it skip)")
 
 
 def as_lengths_failed(style, names, e):

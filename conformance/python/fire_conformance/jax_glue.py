@@ -329,6 +329,9 @@ class JaxGlue:
             except (*appendix_e.LAYOUT_ERRORS, AttributeError) as e:
                 if style in calls.LENGTH_STYLES and not self.call:
                     raise calls.as_lengths_failed(style, parameter_names(m), e) from e
+                beyond = calls.past_context(style, case, self.max_len, e)
+                if beyond is not None:
+                    raise beyond from e
                 if isinstance(e, AttributeError) or len(styles) == 1:
                     raise
                 if style == self.layout:

@@ -231,6 +231,17 @@ class PositionList(Correct):
         return self.rows(np.asarray(positions, dtype=self.dt))
 
 
+class PositionTable(PositionList):
+    """Correct within its context: forward(positions) looks each position up in a table of 4 096
+    (a model's ``max_position_embeddings``), so a position past it is an IndexError — graded up
+    to the context it declares with ``--max-len 4096``, as the same module behind forward(x)
+    would be."""
+
+    def __call__(self, positions):
+        table = np.arange(4096, dtype=self.dt)
+        return self.rows(table[np.asarray(positions)])
+
+
 class PositionListAsIndices(PositionList):
     """forward(positions), but counts 0..n-1 in place of the positions it is given (the
     catalogue's positions-as-indices): right on 0..T-1, wrong on gapped positions."""
