@@ -13,8 +13,8 @@ use crate::diagnose::{self, Finding};
 use crate::error::{Error, Result};
 pub use crate::grade::{acceptable_for, expected_for, judge};
 use crate::implementation::{Capabilities, Implementation, Reply, Request};
-pub use crate::overall::Overall;
 use crate::overall::{broken_adapter, diagnose_run, glue_found, Ran};
+pub use crate::overall::{GlueFinding, Overall};
 use crate::vectors::format::{Case, Encoding, Kind, Verdict};
 use crate::vectors::load::Suite;
 
@@ -169,6 +169,11 @@ pub struct Report {
     /// at `bf16`): a mistake there passes the run, which says so. spec: [num.profiles],
     /// [proto.report]
     pub too_precise: Vec<coverage::TooPrecise>,
+    /// What the glue's own checks found where they found some failing value cases wrong but not
+    /// all ([`Overall::GlueFound`] where all): said beside the diagnosis of the others, which
+    /// the catalogue names from the cases the module answered. spec: [proto.reply],
+    /// [proto.report]
+    pub glue_found_partly: Option<GlueFinding>,
 }
 
 /// `(passed, failed, skipped)`; expected failures and inconclusive cases count as skipped.
@@ -442,8 +447,12 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     }
     fail_inconsistent_dtype(&mut outcomes, &dtype_skips, &ran, &dtype);
     let mut overall = broken_adapter(&mut outcomes, &errors);
+    let mut glue_found_partly = None;
     if overall.is_none() {
-        overall = glue_found(&outcomes, &mistakes);
+        match glue_found(&outcomes, &mistakes) {
+            Some(f) if f.found == f.failed => overall = Some(Overall::GlueFound(f)),
+            partly => glue_found_partly = partly,
+        }
     }
     if overall.is_none() && opts.diagnose {
         overall = diagnose_run(&mut outcomes, &ran, &caps);
@@ -477,6 +486,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         gradients_unchecked,
         bias_unchecked,
         too_precise,
+        glue_found_partly,
     })
 }
 

@@ -127,17 +127,27 @@ pub enum Overall {
     /// Every failing value case is one where the glue's own checks found the module wrong
     /// ([`crate::implementation::Reply::Mistake`]): what they said most often, and in how many.
     /// spec: [proto.reply]
-    GlueFound {
-        /// The first message of the most frequent kind (its error type, the text before its
-        /// first `": "`): cases finding the same mistake differ in their figures.
-        message: String,
-        /// How many failing cases gave a message of that kind.
-        count: usize,
-        /// Whether they all gave exactly `message`.
-        same: bool,
-        /// How many value cases failed.
-        failed: usize,
-    },
+    GlueFound(GlueFinding),
+}
+
+/// What the glue's own checks found on the failing value cases that are its findings
+/// ([`crate::implementation::Reply::Mistake`]), which the catalogue does not diagnose (there is
+/// no output to compare): the run's [`Overall::GlueFound`] where they are every failure, else
+/// said beside the diagnosis of the others ([`crate::runner::Report::glue_found_partly`]).
+/// spec: [proto.reply], [proto.report]
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlueFinding {
+    /// The first message of the most frequent kind (its error type, the text before its
+    /// first `": "`): cases finding the same mistake differ in their figures.
+    pub message: String,
+    /// How many failing cases gave a message of that kind.
+    pub count: usize,
+    /// Whether they all gave exactly `message`.
+    pub same: bool,
+    /// How many failing value cases the glue found wrong, of every kind.
+    pub found: usize,
+    /// How many value cases failed.
+    pub failed: usize,
 }
 
 /// One valid case that ran and gave an output: what it is, what came back, how it was graded.

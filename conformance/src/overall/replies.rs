@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Overall;
+use super::{GlueFinding, Overall};
 use crate::runner::{Outcome, Question, Status};
 
 /// What kind of finding a glue's message is: the error type it starts with (`XMisused: …`),
@@ -23,17 +23,17 @@ fn kind_of(message: &str) -> &str {
     }
 }
 
-/// [`Overall::GlueFound`], where every failed value case of `outcomes` is one of `mistakes`
-/// (indices into `outcomes`, with the glue's message).
-pub(crate) fn glue_found(outcomes: &[Outcome], mistakes: &[(usize, String)]) -> Option<Overall> {
+/// What the glue found ([`GlueFinding`]) on the failed value cases of `outcomes` that are among
+/// `mistakes` (indices into `outcomes`, with the glue's message); `None` where none is.
+pub(crate) fn glue_found(
+    outcomes: &[Outcome],
+    mistakes: &[(usize, String)],
+) -> Option<GlueFinding> {
     let failed: Vec<usize> = (0..outcomes.len())
         .filter(|&n| {
             outcomes[n].question == Question::Values && outcomes[n].status == Status::Failed
         })
         .collect();
-    if failed.is_empty() || !failed.iter().all(|n| mistakes.iter().any(|(i, _)| i == n)) {
-        return None;
-    }
     let found: Vec<&str> = mistakes
         .iter()
         .filter(|(i, _)| failed.contains(i))
@@ -47,13 +47,14 @@ pub(crate) fn glue_found(outcomes: &[Outcome], mistakes: &[(usize, String)]) -> 
     let count = freq.values().copied().max()?;
     let message = *found.iter().find(|m| freq[kind_of(m)] == count)?;
     let kind = kind_of(message);
-    Some(Overall::GlueFound {
+    Some(GlueFinding {
         message: message.to_owned(),
         count,
         same: found
             .iter()
             .filter(|m| kind_of(m) == kind)
             .all(|m| *m == message),
+        found: found.len(),
         failed: failed.len(),
     })
 }

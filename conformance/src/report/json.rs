@@ -4,7 +4,7 @@ use serde_json::{json, Value};
 
 use crate::implementation::FutureKeys;
 use crate::overall::{loosely_explained, may_declare};
-use crate::runner::{Overall, Question, Report, Status};
+use crate::runner::{GlueFinding, Overall, Question, Report, Status};
 
 fn status(s: Status) -> &'static str {
     match s {
@@ -84,7 +84,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::Carried { .. }
             | Overall::Placement(_),
         ) => (Some(vec![]), Value::Null),
-        Some(Overall::GlueFound { .. }) => (Some(vec![]), Value::Null),
+        Some(Overall::GlueFound(_)) => (Some(vec![]), Value::Null),
         Some(Overall::AdapterBroken { error, count, ran }) => (
             None,
             json!({"error": error, "count": count, "valid_cases_ran": ran}),
@@ -96,17 +96,15 @@ pub fn render(r: &Report) -> Value {
         .iter()
         .map(|(note, count)| json!({"note": note, "cases": count}))
         .collect();
+    let finding = |f: &GlueFinding| {
+        json!({"message": f.message, "count": f.count, "same_message": f.same,
+               "found_cases": f.found, "failed_cases": f.failed})
+    };
     let glue_found = match &r.overall {
-        Some(Overall::GlueFound {
-            message,
-            count,
-            same,
-            failed,
-        }) => {
-            json!({"message": message, "count": count, "same_message": same, "failed_cases": failed})
-        }
+        Some(Overall::GlueFound(f)) => finding(f),
         _ => Value::Null,
     };
+    let glue_found_partly = r.glue_found_partly.as_ref().map_or(Value::Null, finding);
     let mut report = json!({
         "implementation": r.capabilities.name,
         "dtype": r.dtype,
@@ -179,6 +177,7 @@ pub fn render(r: &Report) -> Value {
     });
     // Beside the rest rather than in it: one more key exceeds `json!`'s recursion limit.
     report["implementation_notes"] = Value::Array(notes);
+    report["glue_found_partly"] = glue_found_partly;
     report
 }
 

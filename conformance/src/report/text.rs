@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use crate::diagnose::describe;
 use crate::overall::{loosely_explained, may_declare};
-use crate::runner::{Outcome, Overall, Question, Report, Status};
+use crate::runner::{GlueFinding, Outcome, Overall, Question, Report, Status};
 
 fn tag(s: Status) -> &'static str {
     match s {
@@ -56,6 +56,21 @@ const NOTES_SHOWN: usize = 3;
 
 /// The implementation's notes, once per distinct text with the cases that carried it: how a glue
 /// read the module is the context of every verdict, passing or failing. spec: [proto.reply]
+/// How many of a glue's findings ([`GlueFinding`]) said what its message says.
+fn glue_share(f: &GlueFinding) -> String {
+    let which = if f.same {
+        "saying"
+    } else {
+        // The same finding in each case's own figures: the first said.
+        "finding the same, the first saying"
+    };
+    if f.count == f.found {
+        format!("all {} {which}", f.found)
+    } else {
+        format!("{} cases; {} of them {which}", f.found, f.count)
+    }
+}
+
 fn notes(out: &mut String, r: &Report) {
     let notes = r.notes();
     for (note, count) in notes.iter().take(NOTES_SHOWN) {
@@ -168,26 +183,12 @@ pub fn run_lines(r: &Report) -> String {
     let mut out = String::new();
     notes(&mut out, r);
     match &r.overall {
-        Some(Overall::GlueFound {
-            message,
-            count,
-            same,
-            failed,
-        }) => {
-            let which = if *same {
-                "saying".to_owned()
-            } else {
-                // The same finding in each case's own figures: the first said.
-                "finding the same, the first saying".to_owned()
-            };
-            let share = if count == failed {
-                format!("all {failed} {which}")
-            } else {
-                format!("{failed} cases; {count} of them {which}")
-            };
+        Some(Overall::GlueFound(f)) => {
             let _ = writeln!(
                 out,
-                "overall: every failing value case is one where the glue's own checks found the module wrong ({share}): {message}"
+                "overall: every failing value case is one where the glue's own checks found the module wrong ({}): {}",
+                glue_share(f),
+                f.message
             );
         }
         Some(Overall::AdapterBroken { error, count, ran }) => {
@@ -355,6 +356,16 @@ pub fn run_lines(r: &Report) -> String {
             };
         }
         None => {}
+    }
+    if let Some(f) = &r.glue_found_partly {
+        let _ = writeln!(
+            out,
+            "overall: {} of the {} failing value cases are ones where the glue's own checks found the module wrong ({}), which the catalogue does not diagnose: {}",
+            f.found,
+            f.failed,
+            glue_share(f),
+            f.message
+        );
     }
     if !r.tolerated.is_empty() {
         let _ = writeln!(
