@@ -120,6 +120,33 @@ fn a_bias_with_its_heads_last_fails_naming_the_layout() {
     );
 }
 
+/// A bias computed on the causal triangle and transposed above it (b(j, i) at keys after the
+/// query) matches no variant whole, case by case only "keys after the query differ": the run's
+/// overall line says the same of every failing case and which declaration passes it, where it
+/// had said only that no variant explains them (audit 30); declared, it passes.
+#[test]
+fn a_bias_transposed_above_the_diagonal_is_told_it_differs_only_there() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(
+        &appendix("TransposedAbove", "f32"),
+        &not_the_4096_square(&["--fail-on", "values"]),
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(r["overall_may_declare"], "negated", "{r:#}");
+    let lines = r["run_lines"].to_string();
+    assert!(
+        lines.contains("every failing bias case agrees with the reference on the causal triangle"),
+        "{lines}"
+    );
+    passes_in(
+        &(appendix("TransposedAbove", "f32") + " --future-keys negated"),
+        20,
+        &NOT_THE_4096_SQUARE,
+    );
+}
+
 /// Positions clamped to a table's last entry (511) are named so, per case and for the run,
 /// where the only statement had been a partial match of `future-distance-clamped` (audit 20);
 /// so are positions rounded to bfloat16 (a position buffer cast with the model).

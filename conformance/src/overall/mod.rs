@@ -124,6 +124,16 @@ pub enum Overall {
         /// How many valid cases ran.
         ran: usize,
     },
+    /// No variant explains the failures, and every failing bias case agrees with the reference
+    /// on its causal triangle (keys at or before the query) and differs at keys after it, the
+    /// other failing cases FIRE gradient cases, whose cotangent reaches those keys under the
+    /// declared convention: a mistake only at j > i (a bias computed on the triangle and
+    /// transposed above it normalises by the key there), or a module that means something
+    /// else there and may declare `negated`. spec: [conv.future]
+    FutureOnly {
+        /// How many failing gradient cases there are beside the bias cases.
+        gradients: usize,
+    },
     /// Every failing value case is one where the glue's own checks found the module wrong
     /// ([`crate::implementation::Reply::Mistake`]): what they said most often, and in how many.
     /// spec: [proto.reply]
@@ -333,6 +343,8 @@ pub(crate) fn diagnose_run(
                         .is_some_and(|f| f.row_shift == Some(true))
                 }) {
                     Overall::RowShift
+                } else if let Some(gradients) = future_only(outcomes, ran, &failed, caps) {
+                    Overall::FutureOnly { gradients }
                 } else {
                     Overall::Variants(none)
                 }
@@ -457,6 +469,45 @@ fn two_regions(
             })
             .find(|&(a, b)| a != b && explains(a, b))
     })
+}
+
+/// [`Overall::FutureOnly`]'s count of failing gradient cases, where every failing case is a
+/// FIRE bias case right on its causal triangle or a FIRE gradient case, at least one a bias case,
+/// and the implementation checks its keys after the query (it did not declare `negated`). Only
+/// when every failed value case gave an output (none errored or broke).
+fn future_only(
+    outcomes: &[Outcome],
+    ran: &[Ran],
+    failed: &[bool],
+    caps: &Capabilities,
+) -> Option<usize> {
+    let failing = failing_runs(ran, failed);
+    if caps.future_keys == FutureKeys::Negated || failing.len() != failed_values(outcomes) {
+        return None;
+    }
+    let causal_right = |r: &Ran| {
+        r.case.expected.as_ref().is_some_and(|expected| {
+            diagnose::agrees(
+                r.case,
+                expected,
+                &r.got,
+                r.profile,
+                crate::conventions::future_keys(r.case, caps),
+                Some(Subset::Causal),
+            )
+        })
+    };
+    let mut bias = 0;
+    let mut gradients = 0;
+    for r in &failing {
+        match r.case.kind {
+            _ if !r.case.encoding.is_fire() => return None,
+            Kind::Bias if causal_right(r) => bias += 1,
+            Kind::Vjp => gradients += 1,
+            _ => return None,
+        }
+    }
+    (bias > 0).then_some(gradients)
 }
 
 /// Whether every failed value case was diagnosed and its finding satisfies `holds`.

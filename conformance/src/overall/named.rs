@@ -37,8 +37,11 @@ pub fn loosely_explained(r: &crate::runner::Report) -> Vec<String> {
 /// diagonal), and the implementation declared something else. The per-case diagnoses say the
 /// same of each case; the run-level line repeats it.
 pub fn may_declare(r: &crate::runner::Report) -> Option<FutureKeys> {
-    let Some(Overall::Variants(names)) = &r.overall else {
-        return None;
+    let names = match &r.overall {
+        Some(Overall::Variants(names)) => names,
+        // Nothing catalogued there, only the keys after the query differ: the same declaration.
+        Some(Overall::FutureOnly { .. }) => return Some(FutureKeys::Negated),
+        _ => return None,
     };
     let each_matched = r
         .outcomes

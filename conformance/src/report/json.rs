@@ -77,6 +77,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::Several(_)
             | Overall::SomeInputs { .. }
             | Overall::RowShift
+            | Overall::FutureOnly { .. }
             | Overall::OtherInitial(_)
             | Overall::Precision(_)
             | Overall::Stored(_)

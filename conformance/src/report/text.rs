@@ -300,6 +300,19 @@ pub fn run_lines(r: &Report) -> String {
                 "overall: {which} returned exactly what the implementation returned for an earlier case with another f_θ (`{case}` repeats `{from}`): its output does not follow the parameters it is given but is carried from one call to the next — a bias cached under the length or shape alone where a new module does not reset it (a module-level dict, a class attribute, `functools.lru_cache`); in a model every layer, and every step after the first, would get the first bias computed [fire.bias]"
             );
         }
+        Some(Overall::FutureOnly { gradients }) => {
+            let also = match gradients {
+                0 => String::new(),
+                n => format!(
+                    " ({n} gradient case(s) fail beside them, whose cotangent reaches those keys under `{}`)",
+                    c.future_keys.name()
+                ),
+            };
+            let _ = writeln!(
+                out,
+                "overall: every failing bias case agrees with the reference on the causal triangle (keys ≤ query) and differs only at keys after the query{also}: a module meant to mirror Appendix E there has a mistake that only shows at j > i (a bias computed on the triangle and transposed above it normalises by the key there); one that computes something else there by design may declare `negated` (`future_keys=\"negated\"` to the kit's serve, `--future-keys negated` to the adapters), which leaves those keys unchecked and asks the gradient cases for the causal keys' gradients only [conv.future]"
+            );
+        }
         Some(Overall::RowShift) => {
             let _ = writeln!(
                 out,

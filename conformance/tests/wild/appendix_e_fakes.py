@@ -75,6 +75,16 @@ class HeadsLast(Correct):
         return np.transpose(self.bias(x.shape[2]), (0, 2, 3, 1))
 
 
+class TransposedAbove(Correct):
+    """A causal decoder's FIRE: the triangle computed, the keys after the query filled by
+    transposing it, so b(j, i) there, normalised by the key (audit 30). Right under
+    ``--future-keys negated``; under the default only the keys after the query differ."""
+
+    def __call__(self, x):
+        b = self.bias(x.shape[2])
+        return np.tril(b) + np.swapaxes(np.tril(b, -1), -1, -2)
+
+
 class EpsTwice(Correct):
     """Adds ε to the numerator as well."""
 
