@@ -127,7 +127,7 @@ pub enum Overall {
     /// No variant explains the failures, and every failing bias case agrees with the reference
     /// on its causal triangle (keys at or before the query) and differs at keys after it, the
     /// other failing cases FIRE gradient cases, whose cotangent reaches those keys under the
-    /// declared convention: a mistake only at j > i (a bias computed on the triangle and
+    /// declared `mirrored`: a mistake only at j > i (a bias computed on the triangle and
     /// transposed above it normalises by the key there), or a module that means something
     /// else there and may declare `negated`. spec: [conv.future]
     FutureOnly {
@@ -473,7 +473,8 @@ fn two_regions(
 
 /// [`Overall::FutureOnly`]'s count of failing gradient cases, where every failing case is a
 /// FIRE bias case right on its causal triangle or a FIRE gradient case, at least one a bias case,
-/// and the implementation checks its keys after the query (it did not declare `negated`). Only
+/// and the implementation declared `mirrored` (Appendix E's keys after the query: under `zero`
+/// or `masked` a difference there is from its own declaration, which the cases say). Only
 /// when every failed value case gave an output (none errored or broke).
 fn future_only(
     outcomes: &[Outcome],
@@ -482,7 +483,7 @@ fn future_only(
     caps: &Capabilities,
 ) -> Option<usize> {
     let failing = failing_runs(ran, failed);
-    if caps.future_keys == FutureKeys::Negated || failing.len() != failed_values(outcomes) {
+    if caps.future_keys != FutureKeys::Mirrored || failing.len() != failed_values(outcomes) {
         return None;
     }
     let causal_right = |r: &Ran| {

@@ -304,8 +304,7 @@ pub fn run_lines(r: &Report) -> String {
             let also = match gradients {
                 0 => String::new(),
                 n => format!(
-                    " ({n} gradient case(s) fail beside them, whose cotangent reaches those keys under `{}`)",
-                    c.future_keys.name()
+                    " ({n} gradient case(s) fail beside them, whose cotangent reaches those keys under `mirrored`)"
                 ),
             };
             let _ = writeln!(
