@@ -141,6 +141,8 @@ fn an_equinox_module_shaped_like_appendix_e_passes() {
         "PositionsStopGradient",
         "HandWrittenLayers",
         "PositionsCachedGlobally",
+        // Audit 31: one sequence [T, D], no batch (the glue's `sequence` layout).
+        "OneSequence",
     ] {
         passes_in(&equinox_fake(class), 8, &JAX_GRAD);
     }

@@ -12,7 +12,8 @@ A Flax/JAX module of the same shape (``init``/``apply``) is handed to ``fire_con
 
 How the module is called is found by introspecting its ``forward`` (or ``__call__``), or forced
 with ``--call``. A ``forward(x)`` found by introspection is called with the ``x`` layout first and,
-when that fails or returns a bias of another length, with ``hidden``, ``scores``, then ``ids``: which
+when that fails or returns a bias of another length, with ``hidden``, ``scores``, ``ids``, then
+``sequence``: which
 dimension of ``x`` a module reads the length from is its calling convention, not a FIRE mistake,
 and the values are checked in full either way. A first parameter named for attention scores
 (``scores``, ``attn_logits``, ``sim``, ...) gets the ``scores`` layout only. Each style hands the
@@ -32,6 +33,8 @@ there is caught rather than answered by the glue's gather [proto.hello]:
                length read from it; a ``forward(idx)`` or ``forward(indices)`` that takes no
                list of positions [n] and reads a [1, n] only for its count is called so, and
                the run's note says it (--call positions grades it as positions instead)
+    sequence   forward(x), x one sequence of hidden states [T, 1], no batch: the length read
+               from x.shape[0] (Equinox's convention, a module vmapped over the batch)
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
     seq_len_device  forward(T, device)
     lengths    forward(query_length, key_length): the decoding call, the rows from the case's
@@ -451,7 +454,7 @@ class Glue:
                     again = None
                 if again is not None:
                     calls.check_positions_used(as_numpy(full), again, list(p.args[0]), counting)
-            if style in ("x", "hidden", "ids"):
+            if style in calls.VALUE_FREE:
                 probe = calls.probe_for(style, x)
                 with probing():
                     probed = m(x_of(style, probe))

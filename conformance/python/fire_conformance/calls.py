@@ -18,15 +18,21 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 
-CALLS = ["x", "hidden", "scores", "scores_shape", "ids", "seq_len", "seq_len_device", "lengths",
-         "lengths_device", "positions", "qk"]
+CALLS = ["x", "hidden", "scores", "scores_shape", "ids", "sequence", "seq_len", "seq_len_device",
+         "lengths", "lengths_device", "positions", "qk"]
 # The styles handing the module attention scores [B, H, T, T]: ``scores`` to return added to the
 # bias, ``scores_shape`` (only by ``--call``) read for their shape, the bias returned alone for
 # the caller to add.
 SCORES_STYLES = ("scores", "scores_shape")
 # The layouts of x a ``forward(x)`` found by introspection is tried with, in this order: ``ids``
-# is a batch of token ids [B, T] (nanoGPT's ``forward(idx)``), whose length the module reads.
-X_LAYOUTS = ["x", "hidden", "scores", "ids"]
+# is a batch of token ids [B, T] (nanoGPT's ``forward(idx)``), whose length the module reads;
+# ``sequence`` one sequence of hidden states [T, 1], no batch (Equinox's convention: a module
+# written for one example and ``jax.vmap``-ed over the batch reads ``x.shape[0]``).
+X_LAYOUTS = ["x", "hidden", "scores", "ids", "sequence"]
+# The x layouts whose values the bias must not depend on (``check_x``): every one but scores.
+VALUE_FREE = ("x", "hidden", "ids", "sequence")
+# The x layouts holding a batch of sequences (``batch_of``); ``sequence`` holds one.
+BATCHED = ("x", "hidden", "scores", "ids")
 # The layouts of a ``forward(positions)``'s positions, in this order: a list [n], or
 # ``position_ids`` of one sequence, [1, n] (a module that unpacks ``B, T = position_ids.shape``).
 POSITION_LAYOUTS = ["positions", "position_ids"]
@@ -175,7 +181,7 @@ class Plan:
         rows, cols = self.shape
         return {"x": (self.batch, heads, rows, 1), "hidden": (self.batch, rows, 1),
                 "scores": (self.batch, heads, rows, cols), "scores_shape": (self.batch, heads, rows, cols),
-                "ids": (self.batch, rows)}.get(self.style)
+                "ids": (self.batch, rows), "sequence": (rows, 1)}.get(self.style)
 
     def pick(self, full):
         """The case's ``[H, queries, keys]`` from the call's ``[H, rows, columns]`` output."""
@@ -233,7 +239,7 @@ def plan(style, case, max_len=None, query_rows="last"):
         raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {bound})")
     if style not in CALLS:
         raise SystemExit(f"unknown --call {style!r}; one of {CALLS}")
-    return Plan(style, (T,), (T, T), q, k, batch=batch_of(T) if style in X_LAYOUTS else 1)
+    return Plan(style, (T,), (T, T), q, k, batch=batch_of(T) if style in BATCHED else 1)
 
 
 def check_last_rows(rows, square, dtype):
@@ -393,7 +399,7 @@ def ids_probe(shape, varied=False):
 
 
 def probe_for(style, shape, varied=False):
-    """The non-zero x an ``x``, ``hidden`` or ``ids`` call is checked with (``check_x``)."""
+    """The non-zero x a ``VALUE_FREE`` call is checked with (``check_x``)."""
     return ids_probe(shape, varied) if style == "ids" else x_probe(shape, varied)
 
 

@@ -449,7 +449,7 @@ class JaxGlue:
                 again = None
             if again is not None:
                 calls.check_positions_used(as_numpy(full), again, list(plan.args[0]), counting)
-        if plan.style in ("x", "hidden", "ids"):
+        if plan.style in calls.VALUE_FREE:
             x_dt = jnp.int32 if plan.style == "ids" else self.dt
             probe = calls.probe_for(plan.style, args[0].shape)
             probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=x_dt))

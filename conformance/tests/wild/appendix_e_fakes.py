@@ -260,12 +260,22 @@ class PositionListAsIndices(PositionList):
         return self.rows(np.arange(len(positions), dtype=self.dt))
 
 
-class LengthFromBatch(Correct):
-    """Reads the length from x.shape[0], which no layout of x the glue tries holds: no call
-    gives a bias of the case's length."""
+class LengthFromFirstAxis(Correct):
+    """Reads the length from x.shape[0]: one sequence of hidden states [T, D], no batch
+    (Equinox's convention, a module vmapped over the batch), the glue's ``sequence`` layout."""
 
     def __call__(self, x):
         return self.bias(x.shape[0])
+
+
+class ExpectsModelWidth(Correct):
+    """Takes hidden states [B, T, 768] only (a projection of the model's width), which no layout
+    of x the glue tries holds: no call gives a bias."""
+
+    def __call__(self, x):
+        if x.ndim != 3 or x.shape[-1] != 768:
+            raise ValueError(f"expected hidden states [B, T, 768], got {list(x.shape)}")
+        return self.bias(x.shape[1])
 
 
 class Batched(Correct):

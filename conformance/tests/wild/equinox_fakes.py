@@ -54,6 +54,15 @@ class FIRE(eqx.Module):
         return jnp.transpose(self.mlp_of(self.normalized(x)), (2, 0, 1))[None]
 
 
+class OneSequence(FIRE):
+    """Correct, written for one example as Equinox code is (vmapped over the batch by its
+    caller): x is one sequence of hidden states [T, D], its length read from x.shape[0]."""
+
+    def __call__(self, x):
+        seq = jnp.zeros((1, 1, x.shape[0], 1))
+        return jnp.transpose(self.mlp_of(self.normalized(seq)), (2, 0, 1))
+
+
 class CAsFloat(FIRE):
     """``c`` kept as a Python float: right on values, but ``eqx.filter_grad`` never trains it."""
 
