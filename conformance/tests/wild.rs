@@ -885,12 +885,22 @@ fn a_lengths_module_is_given_the_decoding_call() {
     let first = format!("{} --query-rows first", appendix("LengthsFirstRows", "f32"));
     let r = passes_in(&first, 20, &not_the_4096_square(&[]));
     assert!(r["positions_from_square"].as_u64().unwrap() >= 5, "{r:#}");
-    let r = passes_in(
-        &appendix("QueryKeyLengths", "f32"),
-        20,
-        &not_the_4096_square(&[]),
+    // The same call with the attention's query and key tensors, forward(q, k), read only for
+    // their lengths (audit 31), logits q·kᵀ + bias included.
+    for class in ["QueryKeyLengths", "QueryKeyStates", "ScoresFromStates"] {
+        let r = passes_in(&appendix(class, "f32"), 20, &not_the_4096_square(&[]));
+        assert_eq!(r["positions_from_square"], 0, "{class}: {r:#}");
+    }
+    let (code, r) = run(&appendix("StatesFirstRows", "f32"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(
+        &r,
+        "forward(q, k) with 1 queries and 38 keys returned the first",
     );
-    assert_eq!(r["positions_from_square"], 0, "{r:#}");
+    assert!(
+        failed.iter().any(|id| id.contains("kv-cache")),
+        "{failed:?}\n{r:#}"
+    );
 }
 
 /// A `forward(positions)` module is given the case's positions (the lists where the queries are

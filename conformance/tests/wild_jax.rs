@@ -78,23 +78,29 @@ fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and
 }
 
 /// `apply(variables, i, j)`, x-transformers' call: called with the square's lengths, graded
-/// on values and gradients (it had been "adapter broken").
+/// on values and gradients (it had been "adapter broken"); `apply(variables, q, k)` with the
+/// attention's query and key tensors, the same call (audit 31).
 #[test]
 fn a_jax_module_called_with_query_and_key_lengths_passes() {
     if !jax() {
         return;
     }
-    let r = passes_in(
-        &jax_fake("LengthsCall"),
-        2,
-        &[
-            "--run",
-            "fire/random-params/seed-1-square-16",
-            "--run",
-            "fire-grad/vjp/random-square-12",
-        ],
-    );
-    assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{r:#}");
+    for class in ["LengthsCall", "QueryKeyStates"] {
+        let r = passes_in(
+            &jax_fake(class),
+            3,
+            &[
+                "--run",
+                "fire/random-params/seed-1-square-16",
+                "--run",
+                "fire-grad/vjp/random-square-12",
+                "--run",
+                "edge/positions/kv-cache-row",
+            ],
+        );
+        assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{class}: {r:#}");
+        assert_eq!(r["positions_from_square"], 0, "{class}: {r:#}");
+    }
 }
 
 #[test]

@@ -44,6 +44,10 @@ there is caught rather than answered by the glue's gather [proto.hello]:
                ``--query-rows first`` (T5's compute_bias, whose caller slices) the first rows,
                forward(last + 1, T)
     lengths_device  the same with a third parameter ``device``
+    qk_states  forward(q, k), the attention's query and key tensors [B, H, n, 1] and [B, H, T, 1]
+               of zeros (also ``query, key``, ``query_states, key_states``, ...): the decoding
+               call as for ``lengths``, its lengths read from the tensors (a module computing
+               scores q·kᵀ + bias returns the bias for them)
     positions  forward(positions): the case's positions where its queries are its keys, else
                the queries followed by the keys, unsorted and repeated as they are; the rows
                and columns picked from that
@@ -412,6 +416,8 @@ class Glue:
                     return m(*p.args)
                 if style == "position_ids":
                     return m(tensor(p.args[0])[None])
+                if style == "qk_states":
+                    return m(*(zeros(shape) for shape in p.states(heads)))
                 return m(*(tensor(a) for a in p.args))
 
             try:
@@ -429,10 +435,14 @@ class Glue:
                     raise calls.as_lengths_failed(style, calls.parameter_names(m), e) from e
                 raise
             full = squeeze(out, heads, rows, cols, batch=p.batch)
-            if style in ("lengths", "lengths_device") and self.query_rows == "last" and rows < cols:
-                square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
-                                 heads, cols, cols)
-                calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype)
+            if style in calls.DECODING_STYLES and self.query_rows == "last" and rows < cols:
+                if style == "qk_states":
+                    keys = zeros(p.states(heads)[1])
+                    square = squeeze(m(keys, keys), heads, cols, cols, batch=p.batch)
+                else:
+                    square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
+                                     heads, cols, cols)
+                calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype, style)
             if not probes:
                 return full, p
             # The probes below are checks, not the graded call: no graph for them.

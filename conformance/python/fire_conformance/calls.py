@@ -19,7 +19,7 @@ import numpy as np
 from fire_conformance import kit as fire_kit
 
 CALLS = ["x", "hidden", "scores", "scores_shape", "ids", "sequence", "seq_len", "seq_len_device",
-         "lengths", "lengths_device", "positions", "qk"]
+         "lengths", "lengths_device", "qk_states", "positions", "qk"]
 # The styles handing the module attention scores [B, H, T, T]: ``scores`` to return added to the
 # bias, ``scores_shape`` (only by ``--call``) read for their shape, the bias returned alone for
 # the caller to add.
@@ -58,6 +58,13 @@ TOKEN_NAMES = {"idx", "indices"}
 SCORES_WORDS = ("score", "logit")
 SCORES_NAMES = {"attn", "attention", "attn_weights", "attention_weights", "weights", "sim", "dots", "qk",
                 "energy", "energies"}
+# A forward of the attention's query and key tensors [B, H, T, D], reading only their lengths
+# (``forward(q, k)``, ``forward(query_states, key_states)``): called as a decoding step, the new
+# queries after the cached keys, as ``lengths`` is.
+QUERY_STATE_NAMES = {"q", "query", "queries", "query_states", "q_states", "xq", "query_layer"}
+KEY_STATE_NAMES = {"k", "key", "keys", "key_states", "k_states", "xk", "key_layer"}
+# The styles called with the decoding step's query and key lengths, as numbers or as tensors.
+DECODING_STYLES = ("lengths", "lengths_device", "qk_states")
 # Which query rows ``forward(query_length, key_length)`` returns when there are fewer queries than
 # keys: the last (x-transformers' ``forward(i, j)``, Hugging Face's decoding step: the new queries
 # after the cached keys) or the first (T5's ``compute_bias``, whose caller slices the rows it needs).
@@ -135,6 +142,8 @@ def style_of(names):
         return "seq_len"
     if len(names) >= 2 and names[0] in QUERY_LENGTH_NAMES and names[1] in KEY_LENGTH_NAMES:
         return "lengths_device" if len(names) >= 3 and names[2] == "device" else "lengths"
+    if len(names) >= 2 and names[0] in QUERY_STATE_NAMES and names[1] in KEY_STATE_NAMES:
+        return "qk_states"
     if len(names) >= 2 and all(n in POSITION_NAMES or "pos" in n for n in names[:2]) \
             and ("q" in names[0] or "query" in names[0]):
         return "qk"
@@ -161,7 +170,7 @@ def positions(style, query_rows="last"):
     where the module computes the whole square 0..T and the glue picks out rows and columns."""
     if style in ("qk", "positions"):
         return "lists"
-    if style in ("lengths", "lengths_device") and query_rows == "last":
+    if style in DECODING_STYLES and query_rows == "last":
         return "lists"
     return "square"
 
@@ -182,6 +191,12 @@ class Plan:
         return {"x": (self.batch, heads, rows, 1), "hidden": (self.batch, rows, 1),
                 "scores": (self.batch, heads, rows, cols), "scores_shape": (self.batch, heads, rows, cols),
                 "ids": (self.batch, rows), "sequence": (rows, 1)}.get(self.style)
+
+    def states(self, heads):
+        """The shapes of the query and key tensors of a ``qk_states`` call, [B, H, rows, 1] and
+        [B, H, columns, 1]."""
+        rows, cols = self.shape
+        return (self.batch, heads, rows, 1), (self.batch, heads, cols, 1)
 
     def pick(self, full):
         """The case's ``[H, queries, keys]`` from the call's ``[H, rows, columns]`` output."""
@@ -227,14 +242,15 @@ def plan(style, case, max_len=None, query_rows="last"):
             raise fire_kit.Skip(f"needs {len(listed)} positions (> --max-len {bound})")
         cols = range(len(k)) if q == k else range(len(q), len(q) + len(k))
         return Plan(style, (listed,), (len(listed), len(listed)), range(len(q)), cols)
-    if style in ("lengths", "lengths_device"):
+    if style in DECODING_STYLES:
         # Keys 0..T-1; queries the last T - first of them (the decoding call), or the first
         # last + 1 where the module returns the first rows.
         first = min(q) if query_rows == "last" else 0
         n = T - first if query_rows == "last" else max(q) + 1
         if T > bound:
             raise fire_kit.Skip(f"needs {T} keys (> --max-len {bound})")
-        return Plan(style, (n, T), (n, T), [p - first for p in q], k)
+        batch = batch_of(T) if style == "qk_states" else 1
+        return Plan(style, (n, T), (n, T), [p - first for p in q], k, batch=batch)
     if T > bound:
         raise fire_kit.Skip(f"needs a {T} x {T} square (> --max-len {bound})")
     if style not in CALLS:
@@ -242,11 +258,12 @@ def plan(style, case, max_len=None, query_rows="last"):
     return Plan(style, (T,), (T, T), q, k, batch=batch_of(T) if style in BATCHED else 1)
 
 
-def check_last_rows(rows, square, dtype):
+def check_last_rows(rows, square, dtype, style="lengths"):
     """Checks a decoding call's output ``rows`` ([H, n, T], n < T, meant to be the last n query
     rows) against the same module's ``square`` ([H, T, T]): one that equals the square's first
     rows instead is the other convention, said as such, for the case's failure alone would
-    not say why (``--query-rows first`` declares it). Arrays or tensors ``np.asarray`` takes."""
+    not say why (``--query-rows first`` declares it). Arrays or tensors ``np.asarray`` takes;
+    ``style`` the call's (``DECODING_STYLES``), for the message."""
     rows = np.asarray(rows, dtype=np.float64)
     square = np.asarray(square, dtype=np.float64)
     n = rows.shape[1]
@@ -254,8 +271,10 @@ def check_last_rows(rows, square, dtype):
     close = lambda a, b: bool(np.all((np.abs(a - b) <= allowed) | (a == b)))  # noqa: E731
     if close(rows, square[:, :n]) and not close(rows, square[:, -n:]):
         T = square.shape[1]
+        call = (f"forward(q, k) with {n} queries and {T} keys" if style == "qk_states"
+                else f"forward({n}, {T})")
         raise QueryRows(
-            f"forward({n}, {T}) returned the first {n} query rows of the {T} x {T} square, not the last: "
+            f"{call} returned the first {n} query rows of the {T} x {T} square, not the last: "
             "a decoding step (new queries after cached keys) would get the bias of the first "
             "queries; return the last rows (x-transformers' forward(i, j)), or, if the module's "
             "callers pass the full query length and slice (T5's compute_bias), declare "

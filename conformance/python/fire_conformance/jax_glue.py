@@ -294,6 +294,8 @@ class JaxGlue:
             return plan.args
         if plan.style == "position_ids":
             return (jnp.asarray(plan.args[0])[None],)
+        if plan.style == "qk_states":
+            return tuple(jnp.zeros(shape, dtype=self.dt) for shape in plan.states(heads))
         return tuple(jnp.asarray(a) for a in plan.args)
 
     def build(self, case):
@@ -433,11 +435,13 @@ class JaxGlue:
             # the one built, as nnx.grad does): before any probe, which would blame x for it.
             steps.check_traced(plan.pick(as_numpy(direct)), plan.pick(as_numpy(full)), case, self.dtype)
         rows_n, cols_n = plan.shape
-        if plan.style in ("lengths", "lengths_device") and self.query_rows == "last" and rows_n < cols_n:
-            square = m.apply({**variables, "params": params}, *((cols_n, cols_n) + args[2:]))
+        if plan.style in calls.DECODING_STYLES and self.query_rows == "last" and rows_n < cols_n:
+            whole = (args[1], args[1]) if plan.style == "qk_states" else (cols_n, cols_n) + args[2:]
+            square = m.apply({**variables, "params": params}, *whole)
             calls.check_last_rows(np.asarray(full, dtype=np.float64),
-                                  np.asarray(outputs.squeeze(square, heads, cols_n, cols_n), dtype=np.float64),
-                                  self.dtype)
+                                  np.asarray(outputs.squeeze(square, heads, cols_n, cols_n, batch=plan.batch),
+                                             dtype=np.float64),
+                                  self.dtype, plan.style)
         always = calls.may_read_tokens(parameter_names(m), self.call, plan.style)
         counting = calls.counted(plan.args[0], always) if plan.style in calls.POSITION_LAYOUTS else None
         if counting is not None:

@@ -139,6 +139,31 @@ class QueryKeyLengths(Correct):
         return self.bias(j)[0][:, j - i:, :]
 
 
+class QueryKeyStates(Correct):
+    """Correct, called with the attention's query and key tensors, [B, H, n, D] and [B, H, T, D],
+    reading only their lengths: the bias of the last n of T positions over all T (audit 31)."""
+
+    def __call__(self, q, k):
+        n, T = q.shape[-2], k.shape[-2]
+        return self.bias(T)[:, :, T - n:, :]
+
+
+class ScoresFromStates(QueryKeyStates):
+    """Correct, returning the attention logits q·kᵀ/√d + bias for the query and key tensors:
+    the bias itself where they are zeros."""
+
+    def __call__(self, q, k):
+        return q @ np.swapaxes(k, -1, -2) * q.shape[-1] ** -0.5 + super().__call__(q, k)
+
+
+class StatesFirstRows(Correct):
+    """forward(q, k) returning the first n query rows of the T x T square where the queries are
+    the last n: a decoding step gets the bias of query 0."""
+
+    def __call__(self, q, k):
+        return self.bias(k.shape[-2])[:, :, :q.shape[-2], :]
+
+
 class ComputeBias(Correct):
     """Correct, called as Hugging Face's ``compute_bias(query_length, key_length, device=None)``,
     returning [1, H, query_length, key_length]."""

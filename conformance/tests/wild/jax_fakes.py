@@ -282,6 +282,18 @@ class LengthsCall(FIRE):
         return super().apply(variables, jnp.zeros((1, 1, j, 1)))[:, :, j - i:, :]
 
 
+class QueryKeyStates(FIRE):
+    """Correct, called with the attention's query and key tensors [B, H, n, D], [B, H, T, D],
+    read only for their lengths: the bias of the last n of T positions over all T."""
+
+    def init(self, rng, q, k):
+        return super().init(rng, jnp.zeros((1, 1, k.shape[-2], 1)))
+
+    def apply(self, variables, q, k):
+        n, T = q.shape[-2], k.shape[-2]
+        return super().apply(variables, jnp.zeros((1, 1, T, 1)))[:, :, T - n:, :]
+
+
 class CInConstants(FIRE):
     """c kept in the ``constants`` collection, outside ``params``: its values are right, but no
     gradient reaches it, so c never trains (audit 19)."""
