@@ -77,6 +77,30 @@ fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and
     }
 }
 
+/// A first layer whose weight is a vector [W] (`x[..., None] * w_in + b_in`), refused by
+/// introspection with the --map it needs, passes mapped: a vector of W is the [W, 1] weight of
+/// f_θ's scalar input (it had been refused again as "not [out, in] matrices", audit 31).
+#[test]
+fn a_first_layer_weight_kept_as_a_vector_is_graded_once_mapped() {
+    if !jax() {
+        return;
+    }
+    let args = [
+        "--run",
+        "fire/random-params/seed-1-square-16",
+        "--run",
+        "fire-grad/vjp/random-square-12",
+    ];
+    let (code, r) = run(&jax_fake("VectorFirstWeight"), &args);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(error.contains("--map mlp.0.weight="), "{error}");
+    let mapped = jax_fake("VectorFirstWeight")
+        + " --map mlp.0.weight=w_in --map mlp.0.bias=b_in --map mlp.2.weight=out/kernel --map mlp.2.bias=out/bias";
+    let r = passes_in(&mapped, 2, &args);
+    assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{r:#}");
+}
+
 /// `apply(variables, i, j)`, x-transformers' call: called with the square's lengths, graded
 /// on values and gradients (it had been "adapter broken"); `apply(variables, q, k)` with the
 /// attention's query and key tensors, the same call (audit 31).

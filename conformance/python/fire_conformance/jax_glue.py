@@ -199,20 +199,24 @@ def stored_in_out(flat, layers, mapping):
     (``--map mlp.N.weight=PATH``, named anything) are too, unless only PyTorch's ``[out, in]``
     (``x @ w.T``, a port that kept torch's layout) makes the layers compose from one input."""
     paths = [k for k, _ in layers]
-    shapes = [tuple(np.shape(flat[k])) for k in paths]
+    stored = [tuple(np.shape(flat[k])) for k in paths]
+    # Read [out, in] as stored, or [in, out] reversed; a first layer's vector weight is [W, 1]
+    # either way (``loading.first_layer``).
+    shapes = loading.first_layer(stored)
+    as_in_out = loading.first_layer([s[::-1] for s in stored])
     if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
         if any(k[-1] in IN_OUT for k in paths):
             # Stored [in, out] unless only [out, in] composes (a hand-written `w` keeping
             # PyTorch's layout).
-            if not loading.is_chain([s[::-1] for s in shapes]) and loading.is_chain(shapes):
+            if not loading.is_chain(as_in_out) and loading.is_chain(shapes):
                 return set()
             return {k for k in paths if k[-1] in IN_OUT}
         # `weight` leaves: [out, in] (Equinox's, PyTorch's) unless only [in, out] composes (a
         # hand-written layer computing x @ w).
-        if not loading.is_chain(shapes) and loading.is_chain([s[::-1] for s in shapes]):
+        if not loading.is_chain(shapes) and loading.is_chain(as_in_out):
             return set(paths)
         return set()
-    if not loading.is_chain([s[::-1] for s in shapes]) and loading.is_chain(shapes):
+    if not loading.is_chain(as_in_out) and loading.is_chain(shapes):
         return set()
     return set(paths)
 

@@ -44,6 +44,13 @@ def appendix_params(enc, any_depth=False):
     return ours[f"mlp.{last}.weight"].shape[0], ours["mlp.0.weight"].shape[0], ours
 
 
+def first_layer(shapes):
+    """``[out, in]`` layer shapes with a first layer's one-dimensional weight ``[W]`` read as
+    ``[W, 1]``: f_θ's input is one scalar, so a hand-written first layer keeps its weight as a
+    vector (``x[..., None] * w + b``) as often as a matrix."""
+    return [(s[0], 1) if n == 0 and len(s) == 1 else tuple(s) for n, s in enumerate(shapes)]
+
+
 def is_chain(shapes):
     """Whether ``[out, in]`` layer shapes compose into an MLP of one scalar input."""
     return bool(shapes) and all(len(s) == 2 for s in shapes) and shapes[0][1] == 1 and all(
@@ -230,6 +237,7 @@ def assign_layers(ours, layers, own, missing, built, unordered=None):
     want = [tuple(np.shape(ours[w])) for w, _ in ours_layers]
     if not own:
         raise ParamsMismatch(missing)
+    own = first_layer(own)
     if any(len(s) != 2 for s in own):
         raise ParamsMismatch(f"the module's MLP layers have shapes {[list(s) for s in own]}, not "
                              "[out, in] matrices (a 1×1 convolution?); write a build(case) glue "
@@ -258,6 +266,14 @@ def assign_layers(ours, layers, own, missing, built, unordered=None):
                              f"but its layers are {describe(own)}: its constructor ignores num_heads "
                              "or mlp_width; honour them, or write a build(case) glue that skips "
                              "what the module cannot build")
+    if not is_chain(own):
+        # No case can be loaded, whatever its depth: a layer the glue did not recognise (a
+        # weight under a name of its own) is missing from what it found. Refused, not skipped,
+        # which would say of every case that it is another architecture.
+        raise ParamsMismatch(f"the MLP layers the glue found in the module are {describe(own)} "
+                             f"({built}): a layer it did not recognise (a weight kept under a name of "
+                             "its own, or as a vector) is missing; map every layer with --map "
+                             "mlp.0.weight=NAME --map mlp.0.bias=NAME …, or write a build(case) glue")
     if own != want:
         raise fire_kit.Skip(f"the case's MLP is {describe(want)}, this module's "
                             f"{describe(own)} ({built})")
@@ -448,9 +464,10 @@ def takes_shape(have, want):
     """Whether a case's value of shape ``have`` (a scalar or a vector) goes into a module's of
     shape ``want``: a scalar into any one-element shape (``[1]``, or ``[1, 1, 1]`` kept ready to
     broadcast), a vector into a shape of its length alone (``[H]``, or ``[H, 1, 1]`` kept ready
-    to broadcast over a head-first bias)."""
+    to broadcast over a head-first bias; the first layer's ``[W, 1]`` weight into a ``[W]``,
+    ``first_layer``)."""
     n = int(np.prod(have))
-    return len(have) <= 1 and n == int(np.prod(want)) and (n == 1 or vector_length(want) == n)
+    return n == int(np.prod(want)) and (n == 1 or vector_length(have) == n == vector_length(want))
 
 
 def vector_length(shape):

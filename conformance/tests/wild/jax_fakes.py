@@ -294,6 +294,26 @@ class QueryKeyStates(FIRE):
         return super().apply(variables, jnp.zeros((1, 1, T, 1)))[:, :, T - n:, :]
 
 
+class VectorFirstWeight(FIRE):
+    """Correct, hand-written: the first layer's weight kept as a vector [W] under a name of its
+    own (``x[..., None] * w_in + b_in``), the output layer a Dense: graded once mapped with
+    --map, a vector of W being the first layer's [W, 1] weight (f_θ's input is one scalar)."""
+
+    names = ["first", "out"]
+
+    def init(self, rng, x):
+        v = super().init(rng, x)
+        first = v["params"].pop("first")
+        v["params"]["w_in"] = first["kernel"].reshape(-1)
+        v["params"]["b_in"] = first["bias"]
+        return v
+
+    def apply(self, variables, x):
+        p = dict(variables["params"])
+        p["first"] = {"kernel": p.pop("w_in")[None, :], "bias": p.pop("b_in")}
+        return super().apply({**variables, "params": p}, x)
+
+
 class CInConstants(FIRE):
     """c kept in the ``constants`` collection, outside ``params``: its values are right, but no
     gradient reaches it, so c never trains (audit 19)."""
