@@ -583,6 +583,15 @@ fn a_jax_threshold_kept_as_an_attribute_is_checked_through_the_constructor() {
         &JAX_BIAS,
         "keeps a threshold of its own",
     );
+    // Masked with finfo.min above the diagonal, the same: the mask is no scale for the bias
+    // (every masked module had failed as keeping its own threshold, audit 31).
+    let masked = |class: &str| jax_fake(class) + " --future-keys masked";
+    passes_in(&masked("ThresholdAttributeMasked"), 6, &JAX_BIAS);
+    every_failure_says(
+        &masked("ThresholdAttributeMaskedIgnored"),
+        &JAX_BIAS,
+        "keeps a threshold of its own",
+    );
 }
 
 /// A JAX `apply(variables, idx)` unpacking token ids `[B, T]` is called with token ids, not

@@ -647,6 +647,14 @@ fn constructors_named_otherwise_and_biases_kept_apart_are_reached() {
         "keeps a threshold of its own",
     );
     passes(&torch_fake("InitLFollowedAsAttribute", "f32"), 20);
+    // Masked with finfo.min, the same (audit 31: every masked module built anew had been the same).
+    let masked = |class: &str| torch_fake(class, "f32") + " --future-keys masked";
+    passes(&masked("InitLFollowedMasked"), 20);
+    every_failure_says(
+        &masked("InitLKeptMasked"),
+        &["--run", "fire/random-params/*"],
+        "keeps a threshold of its own",
+    );
     // An f_θ with one output for every head fails as the module's (it had been refused as a
     // constructor ignoring num_heads, the adapter called broken).
     let (code, r) = run(

@@ -351,6 +351,8 @@ class Glue:
         moved = construction.threshold_moved(case, self.kwargs.untaken(self.cls))
         if moved is None:
             return
+        if not steps.threshold_shows(case, moved, got, self.dtype):
+            return
         again = self.built_again(case, heads, dt, init_L=moved)
         if again is not None and not steps.twin_differs(got, plan.pick(as_numpy(again)), self.dtype):
             raise construction.keeps_own_threshold(case, moved, self.kwargs.theirs("init_L"))

@@ -600,7 +600,7 @@ class JaxGlue:
         ``full`` unchanged: its threshold is its own, whatever it is given [fire.params]
         (``appendix_e.Glue.keeps_own_threshold``). One that cannot be built tells nothing."""
         moved = construction.threshold_moved(case, self.kwargs.untaken(self.cls))
-        if moved is None:
+        if moved is None or not steps.threshold_shows(case, moved, plan.pick(full), self.dtype):
             return
         try:
             again = plan.pick(self.anew(self.cls, case, heads, width, float(case.encoding["c"]), params,

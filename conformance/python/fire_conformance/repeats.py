@@ -54,17 +54,19 @@ CLEARLY = 0.1
 def digest(t):
     """A digest of a tensor's dtype, shape and bytes; ``None`` for what is not a torch tensor
     or NumPy array, an output over ``LIMIT`` values, one whose values are all equal or none of
-    them finite (a module returning zeros, or NaN, everywhere repeats itself without carrying
-    anything)."""
+    them a finite value above −1e3 (a module returning zeros, or NaN, everywhere repeats itself
+    without carrying anything; so does a masked one whose every other entry is NaN, an invalid
+    case's)."""
     if torch is not None and isinstance(t, torch.Tensor):
         if t.numel() > LIMIT or t.numel() < 2:
             return None
         flat = t.detach().cpu().contiguous().reshape(-1)
-        if bool((flat == flat[0]).all()) or not bool(flat.isfinite().any()):
+        if bool((flat == flat[0]).all()) or not bool((flat.isfinite() & (flat > -1e3)).any()):
             return None
         raw, shape, dtype = flat.view(torch.uint8).numpy(), tuple(t.shape), str(t.dtype)
     elif isinstance(t, np.ndarray):
-        if t.size > LIMIT or t.size < 2 or bool(np.all(t == t.flat[0])) or not np.isfinite(t).any():
+        if t.size > LIMIT or t.size < 2 or bool(np.all(t == t.flat[0])) \
+                or not bool((np.isfinite(t) & (t > -1e3)).any()):
             return None
         raw, shape, dtype = np.ascontiguousarray(t).view(np.uint8), t.shape, str(t.dtype)
     else:

@@ -28,7 +28,7 @@ import numpy as np
 from fire_conformance import kit as fire_kit
 from fire_conformance import numpy_fire
 from fire_conformance import repeats
-from fire_conformance.calls import ROUNDING
+from fire_conformance.calls import ROUNDING, unmasked
 from fire_conformance.repeats import StaleBias, distance
 
 try:
@@ -229,15 +229,37 @@ def check_repeated(first, again, dtype):
 
 
 def twin_differs(got, twin, dtype):
-    """Whether two biases of the same values differ beyond rounding."""
+    """Whether two biases of the same values differ beyond rounding: in the entries a ``masked``
+    module masks (non-finite, or ≤ −1e3: ``unmasked``), or beyond rounding of the largest value
+    elsewhere — a mask of ``finfo.min`` is no scale for the bias (every bias would be the same
+    to its rounding)."""
     got, twin = np.asarray(got, dtype=np.float64), np.asarray(twin, dtype=np.float64)
     if got.shape != twin.shape:
         return True
-    finite = np.isfinite(got)
-    if not np.array_equal(finite, np.isfinite(twin)):
+    kept = unmasked(got)
+    if not np.array_equal(kept, unmasked(twin)):
         return True
-    scale = max(1.0, float(np.max(np.abs(got[finite]), initial=0.0)))
-    return bool(np.any(np.abs(got[finite] - twin[finite]) > ROUNDING[dtype] * scale))
+    scale = max(1.0, float(np.max(np.abs(got[kept]), initial=0.0)))
+    return bool(np.any(np.abs(got[kept] - twin[kept]) > ROUNDING[dtype] * scale))
+
+
+def threshold_shows(case, moved, got, dtype):
+    """Whether FIRE's bias for ``case`` differs from its bias with L_init = ``moved`` on the
+    entries of the module's ``got`` that are no mask (``unmasked``): the premise of the probe of
+    a constructor keeping a threshold of its own (``construction.threshold_moved``). A masked
+    module's query 0, whose only unmasked key is at distance 0 (ψ(0) = 0 whatever L), returns the
+    same bias for any L_init, and tells nothing."""
+    try:
+        ref = numpy_fire.Fire(case.encoding).bias(case.queries, case.keys)
+        other = numpy_fire.Fire({**case.encoding, "l_init": moved}).bias(case.queries, case.keys)
+    except (ValueError, KeyError, TypeError, FloatingPointError):
+        return False
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != ref.shape:
+        return False
+    kept = unmasked(got)
+    scale = max(1.0, float(np.max(np.abs(ref[kept]), initial=0.0)))
+    return bool(np.any(np.abs(ref[kept] - other[kept]) > ROUNDING[dtype] * scale))
 
 
 # How much nearer the case's bias one of two differing biases must be to be called the case's.

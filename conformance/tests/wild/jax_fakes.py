@@ -560,6 +560,24 @@ class ThresholdAttributeGiven(FIRE):
         return super().apply({**variables, "constants": {"init_L": jnp.asarray(self.init_L)}}, x)
 
 
+class ThresholdAttributeMasked(ThresholdAttributeGiven):
+    """``ThresholdAttributeGiven`` masking the keys after the query with ``finfo.min`` (declared
+    ``masked``): the probes built anew must compare the bias, not the mask, whose magnitude
+    would make every bias the same to its rounding (audit 31)."""
+
+    def apply(self, variables, x):
+        b = super().apply(variables, x)
+        T = b.shape[-1]
+        return jnp.where(jnp.tril(jnp.ones((T, T), bool)), b, jnp.finfo(b.dtype).min)
+
+
+class ThresholdAttributeMaskedIgnored(ThresholdAttributeMasked):
+    """``ThresholdAttributeMasked`` whose constructor keeps 512 whatever ``init_L`` it is given."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
+
+
 class ThresholdAttributeIgnored(ThresholdAttributeGiven):
     """``ThresholdAttributeGiven`` whose constructor takes ``init_L`` and keeps 512 whatever it
     is given."""

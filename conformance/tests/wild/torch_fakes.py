@@ -780,3 +780,21 @@ class InitLFollowedAsAttribute(FIRE):
         super().__init__(num_heads, mlp_width, init_c, init_L, eps)
         del self.init_L
         self.init_L = float(init_L)
+
+
+class InitLFollowedMasked(InitLFollowedAsAttribute):
+    """``InitLFollowedAsAttribute`` masking the keys after the query with ``finfo.min`` (declared
+    ``masked``): correct (audit 31: the mask had made every module built anew the same)."""
+
+    def forward(self, x: torch.Tensor):
+        b = super().forward(x)
+        T = b.size(-1)
+        future = torch.ones(T, T, dtype=torch.bool, device=b.device).triu(1)
+        return b.masked_fill(future, torch.finfo(b.dtype).min)
+
+
+class InitLKeptMasked(InitLFollowedMasked):
+    """``InitLFollowedMasked`` keeping 512 whatever ``init_L`` it is given."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
