@@ -101,6 +101,35 @@ fn a_first_layer_weight_kept_as_a_vector_is_graded_once_mapped() {
     assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{r:#}");
 }
 
+/// c held as `log_c` is refused saying it looks like a transform, which a build(case) glue
+/// converts, where the refusal had offered `--map c=PATH` alone; mapped anyway, the transform is
+/// told with the values held, signs kept (audit 31).
+#[test]
+fn a_c_held_as_its_log_under_its_own_name_is_told_to_convert() {
+    if !jax() {
+        return;
+    }
+    let args = ["--run", "fire/random-params/seed-1-square-16"];
+    let (code, r) = run(&jax_fake("LogNamedC"), &args);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("`log_c` looks like c held through a transform")
+            && error.contains("write a build(case) glue that converts"),
+        "{error}"
+    );
+    let (code, r) = run(
+        &(jax_fake("LogNamedC") + " --map c=log_c"),
+        &DEFAULT_AND_RANDOM,
+    );
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("TransformedArgument") && error.contains("the module holds c = -"),
+        "{error}"
+    );
+}
+
 /// `apply(variables, i, j)`, x-transformers' call: called with the square's lengths, graded
 /// on values and gradients (it had been "adapter broken"); `apply(variables, q, k)` with the
 /// attention's query and key tensors, the same call (audit 31).

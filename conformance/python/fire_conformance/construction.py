@@ -54,11 +54,17 @@ class IgnoredArgument(fire_kit.Mistake):
 def threshold_moved(case, untaken):
     """The ``init_L`` that moves the threshold L = |m·L_init| past every position of ``case``
     (so a module holding the value it is given returns another bias), or None where the
-    constructor does not take ``init_L`` (``untaken``) or no L_init moves it (m = 0, no
-    threshold): the probe of a constructor that may keep a threshold of its own."""
+    constructor does not take ``init_L`` (``untaken``), no L_init moves it (m = 0, no
+    threshold) or m < 0: the probe of a constructor that may keep a threshold of its own."""
     enc = case.encoding
-    m = abs(float(enc["l_multiplier"]))
-    if "init_L" in untaken or m == 0 or enc.get("threshold") not in ("learnable", "fixed"):
+    if case.family == "invalid":
+        return None
+    m = float(enc["l_multiplier"])
+    # Not where m·L_init < 0: a module taking it without its absolute value
+    # (`no-abs-threshold`) has a negative threshold whatever L_init is, which is that mistake, not an argument
+    # ignored, and the case's values name it.
+    if "init_L" in untaken or not m > 0 or not float(enc["l_init"]) > 0 \
+            or enc.get("threshold") not in ("learnable", "fixed"):
         return None
     return float((max(case.queries + case.keys) + 1) / m + 2 * abs(float(enc["l_init"])) + 1)
 
@@ -119,7 +125,9 @@ def check_arguments(held, case, dtype, rebuild=None, untaken=()):
         same = theirs.size > 0 and bool(np.all(np.abs(theirs - ours) <= slack * abs(ours)))
         if not same:
             arg = FROM_ARGUMENT[name]
-            shown = float(theirs.reshape(-1)[0]) if theirs.size == 1 else theirs.tolist()
+            # As held (c is compared in magnitude, but a log held is said with its sign).
+            held_as = as_float64(value)
+            shown = float(held_as.reshape(-1)[0]) if held_as.size == 1 else held_as.tolist()
             other = 2 * want
             try:
                 again = None if rebuild is None else as_float64(rebuild(name, arg, other))

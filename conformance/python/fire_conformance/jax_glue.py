@@ -172,7 +172,8 @@ def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
         elif name not in loading.OPTIONAL_SCALARS or len(hits) > 1:
             found = f"{len(hits)} leaves named so" if hits else "no leaf named so"
             raise loading.ParamsMismatch(f"the module's params have {found} for the case's `{name}` "
-                             f"({['/'.join(q) for q in flat]}); map it with --map {name}=PATH")
+                             f"({['/'.join(q) for q in flat]}); "
+                             f"{loading.map_or_convert(name, ['/'.join(q) for q in flat], 'PATH')}")
     if "L_multiplier" not in loaded.values() and "L_multiplier" not in outside.values():
         loading.no_multiplier(any(p[-1] == "init_L" for p in loaded),
                                  ["/".join(p) for p in elsewhere if p[-1] not in ARGUMENTS and p not in outside],

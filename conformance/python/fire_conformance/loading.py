@@ -422,7 +422,7 @@ def load_torch(m, ours, mapping, dt, built):
             loaded[theirs] = k
         elif k not in OPTIONAL_SCALARS or k in mapping:
             raise ParamsMismatch(f"the module has no parameter or buffer `{theirs}` for the case's `{k}` "
-                             f"(it has {list(state)}); map it with --map {k}=NAME")
+                             f"(it has {list(state)}); {map_or_convert(k, list(state))}")
     if "L_multiplier" not in loaded.values():
         trained = {n for n, grad in trainable(m).items() if grad}
         no_multiplier(mapping.get("init_L", "init_L") in trained,
@@ -458,6 +458,36 @@ def load_torch(m, ours, mapping, dt, built):
                             "gradient at a negative value cannot be taken): a case it cannot "
                             "represent") from None
     return loaded
+
+
+# A parameter so named holds a scalar through a transform (``log_c``, ``raw_L_multiplier``,
+# ``c_unconstrained``): no case value loads into it as it is.
+TRANSFORM_WORDS = ("log", "raw", "inv", "softplus", "unconstrained", "pre")
+
+
+def transformed(name, names):
+    """The first of ``names`` (the module's parameter names, a path's last part read) that looks
+    like our scalar ``name`` held through a transform (``TRANSFORM_WORDS``), or None."""
+    ours = name.lower().replace("_", "")
+    for theirs in names:
+        last = re.split(r"[./]", theirs)[-1].lower().replace("_", "")
+        for word in TRANSFORM_WORDS:
+            if last in (word + ours, ours + word):
+                return theirs
+    return None
+
+
+def map_or_convert(name, names, path="NAME"):
+    """How to reach the case's scalar ``name`` the module has no parameter of that name for:
+    ``--map`` it, or, where one of ``names`` looks like it held through a transform
+    (``transformed``), write a build(case) glue that converts — ``--map`` would load the case's
+    value into the transform's argument."""
+    theirs = transformed(name, names)
+    if theirs is None:
+        return f"map it with --map {name}={path}"
+    return (f"`{theirs}` looks like {name} held through a transform (a log, a softplus⁻¹), which no "
+            "case value loads into as it is: write a build(case) glue that converts "
+            f"(conformance/README.md); if it holds {name} itself, --map {name}={theirs}")
 
 
 def takes_shape(have, want):

@@ -245,10 +245,11 @@ def twin_differs(got, twin, dtype):
 
 def threshold_shows(case, moved, got, dtype):
     """Whether FIRE's bias for ``case`` differs from its bias with L_init = ``moved`` on the
-    entries of the module's ``got`` that are no mask (``unmasked``): the premise of the probe of
-    a constructor keeping a threshold of its own (``construction.threshold_moved``). A masked
-    module's query 0, whose only unmasked key is at distance 0 (ψ(0) = 0 whatever L), returns the
-    same bias for any L_init, and tells nothing."""
+    causal entries (key ≤ query) of the module's ``got`` that are no mask (``unmasked``, and not
+    NaN: a module without |c| returns NaN for any L_init): the premise of the probe of a
+    constructor keeping a threshold of its own (``construction.threshold_moved``). Keys after
+    the query are left out, which a module declaring ``zero`` or ``masked`` sets whatever L is;
+    query 0, whose only causal key is at distance 0 (ψ(0) = 0 whatever L), tells nothing."""
     try:
         ref = numpy_fire.Fire(case.encoding).bias(case.queries, case.keys)
         other = numpy_fire.Fire({**case.encoding, "l_init": moved}).bias(case.queries, case.keys)
@@ -257,7 +258,8 @@ def threshold_shows(case, moved, got, dtype):
     got = np.asarray(got, dtype=np.float64)
     if got.shape != ref.shape:
         return False
-    kept = unmasked(got)
+    causal = np.asarray(case.keys)[None, :] <= np.asarray(case.queries)[:, None]
+    kept = unmasked(got) & causal[None]
     scale = max(1.0, float(np.max(np.abs(ref[kept]), initial=0.0)))
     return bool(np.any(np.abs(ref[kept] - other[kept]) > ROUNDING[dtype] * scale))
 

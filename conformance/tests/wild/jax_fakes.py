@@ -314,6 +314,22 @@ class VectorFirstWeight(FIRE):
         return super().apply({**variables, "params": p}, x)
 
 
+class LogNamedC(FIRE):
+    """Correct, but c held as ``log_c`` (exponentiated in ``apply``): no leaf is named c, and
+    ``--map c=log_c`` would load c into its log — told to write a build(case) glue that
+    converts (audit 31)."""
+
+    def init(self, rng, x):
+        v = super().init(rng, x)
+        v["params"]["log_c"] = jnp.log(jnp.abs(v["params"].pop("c")))
+        return v
+
+    def apply(self, variables, x):
+        p = dict(variables["params"])
+        p["c"] = jnp.exp(p.pop("log_c"))
+        return super().apply({**variables, "params": p}, x)
+
+
 class CInConstants(FIRE):
     """c kept in the ``constants`` collection, outside ``params``: its values are right, but no
     gradient reaches it, so c never trains (audit 19)."""
