@@ -527,7 +527,8 @@ fn a_cache_every_instance_shares_fails_saying_so_and_one_keyed_on_the_parameters
 /// A module built with an MLP in float16 (`.half()` in its `__init__`) passed at f32 and f64
 /// (audit 20): the glue cast the whole module to the dtype asked. A module whose floating
 /// parameters are of several dtypes as built now keeps them, and fails on its float16 error; a
-/// module taking attention scores is graded, gradients included, through the scores it adds.
+/// module taking attention scores is graded, gradients included, through the scores it adds,
+/// named `scores` or `x`.
 #[test]
 fn a_module_built_in_mixed_precision_is_graded_as_built_and_scores_reach_torch_modules() {
     if !torch() {
@@ -542,6 +543,8 @@ fn a_module_built_in_mixed_precision_is_graded_as_built_and_scores_reach_torch_m
         6,
         &["--run", "fire*/*"],
     );
+    // The same under the name x: tried in the scores layout once x + bias shows.
+    passes_in(&torch_fake("XPlusBias", "f32"), 6, &["--run", "fire*/*"]);
 }
 
 /// `torch.nn.utils.parametrize` tensors are loaded by assignment (their right_inverse) and

@@ -522,11 +522,17 @@ class Glue:
                 beyond = calls.past_context(layout, case, self.max_len, e)
                 if beyond is not None:
                     raise beyond from e
-                if layout == self.layout:
+                if isinstance(e, calls.XAdded):
+                    # x is the module's attention scores: whatever layout was remembered.
+                    self.layout = None
+                elif layout == self.layout:
                     raise remembered_layout_failed(layout, e, case.length)
                 errors.append((layout, e))
                 continue
-            if case.length != heads:
+            # Remembered only once the probes ran: without them a module adding x to its bias
+            # passes in the first layout (x of zeros) and would keep it (the step's and the
+            # twin's calls come before the graded one).
+            if case.length != heads and probes:
                 self.layout = layout
             return out
         raise every_layout_failed(errors)
