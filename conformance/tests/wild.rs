@@ -281,6 +281,40 @@ fn t5_bucketing_in_binary64_passes_and_is_reported() {
     );
 }
 
+/// A `forward(hidden_states, past_key_values_length=0)` is also called as a decoding step with
+/// a cache: its square's last half as new tokens after the first half, which must give the
+/// square's last rows. Keys counted over the new tokens alone, or the offset ignored, fail saying
+/// so (audit 32: the offset was never used, and such a module passed).
+#[test]
+fn a_forward_taking_the_caches_length_is_called_with_a_cache() {
+    if !numpy() {
+        return;
+    }
+    passes_in(&appendix("PastLength", "f64"), 20, &[]);
+    for (class, says) in [
+        ("PastLengthKeysFromZero", "spans the cache too"),
+        ("PastLengthIgnored", "the offset is not applied"),
+    ] {
+        the_glue_finds(&appendix(class, "f64"), &["--run", "fire/*"], says);
+    }
+}
+
+/// A `forward(attention_mask)` making its positions from a padding mask, as Hugging Face code
+/// does, is called with a mask of ones: it passes, and with `- 1` forgotten it is named
+/// `one-based-positions` (audit 32: given zeros, every token was padding, and a correct module
+/// failed as a stale cache).
+#[test]
+fn a_forward_of_the_attention_mask_is_given_a_mask_of_ones() {
+    if !numpy() {
+        return;
+    }
+    passes_in(&appendix("PaddingMask", "f64"), 20, &[]);
+    named(
+        &appendix("PaddingMaskOneBased", "f64"),
+        "one-based-positions",
+    );
+}
+
 #[test]
 fn seq_len_device_forwards_hidden_states_and_batched_outputs_are_driven() {
     if !numpy() {
@@ -736,7 +770,8 @@ fn a_glues_notes_reach_the_report_once_per_distinct_text() {
 
 /// A module called on the whole square has its KV-cache, gapped and unsorted cases answered by
 /// the glue's gather, and the report says its own decoding call never ran; one whose forward
-/// takes the query and key positions is run on the lists themselves ([proto.hello]).
+/// takes the query and key positions is run on the lists themselves ([proto.hello]). A square
+/// glue is not handed squares past 4 096 unless it declares `max_len`.
 #[test]
 fn a_square_glue_says_the_position_lists_were_gathered() {
     if !numpy() {
@@ -760,6 +795,15 @@ fn a_square_glue_says_the_position_lists_were_gathered() {
         glued["positions_from_square"].as_u64().unwrap() >= 5,
         "{glued:#}"
     );
+    // Its build has no guard for the 10⁶-wide square: the kit skips it, saying why.
+    let large = glued["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "edge/positions/large-positions")
+        .unwrap();
+    assert_eq!(large["status"], "skipped", "{large:#}");
+    assert!(large.to_string().contains("max_len"), "{large:#}");
     let lists = passes(&appendix("QueryKeyPositions", "f32"), 20);
     assert_eq!(lists["positions_from_square"], 0, "{lists:#}");
 }
@@ -891,6 +935,13 @@ fn a_lengths_module_is_given_the_decoding_call() {
         let r = passes_in(&appendix(class, "f32"), 20, &not_the_4096_square(&[]));
         assert_eq!(r["positions_from_square"], 0, "{class}: {r:#}");
     }
+    // Logits without their 1/√d, q·kᵀ + bias: probed with non-zero tensors of head dimension 8
+    // (the graded call's have 1, where √d = 1), the glue says so (audit 32: it passed).
+    the_glue_finds(
+        &appendix("ScoresFromStatesUnscaled", "f32"),
+        &not_the_4096_square(&[]),
+        "returned q·kᵀ + bias",
+    );
     let (code, r) = run(&appendix("StatesFirstRows", "f32"), &args);
     assert_eq!(code, 1, "{r:#}");
     let failed = failed_saying(

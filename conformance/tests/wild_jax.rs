@@ -77,11 +77,13 @@ fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and
     }
 }
 
-/// A first layer whose weight is a vector [W] (`x[..., None] * w_in + b_in`), refused by
-/// introspection with the --map it needs, passes mapped: a vector of W is the [W, 1] weight of
-/// f_θ's scalar input (it had been refused again as "not [out, in] matrices", audit 31).
+/// Layers written as bare parameters are found by their names and shapes, without --map: a
+/// first layer whose weight is a vector [W] (`x[..., None] * w_in + b_in`) beside a Dense (it had
+/// been refused as "not [out, in] matrices", audit 31, then asked for --map), and a tree of
+/// `W1`, `b1`, `W2`, `b2` kept [in, out] or, ported from PyTorch, [out, in]; mapped, the same.
+/// Names that say nothing (`p1`…`p4`) are refused with the --map that grades them.
 #[test]
-fn a_first_layer_weight_kept_as_a_vector_is_graded_once_mapped() {
+fn layers_written_as_parameters_are_found_by_their_names() {
     if !jax() {
         return;
     }
@@ -91,14 +93,35 @@ fn a_first_layer_weight_kept_as_a_vector_is_graded_once_mapped() {
         "--run",
         "fire-grad/vjp/random-square-12",
     ];
-    let (code, r) = run(&jax_fake("VectorFirstWeight"), &args);
-    assert_eq!(code, 3, "{r:#}");
-    let error = r["adapter_broken"]["error"].as_str().unwrap();
-    assert!(error.contains("--map mlp.0.weight="), "{error}");
+    for class in ["VectorFirstWeight", "HandWritten", "HandWrittenTorchLayout"] {
+        let r = passes_in(&jax_fake(class), 2, &args);
+        assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{class}: {r:#}");
+        let notes = r.to_string();
+        assert!(notes.contains("as mlp.0.weight"), "{class}: {r:#}");
+    }
+    let (_, r) = run(&jax_fake("HandWritten"), &args);
+    assert!(
+        r.to_string()
+            .contains("`W2` ([in, out], transposed) as mlp.2.weight"),
+        "{r:#}"
+    );
+    let (_, r) = run(&jax_fake("HandWrittenTorchLayout"), &args);
+    let notes = r.to_string();
+    assert!(
+        notes.contains("`W2` as mlp.2.weight") && !notes.contains("transposed"),
+        "{r:#}"
+    );
     let mapped = jax_fake("VectorFirstWeight")
         + " --map mlp.0.weight=w_in --map mlp.0.bias=b_in --map mlp.2.weight=out/kernel --map mlp.2.bias=out/bias";
     let r = passes_in(&mapped, 2, &args);
     assert_eq!(passed_with(&r, "fire-grad/").len(), 1, "{r:#}");
+    let (code, r) = run(&jax_fake("HandWrittenUnnamed"), &args);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(error.contains("--map mlp.0.weight="), "{error}");
+    let mapped = jax_fake("HandWrittenUnnamed")
+        + " --map mlp.0.weight=p1 --map mlp.0.bias=p2 --map mlp.2.weight=p3 --map mlp.2.bias=p4";
+    passes_in(&mapped, 2, &args);
 }
 
 /// c held as `log_c` is refused saying it looks like a transform, which a build(case) glue
@@ -240,19 +263,39 @@ fn a_jax_module_without_a_threshold_multiplier_is_graded_and_named() {
     assert_eq!(overall(&r), ["multiplier-ignored"], "{r:#}");
 }
 
+/// A module learning L directly is refused saying so. A multiplier kept outside `params` under
+/// a name that says it is one (`constants/L_mult`) takes the case's value there: the bias cases
+/// pass, and the gradient cases fail naming it frozen (it had been refused as a scalar the glue
+/// cannot reach).
 #[test]
 fn a_jax_module_whose_threshold_may_be_parametrised_otherwise_is_refused_saying_how() {
     if !jax() {
         return;
     }
-    for (class, says) in [
-        ("MultiplierConstant", "constants/L_mult"),
-        ("LearnsLDirectly", "learns L directly"),
-    ] {
-        let (code, r) = run(&jax_fake(class), &JAX_BIAS);
-        assert_eq!(code, 3, "{class}: {r:#}");
-        let error = r["adapter_broken"]["error"].as_str().unwrap();
-        assert!(error.contains(says), "{class}: {error}");
+    let (code, r) = run(&jax_fake("LearnsLDirectly"), &JAX_BIAS);
+    assert_eq!(code, 3, "{r:#}");
+    let error = r["adapter_broken"]["error"].as_str().unwrap();
+    assert!(error.contains("learns L directly"), "{error}");
+    let mut args = JAX_BIAS.to_vec();
+    args.extend(["--run", "fire-grad/vjp/random-square-12"]);
+    let (code, r) = run(&jax_fake("MultiplierConstant"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    for case in r["cases"].as_array().unwrap() {
+        let id = case["id"].as_str().unwrap();
+        let text = case.to_string();
+        if id.starts_with("fire-grad/") {
+            assert_eq!(case["status"], "failed", "{case:#}");
+            assert!(
+                text.contains("`L_mult` (the case's `L_multiplier`) in the `constants` collection"),
+                "{case:#}"
+            );
+        } else {
+            assert_eq!(case["status"], "passed", "{case:#}");
+            assert!(
+                text.contains("`constants/L_mult` as L_multiplier"),
+                "{case:#}"
+            );
+        }
     }
 }
 
@@ -310,8 +353,18 @@ fn a_jax_module_whose_defaults_are_not_the_specs_fails_the_default_case() {
         }
     }
     for class in ["FIRE", "RequiredArguments", "RequiresL"] {
-        passes_in(&jax_fake(class), 2, &args[..4]);
+        let r = passes_in(&jax_fake(class), 2, &args[..4]);
+        assert!(!r.to_string().contains("default ε"), "{class}: {r:#}");
     }
+    // A default ε of 1e-5 moves the default case's bias by less than f32's tolerance: it
+    // passes, and the note says what it defaults to.
+    let r = passes_in(&jax_fake("DefaultEpsTenTimes"), 2, &args[..4]);
+    assert!(
+        notes(&r)
+            .iter()
+            .any(|n| n.contains("the constructor's default ε is 1e-05")),
+        "{r:#}"
+    );
 }
 
 /// As for a torch module (tests/wild_torch.rs): a constructor that ignores `init_c`, whose c the
@@ -388,7 +441,8 @@ fn a_jax_module_returning_numpy_has_its_bias_graded_and_fails_its_gradient_cases
     );
 }
 
-/// Weights not named `kernel` are graded once mapped, in JAX's `[in, out]` or, where only that
+/// Weights not named `kernel` are graded once mapped (and unmapped where their names say what
+/// they are), in JAX's `[in, out]` or, where only that
 /// composes, PyTorch's `[out, in]` kept by a port: the first had been refused even mapped (only
 /// `kernel` leaves were transposed), the second skipped as layers that do not compose (audit 19).
 #[test]
@@ -409,8 +463,14 @@ fn mapped_jax_weights_in_either_layout_are_graded() {
             "{class}: no gradient case graded: {r:#}"
         );
     }
-    let (code, _) = run(&jax_fake("ExplicitWeights"), &RANDOM_AND_GRADIENT);
-    assert_eq!(code, 3);
+    // Unmapped, `w1`, `b1`, `w2`, `b2` say what they are: found by their names (they had been
+    // refused, asking for the map).
+    let r = passes_in(&jax_fake("ExplicitWeights"), 6, &RANDOM_AND_GRADIENT);
+    assert!(
+        r.to_string()
+            .contains("`w1` ([in, out], transposed) as mlp.0.weight, `b1` as mlp.0.bias"),
+        "{r:#}"
+    );
 }
 
 /// A module whose f_θ holds its parameters in float16 and computes in float32 (Flax's

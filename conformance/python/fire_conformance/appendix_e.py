@@ -33,6 +33,9 @@ there is caught rather than answered by the glue's gather [proto.hello]:
                length read from it; a ``forward(idx)`` or ``forward(indices)`` that takes no
                list of positions [n] and reads a [1, n] only for its count is called so, and
                the run's note says it (--call positions grades it as positions instead)
+    mask       forward(attention_mask), a padding mask [B, T] of ones, every token there (also
+               ``attn_mask``, ``padding_mask``, ``mask``): Hugging Face code makes the positions
+               from it (``attention_mask.long().cumsum(-1) - 1``)
     sequence   forward(x), x one sequence of hidden states [T, 1], no batch: the length read
                from x.shape[0] (Equinox's convention, a module vmapped over the batch)
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
@@ -52,6 +55,10 @@ there is caught rather than answered by the glue's gather [proto.hello]:
                the queries followed by the keys, unsorted and repeated as they are; the rows
                and columns picked from that
     qk         forward(query_positions, key_positions): the requested rows and columns directly
+A forward that also takes the cache's length as a keyword (``past_key_values_length``,
+``start_pos``, ... ``calls.PAST_NAMES``) is called once more in its x layout as a decoding step,
+the square's last half as new tokens after the first half, and must return the square's last
+rows over every key (``calls.check_past``).
 In the x layouts B is 2 for squares up to 512 and 1 beyond: a module returning [B, H, T, T] must
 give both sequences the same bias (a batch mixed up with the heads fails); [H, T, T] and
 [1, H, T, T] do not look at B.
@@ -65,7 +72,9 @@ does not have is skipped with both architectures named. (A NumPy module cannot s
 gets Appendix E's one hidden layer only.)
 
 A torch module's state need not be Appendix E's exactly (``load_torch``): the case's MLP layers go,
-in order, to the module's ``mlp.N`` layers or else its ``nn.Linear`` layers, so a layer built with
+in order, to the module's ``mlp.N`` layers, else its ``nn.Linear`` layers, else its parameters
+whose names say they are weights (``W1``, ``w_in``, ``fc2_weight``: ``fire_conformance.hand_written``;
+kept ``[in, out]`` for ``z @ W`` where only that composes), so a layer built with
 ``bias=False`` or a dropped activation is graded (and named) rather than refused (a bias kept as a
 parameter of its own beside a bias-free layer, as long as its output, is that layer's); scalars kept as
 ``[1]`` take the case's values; buffers the case has no value for keep the constructor's; a
@@ -121,7 +130,8 @@ from fire_conformance import numpy_fire, repeats, steps
 from fire_conformance.outputs import NotABias, every_layout_failed, remembered_layout_failed, squeeze
 from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
-    SCALARS, at_defaults, same_in_f32, check_arguments, from_options, construct_own, construct)
+    SCALARS, at_defaults, same_in_f32, check_arguments, from_options, construct_own, construct,
+    default_eps_note)
 from fire_conformance.loading import (
     NAMES, Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
     parametrized, reading, trainable)
@@ -229,6 +239,7 @@ class Glue:
             if own is not None and not isinstance(own, torch.nn.Module):
                 own = None
         if own is not None:
+            case.note(default_eps_note(self.cls, self.kwargs))
             return own, True
         return construct(self.cls, heads, width, enc, self.kwargs), False
 
@@ -241,7 +252,7 @@ class Glue:
         heads, width, ours = self.params(enc)
         initial = {k: v.clone() for k, v in effective_state(m).items()}
         names = load_torch(m, ours, self.mapping, dt, Built(self.cls, heads, width, self.kwargs))
-        case.note(reading(names, ours))
+        case.note(reading(names, ours, transposed=names.transposed))
         self.kwargs.check_reached(self.cls, names.values(), enc)
         if not own and check:
             # Built from the case's c and L_init: it must hold them ([fire.params]).
@@ -372,6 +383,31 @@ class Glue:
         finally:
             self.cls = saved
 
+    def without_history(self, m, heads, case, full=None):
+        """Whether the bias ``full`` (``m``'s, called again where None) is what a module with no
+        history returns: one built from the class imported afresh (``fresh``; the class itself
+        where there is no file to import again), holding the case's values, on its first call.
+        Then a repeat of an earlier tensor is not a cache but a bias that does not move with
+        what changed (a mistake saturating f_θ's input or output, which makes it deaf to c and
+        m), and the case is graded on its values; not a torch module, or not built or called
+        again: False."""
+        if torch is None or not isinstance(m, torch.nn.Module):
+            return False
+        dt = getattr(torch, TORCH_DTYPES[self.dtype])
+        try:
+            cls = self.fresh.reload() if self.fresh.reload is not None else self.cls
+        except (Exception, SystemExit):  # `load_class` exits on a file gone
+            cls = self.cls
+        try:
+            with torch.no_grad():
+                if full is None:
+                    full, _ = self.forward(m, heads, case, True, probes=False)
+                anew = self.anew(cls, case, heads, dt)
+        except Exception:
+            return False
+        full, anew = as_numpy(full), as_numpy(anew)
+        return full.shape == anew.shape and not steps.twin_differs(full, anew, self.dtype)
+
     def stale(self, full):
         """Raises where the bias is exactly the one the training step returned though the step
         changed the module's parameters (``steps.step``); not for a bias of one value, or none
@@ -394,6 +430,7 @@ class Glue:
             array = lambda a: torch.as_tensor(a, device=dev).to(dt)  # noqa: E731
             zeros = lambda shape: torch.zeros(shape, dtype=dt, device=dev)  # noqa: E731
             token_zeros = lambda shape: torch.zeros(shape, dtype=torch.long, device=dev)  # noqa: E731
+            mask_ones = lambda shape: torch.ones(shape, dtype=torch.long, device=dev)  # noqa: E731
         else:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
             dev, dt = "cpu", np.float64 if self.dtype == "f64" else np.float32
@@ -401,6 +438,7 @@ class Glue:
             array = lambda a: np.asarray(a, dtype=dt)  # noqa: E731
             zeros = lambda shape: np.zeros(shape, dtype=dt)  # noqa: E731
             token_zeros = lambda shape: np.zeros(shape, dtype=np.int64)  # noqa: E731
+            mask_ones = lambda shape: np.ones(shape, dtype=np.int64)  # noqa: E731
         # Token ids stay integers; every other x is in the dtype asked.
         x_of = lambda style, a: tensor(a) if style == "ids" else array(a)  # noqa: E731
 
@@ -410,6 +448,8 @@ class Glue:
             x = p.x_shape(heads)
 
             def invoke():
+                if style == "mask":
+                    return m(mask_ones(x))
                 if x is not None:
                     return m(token_zeros(x) if style == "ids" else zeros(x))
                 if style in ("seq_len_device", "lengths_device"):
@@ -478,6 +518,27 @@ class Glue:
                         probed = m(x_of(style, varied))
                     if hasattr(probed, "shape"):
                         calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
+            past = calls.past_name(m)
+            if past is not None and style in calls.PAST_LAYOUTS and rows == cols and rows >= 2 \
+                    and rows * cols <= steps.FULL_LIMIT:
+                # The decoding call a cache makes: the square's last half as new tokens.
+                before = rows // 2
+                shape = calls.with_length(x, style, rows - before)
+                given = mask_ones(shape) if style == "mask" else \
+                    token_zeros(shape) if style == "ids" else zeros(shape)
+                with probing():
+                    raw = m(given, **{past: before})
+                try:
+                    decoded = as_numpy(squeeze(raw, heads, rows - before, cols, batch=p.batch))
+                except Exception:  # its shape is not a bias of the new rows over every key
+                    decoded = None
+                calls.check_past(decoded, as_numpy(full), before, past, self.dtype,
+                                 list(getattr(raw, "shape", [])) or None)
+            if style == "qk_states":
+                q, k = calls.states_probe(*p.states(heads))
+                with probing():
+                    probed = m(array(q), array(k))
+                calls.check_states(as_numpy(full), as_numpy(probed), q, k, self.dtype)
             if style in calls.SCORES_STYLES:
                 scores = array(calls.scores_probe(x))
                 # A copy: a module adding its bias in place (`scores += bias`, as T5 does)
@@ -551,6 +612,8 @@ class Glue:
             # A check failing on a call that returned a tensor kept from the training step, or
             # from an earlier case: that is why, whatever the check would say.
             earlier = self.repeats.repeated(case.queries, case.keys)
+            if (earlier is not None or self.repeats.stale()) and self.without_history(m, heads, case):
+                raise
             if earlier is not None:
                 raise repeats.carried(earlier, "one of the module's calls for this case returned") from e
             if self.repeats.stale():
@@ -591,7 +654,8 @@ class Glue:
         earlier = self.repeats.repeated()
         reference = numpy_fire.reference(case) if earlier is not None or self.repeats.stale() else None
         if reference is not None and repeats.clearly_differs(plan.pick(as_numpy(full)), reference,
-                                                             case.queries, case.keys):
+                                                             case.queries, case.keys) \
+                and not self.without_history(m, heads, case, full):
             raise repeats.carried(earlier, "the module returned") if earlier else repeats.stale_bias()
         if torch_module:
             self.stale(full)
@@ -634,13 +698,65 @@ class Glue:
         grads = {names[n]: p.grad for n, p in m.named_parameters() if p.requires_grad and n in names}
         grads.update({names[n]: t.grad for n, t in computed.items() if t.requires_grad and n in names}
                      if views else {})
+        # A weight kept [in, out] has the transpose of the case's gradient.
+        grads.update({names[n]: grads[names[n]].T for n in getattr(names, "transposed", ())
+                      if grads.get(names[n]) is not None})
         if case.encoding["threshold"] != "learnable":
             grads.pop("L_multiplier", None)
         out = {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k])).clone()
                for k, v in grads.items()}
+        if not views and plan.shape[0] * plan.shape[1] <= steps.FULL_LIMIT:
+            self.train_mode_agrees(m, heads, case, full.detach(), g, names, out)
         if with_twin:
             self.twin(case, full.detach(), plan, heads, names)
         return out
+
+    def train_mode_agrees(self, m, heads, case, full, g, names, graded):
+        """Raises where the module in train mode (``m.train()``, as a training loop calls it)
+        returns another bias than ``full`` or sends other gradients than ``graded`` (ours by
+        name, the eval-mode call's) for the same cotangent ``g``: a path only training takes (a
+        ``.detach()`` or a cache under ``if self.training``) that the graded call, in eval mode,
+        never ran. A module whose train-mode output changes from call to call (dropout) is not
+        compared. [grad.vjp]"""
+        for p in m.parameters():
+            p.grad = None
+        try:
+            m.train()
+            with torch.no_grad():
+                again, _ = self.forward(m, heads, case, True, probes=False)
+            trained, _ = self.forward(m, heads, case, True, probes=False)
+            if steps.twin_differs(as_numpy(again), as_numpy(trained), self.dtype) or not trained.requires_grad:
+                return
+            (trained * g).sum().backward()
+        except Exception:  # a train-mode path that fails tells the graded call nothing
+            return
+        finally:
+            m.eval()
+        if steps.twin_differs(as_numpy(full), as_numpy(trained.detach()), self.dtype):
+            raise TrainMode("in train mode (module.train(), as a training loop calls it) its bias differs "
+                            "from eval mode's, where FIRE has no train-only path [fire.bias]: the graded "
+                            "values are eval mode's; what training sees is another bias")
+        transposed = getattr(names, "transposed", ())
+        for n, p in m.named_parameters():
+            ours = names.get(n)
+            if ours not in graded or p.grad is None:
+                continue
+            got = as_numpy(p.grad.T if n in transposed else p.grad).reshape(np.shape(graded[ours]))
+            want = as_numpy(graded[ours])
+            scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
+            worst = float(np.max(np.abs(got - want), initial=0.0))
+            if worst > 16 * calls.ROUNDING[self.dtype] * scale:
+                raise TrainMode(
+                    f"in train mode (module.train(), as a training loop calls it) the gradient of `{n}` "
+                    f"({ours}) differs from eval mode's by up to {worst:.3g}, for the same bias: a path "
+                    "only .train() takes (a .detach(), a value cached under `if self.training`) changes "
+                    "what training learns; the graded gradients are eval mode's [grad.vjp]")
+        for p in m.parameters():
+            p.grad = None
+
+
+class TrainMode(fire_kit.Mistake, ValueError):
+    """A module whose bias or gradients in train mode are not those of eval mode."""
 
 
 def numpy_output(autodiff):

@@ -18,7 +18,7 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 
-CALLS = ["x", "hidden", "scores", "scores_shape", "ids", "sequence", "seq_len", "seq_len_device",
+CALLS = ["x", "hidden", "scores", "scores_shape", "ids", "mask", "sequence", "seq_len", "seq_len_device",
          "lengths", "lengths_device", "qk_states", "positions", "qk"]
 # The styles handing the module attention scores [B, H, T, T]: ``scores`` to return added to the
 # bias, ``scores_shape`` (only by ``--call``) read for their shape, the bias returned alone for
@@ -32,7 +32,7 @@ X_LAYOUTS = ["x", "hidden", "scores", "ids", "sequence"]
 # The x layouts whose values the bias must not depend on (``check_x``): every one but scores.
 VALUE_FREE = ("x", "hidden", "ids", "sequence")
 # The x layouts holding a batch of sequences (``batch_of``); ``sequence`` holds one.
-BATCHED = ("x", "hidden", "scores", "ids")
+BATCHED = ("x", "hidden", "scores", "ids", "mask")
 # The layouts of a ``forward(positions)``'s positions, in this order: a list [n], or
 # ``position_ids`` of one sequence, [1, n] (a module that unpacks ``B, T = position_ids.shape``).
 POSITION_LAYOUTS = ["positions", "position_ids"]
@@ -47,6 +47,10 @@ QUERY_LENGTH_NAMES = {"i", "query_length", "query_len", "q_len", "qlen", "q_leng
                       "n_queries", "tgt_len"}
 KEY_LENGTH_NAMES = {"j", "key_length", "key_len", "k_len", "klen", "k_length", "num_keys", "n_keys",
                     "src_len"}
+# A first parameter so named is the attention (padding) mask [B, T] of ones and zeros, from which
+# Hugging Face code makes the positions (``attention_mask.long().cumsum(-1) - 1``): called with a
+# mask of ones, every token there (``mask``), never with zeros, which would pad them all away.
+MASK_NAMES = {"attention_mask", "attn_mask", "padding_mask", "mask"}
 POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 # Of those, the names other code gives a batch of token ids (nanoGPT's ``forward(idx)``): a module
 # so named that takes no list of positions [n] and returns for a [1, n] the bias of 0..n whatever
@@ -140,6 +144,8 @@ def style_of(names):
         return "seq_len_device"
     if names and names[0] in LENGTH_NAMES:
         return "seq_len"
+    if names and names[0] in MASK_NAMES:
+        return "mask"
     if len(names) >= 2 and names[0] in QUERY_LENGTH_NAMES and names[1] in KEY_LENGTH_NAMES:
         return "lengths_device" if len(names) >= 3 and names[2] == "device" else "lengths"
     if len(names) >= 2 and names[0] in QUERY_STATE_NAMES and names[1] in KEY_STATE_NAMES:
@@ -190,7 +196,8 @@ class Plan:
         rows, cols = self.shape
         return {"x": (self.batch, heads, rows, 1), "hidden": (self.batch, rows, 1),
                 "scores": (self.batch, heads, rows, cols), "scores_shape": (self.batch, heads, rows, cols),
-                "ids": (self.batch, rows), "sequence": (rows, 1)}.get(self.style)
+                "ids": (self.batch, rows), "mask": (self.batch, rows),
+                "sequence": (rows, 1)}.get(self.style)
 
     def states(self, heads):
         """The shapes of the query and key tensors of a ``qk_states`` call, [B, H, rows, 1] and
@@ -213,7 +220,7 @@ class Plan:
 
 # The largest T x T square evaluated where ``--max-len`` is not given: a memory bound, which a
 # list of positions (as long as its positions, whatever their values) does not reach.
-DEFAULT_MAX_LEN = 4096
+DEFAULT_MAX_LEN = fire_kit.SQUARE_LIMIT
 
 
 def plan(style, case, max_len=None, query_rows="last"):
@@ -283,6 +290,67 @@ def check_last_rows(rows, square, dtype, style="lengths"):
 
 class QueryRows(fire_kit.Mistake, ValueError):
     """A ``lengths`` module returning the first query rows where the last are asked."""
+
+
+# A keyword parameter so named is how many positions the cache holds before x's (Hugging Face's
+# ``past_key_values_length``, Llama's ``start_pos``): x's tokens are at past..past+n-1, and the
+# keys are every position 0..past+n-1.
+PAST_NAMES = ("past_key_values_length", "past_key_value_length", "past_length", "past_len",
+              "start_pos", "cache_offset")
+# The x layouts a past length applies to: a batch or a sequence of tokens, not scores.
+PAST_LAYOUTS = ("x", "hidden", "ids", "sequence", "mask")
+
+
+def past_name(m):
+    """The name of the keyword parameter of ``m``'s forward (``forward_of``) that takes the cache's
+    length (``PAST_NAMES``), or None."""
+    try:
+        params = inspect.signature(forward_of(m)).parameters
+    except (TypeError, ValueError):
+        return None
+    return next((p for p in params if p.lower() in PAST_NAMES), None)
+
+
+def with_length(shape, style, n):
+    """An x layout's ``shape`` (``Plan.x_shape``) holding ``n`` tokens in place of its T."""
+    shape = list(shape)
+    shape[{"x": 2, "hidden": 1, "ids": 1, "mask": 1, "sequence": 0}[style]] = n
+    return tuple(shape)
+
+
+def check_past(rows, square, past, name, dtype, returned=None):
+    """Checks the decoding call of a module taking the cache's length (``past_name``): ``rows``,
+    its output for the square's last n tokens with ``name=past`` (squeezed to ``[H, n, C]``, or
+    None where its shape is not a bias's), must be the last n rows of ``square`` ([H, T, T], T =
+    past + n, the module's own bias over 0..T-1): the queries at past..T-1 and every key 0..T-1.
+    A forgotten offset or keys counted from the new tokens alone are refused saying which
+    (``returned``: the raw output's shape, for the message)."""
+    square = np.asarray(square, dtype=np.float64)
+    H, T, _ = square.shape
+    n = T - past
+    call = f"forward(x of {n} tokens, {name}={past})"
+    want = square[:, past:, :]
+    if rows is None or np.shape(rows) != want.shape:
+        got = list(np.shape(rows)) if rows is not None else returned or "another shape"
+        raise PastIgnored(
+            f"{call} returned {got} where the bias of its {n} queries over the {T} keys, cached and "
+            f"new, is [{H}, {n}, {T}]: a decoding step's attention spans the cache too; take the keys "
+            f"as positions 0..{name} + n - 1")
+    rows = np.asarray(rows, dtype=np.float64)
+    allowed = ROUNDING[dtype] * max(1.0, float(np.max(np.abs(square), initial=0.0, where=unmasked(square))))
+    close = lambda a, b: bool(np.all((np.abs(a - b) <= allowed) | (a == b)))  # noqa: E731
+    if close(rows, want):
+        return
+    first = " (they are the first rows of the square: the offset is not applied)" \
+        if close(rows, square[:, :n, :]) else ""
+    raise PastIgnored(
+        f"{call} returned another bias than the last {n} rows of its own {T} x {T} square{first}: "
+        f"the new tokens are at positions {past}..{T - 1} and the keys at 0..{T - 1}, so a decoding "
+        "step with a cache gets another bias than the same tokens without one")
+
+
+class PastIgnored(fire_kit.Mistake, ValueError):
+    """A module taking the cache's length whose decoding call is not its square's last rows."""
 
 
 def scores_probe(shape):
@@ -510,6 +578,64 @@ def check_x_varied(bias, probed, x, heads, dtype):
 # A relative rounding allowance per --dtype for ``check_scores``: the bias added to scores and
 # the scores taken away again round twice at the scale of both.
 ROUNDING = {"f64": 2.0**-48, "f32": 2.0**-19, "bf16": 2.0**-5}
+
+
+# The head dimension of the query and key tensors a ``qk_states`` call is probed with: wide
+# enough that 1/√d shows (the graded call's [B, H, n, 1] has d = 1).
+STATE_DIM = 8
+
+
+def states_probe(q_shape, k_shape):
+    """Non-zero query and key tensors of a ``qk_states`` call's shapes ([B, H, n, 1] and [B, H, T,
+    1], ``Plan.states``) widened to ``STATE_DIM``, float32, the same for every sequence of the
+    batch: what ``check_states`` hands the module besides zeros."""
+    rng = np.random.default_rng([SEED, *q_shape, *k_shape])
+    q = rng.standard_normal((1,) + tuple(q_shape[1:3]) + (STATE_DIM,), dtype=np.float32)
+    k = rng.standard_normal((1,) + tuple(k_shape[1:3]) + (STATE_DIM,), dtype=np.float32)
+    return np.repeat(q, q_shape[0], axis=0), np.repeat(k, k_shape[0], axis=0)
+
+
+def check_states(bias, probed, q, k, dtype, to_numpy=np.asarray):
+    """Checks a ``qk_states`` call: ``bias`` [H, n, T] is the module's output for zero queries
+    and keys, ``probed`` its raw output for the non-zero ``q`` [B, H, n, d] and ``k`` [B, H, T,
+    d] (``states_probe``). A module reading only their lengths returns the bias again; one
+    computing the attention logits returns q·kᵀ/√d + bias [attn.logits, attn.placement]. One
+    returning q·kᵀ + bias has lost the 1/√d (given d = 1, as the graded call's tensors are, it
+    could not show), and anything else changes the logits otherwise: both are refused saying so.
+    Entries the bias masks are left out."""
+    B, H, n, d = q.shape
+    T = k.shape[2]
+    got = np.asarray(to_numpy(probed), dtype=np.float64)
+    if got.ndim == 3:
+        got = got[None]
+    if got.shape[1:] != (H, n, T):
+        raise ScoresMisused(f"called with non-zero queries and keys {[B, H, n, d]} and {[B, H, T, d]}, "
+                            f"the module returned shape {list(got.shape)}, though with zeros it returned a "
+                            f"bias of [{H}, {n}, {T}]: its output's shape depends on their values")
+    qk = np.einsum("bhnd,bhtd->bhnt", q.astype(np.float64), k.astype(np.float64))[: got.shape[0]]
+    want = np.asarray(bias, dtype=np.float64)[None]
+    keep = np.broadcast_to(unmasked(want), got.shape)
+    scale = max(1.0, float(np.max(np.abs(want), where=unmasked(want), initial=0.0)) + float(np.max(np.abs(qk))))
+    allowed = ROUNDING[dtype] * scale
+
+    def off(factor):
+        with np.errstate(invalid="ignore"):
+            return float(np.nan_to_num(np.max(np.abs(got - want - factor * qk), where=keep, initial=0.0),
+                                       nan=np.inf))
+
+    if off(0.0) <= allowed or off(d ** -0.5) <= allowed:
+        return
+    if off(1.0) <= allowed:
+        raise ScoresMisused(
+            f"forward(q, k) given non-zero queries and keys of head dimension {d} returned q·kᵀ + bias: "
+            f"the logits are q·kᵀ/√d + bias [attn.logits, attn.placement], so its scores are √{d} too "
+            "large (with the zero tensors of dimension 1 the graded call hands it, this cannot show); "
+            "scale them, or return the bias alone for the caller to add")
+    raise ScoresMisused(
+        f"forward(q, k) given non-zero queries and keys of head dimension {d} returned neither the bias "
+        f"alone nor q·kᵀ/√d + bias (off the nearer by up to {min(off(0.0), off(d ** -0.5)):.3g}, "
+        f"allowed {allowed:.3g}) [attn.logits]: its output depends on the queries' and keys' values "
+        "in another way")
 
 
 class ScoresMisused(fire_kit.Mistake, ValueError):

@@ -395,6 +395,27 @@ def construct_own(cls, heads, width, arguments, enc):
     return None
 
 
+def default_eps_note(cls, arguments):
+    """What to say of a constructor whose default for ε (its parameter under ``arguments``' name
+    for ``eps``, unless ``--kwargs`` gives it) is a number other than [fire.defaults]' 10⁻⁶,
+    beyond float32's rounding; None otherwise. Only said, not failed: on the cases at the spec's
+    defaults, where the module is built on its own, an ε of 10⁻⁵ moves the bias by less than
+    float32's tolerance (one of 10⁻³ fails them on its values), yet every model built on the
+    defaults normalises with it."""
+    name = arguments.theirs("eps")
+    params = parameters_of(cls) or []
+    p = next((p for p in params if p.name == name), None)
+    if p is None or name in arguments.extra or isinstance(p.default, bool) \
+            or not isinstance(p.default, (int, float)):
+        return None
+    want = DEFAULTS["eps"]
+    if abs(p.default - want) <= F32_SLACK * want:
+        return None
+    return (f"the constructor's default ε is {p.default!r} (`{name}={p.default!r}`), where [fire.defaults] "
+            f"has {want!r}: the cases at the spec's defaults are built on it, and where they pass its "
+            "effect is within the tolerance, but every model built on the defaults uses it")
+
+
 def construct(cls, heads, width, enc, arguments):
     """The module, constructed as Appendix E's is (``num_heads``, ``mlp_width``, ``init_c``,
     ``init_L``, ``eps``) plus ``--kwargs``, under the constructor's names (``arguments``, an

@@ -7,8 +7,9 @@
 ``fire_conformance.kit.Skip`` to skip, and raises anything else to reject the case. The file may
 declare what it serves in a dict named ``CAPABILITIES`` with the keyword arguments of
 ``kit.serve``: ``name``, ``families`` (globs, default every family), ``dtypes`` (default
-``["f64"]``; the first is the one a run uses), ``future_keys``, ``placement`` and ``positions``
-(``"square"`` when ``build`` computes over 0..T and gathers). A file that calls
+``["f64"]``; the first is the one a run uses), ``future_keys``, ``placement``, ``positions``
+(``"square"`` when ``build`` computes over 0..T and gathers) and ``max_len`` (the module's
+context: cases reaching past it are skipped; 4 096 for a ``"square"`` glue unless given). A file that calls
 ``kit.serve`` itself under ``if __name__ == "__main__":`` runs both ways.
 """
 
@@ -19,7 +20,7 @@ import sys
 
 from fire_conformance import kit
 
-ALLOWED = {"name", "families", "dtypes", "future_keys", "placement", "positions"}
+ALLOWED = {"name", "families", "dtypes", "future_keys", "placement", "positions", "max_len"}
 
 
 def load_glue(path):

@@ -52,6 +52,7 @@ from fire_conformance import construction
 from fire_conformance import equinox_bridge
 from fire_conformance import fresh
 from fire_conformance import haiku_bridge
+from fire_conformance import hand_written
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
 from fire_conformance import nnx_bridge
@@ -107,8 +108,16 @@ def jax_layers(flat, mapping):
     kernels = [p for p in flat if p[-1] in IN_OUT and np.ndim(flat[p]) == 2]
     if not kernels:
         kernels = [p for p in flat if p[-1] == "weight" and np.ndim(flat[p]) == 2]
-    return [(k, bias_beside(k) if bias_beside(k) in flat else None)
-            for k in composing(kernels, flat)]
+    order = composing(kernels, flat)
+    if not any(loading.is_chain([hand_written.read(np.shape(flat[k]), t) for k in order]) for t in (False, True)):
+        # Layers written as parameters (``self.param("w_in", ...)``), alone or beside the
+        # framework's, found by their names where those make the chain the kernels do not.
+        claimed = set(mapping.values())
+        found = hand_written.layers({p: tuple(np.shape(v)) for p, v in flat.items()
+                                     if p not in claimed and p[-1] not in SCALARS + ARGUMENTS}, True)
+        if found:
+            return found
+    return [(k, bias_beside(k) if bias_beside(k) in flat else None) for k in order]
 
 
 def composing(kernels, flat):
@@ -147,7 +156,8 @@ def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
             raise loading.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
                              f"{['/'.join(q) for q in flat]}")
     layers = jax_layers(flat, mapping)
-    in_out = stored_in_out(flat, layers, mapping)
+    # A vector first weight is [W, 1] either way: not said to be transposed.
+    in_out = {k for k in stored_in_out(flat, layers, mapping) if np.ndim(flat[k]) == 2}
     # Compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] if k in in_out else tuple(np.shape(flat[k])) for k, _ in layers]
     claimed = {p for layer in layers for p in layer} | set(mapping.values())
@@ -155,7 +165,8 @@ def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
                                         claimed)
     layers, unordered = loading.loose_biases(layers, own, vectors, loading.mapped_biases(mapping, len(layers)),
                                              "/".join, ordered)
-    missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight` among "
+    missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight`, no "
+               "leaf whose name says it is a weight (`W1`, `w_in`) among "
                f"{['/'.join(q) for q in flat]}); map them with --map mlp.0.weight=PATH, …")
     loaded = loading.assign_layers(ours, layers, own, missing, built, unordered)
     outside = {}
@@ -165,6 +176,16 @@ def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
             continue
         hits = [p for p in flat if p[-1] == name]
         there = [p for p in elsewhere if p[-1] == name]
+        if not hits and not there:
+            # A scalar under a name of its own that says which it is (``fire_c``, ``L_mult``).
+            taken = set(loaded) | set(outside) | set(mapping.values())
+            free = [p for p in flat if np.size(flat[p]) <= 1 and p not in taken]
+            found = hand_written.scalar(name, free)
+            hits = [found] if found is not None else []
+            if not hits:
+                found = hand_written.scalar(name, [p for p in elsewhere if p not in taken
+                                                   and p[-1] not in ARGUMENTS])
+                there = [found] if found is not None else []
         if len(hits) == 1:
             loaded[hits[0]] = name
         elif not hits and len(there) == 1:
@@ -206,6 +227,10 @@ def stored_in_out(flat, layers, mapping):
     shapes = loading.first_layer(stored)
     as_in_out = loading.first_layer([s[::-1] for s in stored])
     if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
+        if not all(k[-1] in IN_OUT or k[-1] == "weight" for k in paths):
+            # Layers written as parameters (``hand_written``): JAX's ``x @ w`` unless only
+            # PyTorch's layout composes.
+            return set(paths) if hand_written.stored_in_out(stored, True) else set()
         if any(k[-1] in IN_OUT for k in paths):
             # Stored [in, out] unless only [out, in] composes (a hand-written `w` keeping
             # PyTorch's layout).
@@ -291,6 +316,8 @@ class JaxGlue:
         (the non-zero probes of ``check_x`` and ``check_scores`` are ``evaluate``'s)."""
         jnp = self.jnp
         x = plan.x_shape(heads)
+        if plan.style == "mask":
+            return (jnp.ones(x, dtype=jnp.int32),)
         if x is not None:
             return (jnp.zeros(x, dtype=jnp.int32 if plan.style == "ids" else self.dt),)
         if plan.style in ("seq_len_device", "lengths_device"):
@@ -314,6 +341,8 @@ class JaxGlue:
         # scalars it initialises, as appendix_e.Glue.module does for a torch module
         # ([fire.defaults]): a multiplier starting at 0.5 fails those cases.
         own = construction.at_defaults(enc) and construction.construct_own(self.cls, heads, width, self.kwargs, enc)
+        if own:
+            case.note(construction.default_eps_note(self.cls, self.kwargs))
         m = own or construction.construct(self.cls, heads, width, enc, self.kwargs)
         styles = self.layouts(m)
         built = loading.Built(self.cls, heads, width, self.kwargs)
@@ -369,12 +398,13 @@ class JaxGlue:
         case.note(loading.reading({**loaded, **outside}, ours, "/".join, in_out))
         self.check_held(case, heads, width, args, flat, others, loaded, outside, ours, own)
         if case.kind == "vjp":
-            frozen = [(name, path[0]) for path, name in outside.items() if name == "c" or (
+            frozen = [(name, path) for path, name in outside.items() if name == "c" or (
                 name == "L_multiplier" and case.encoding["threshold"] == "learnable")]
             if frozen:
-                name, coll = frozen[0]
+                name, path = frozen[0]
+                kept = f"`{name}`" if path[-1] == name else f"`{'/'.join(path[1:])}` (the case's `{name}`)"
                 raise FrozenScalar(
-                    f"the module keeps `{name}` in the `{coll}` collection, outside `params`: no "
+                    f"the module keeps {kept} in the `{path[0]}` collection, outside `params`: no "
                     f"gradient reaches it, so it never trains, where [grad.layout] asks for its "
                     f"gradient ({'the threshold L = |m·L_init| is fixed' if name == 'L_multiplier' else 'ψ is fixed'}); "
                     + getattr(self.cls, "trains_as", "declare it with self.param"))
@@ -469,6 +499,11 @@ class JaxGlue:
                 probed = m.apply({**variables, "params": params}, jnp.asarray(varied, dtype=x_dt))
                 if hasattr(probed, "shape"):
                     calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
+        if plan.style == "qk_states":
+            q, k = calls.states_probe(*plan.states(heads))
+            probed = m.apply({**variables, "params": params}, jnp.asarray(q, dtype=self.dt),
+                             jnp.asarray(k, dtype=self.dt))
+            calls.check_states(as_numpy(full), as_numpy(probed), q, k, self.dtype)
         if plan.style in calls.SCORES_STYLES:
             scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
             probed = m.apply({**variables, "params": params}, scores)

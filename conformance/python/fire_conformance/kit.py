@@ -232,14 +232,32 @@ def _reply(case, obj):
     _send(obj)
 
 
+# The longest square 0..T-1 a ``positions="square"`` glue is handed unless it declares
+# ``max_len``: the ready-made glues' bound too (``calls.DEFAULT_MAX_LEN``).
+SQUARE_LIMIT = 4096
+
+
+def _out_of_memory(e):
+    """Whether ``e`` is a framework's allocation failure (torch raises a ``RuntimeError``,
+    not ``MemoryError``): the machine's limit, not a FIRE mistake."""
+    text = str(e)
+    return isinstance(e, RuntimeError) and any(w in text for w in (
+        "tried to allocate", "not enough memory", "out of memory", "Out of memory"))
+
+
 def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
-          placement="after-scaling", stdin=None, positions="lists"):
+          placement="after-scaling", stdin=None, positions="lists", max_len=None):
     """Answer the harness until it says bye. ``build(case)`` returns one output (for a single
     requested output) or a dict of outputs by name. Anything else written to standard output
     from here on goes to standard error (``reserve_stdout``). ``positions="square"`` tells the
     harness that ``build`` computes every bias over positions 0..T and picks out the asked rows
     and columns (``case.gather``), so the module never sees a case's position lists: the
-    report then says its own handling of them (a decoding call) was not run [proto.hello]."""
+    report then says its own handling of them (a decoding call) was not run [proto.hello].
+    ``max_len``: the module's context, T at most; a valid case reaching past it is skipped
+    before ``build`` is called. A ``"square"`` glue stops at ``SQUARE_LIMIT`` unless it says
+    otherwise: the suite's positions reach 10⁶, whose square no memory holds."""
+    if max_len is None and positions == "square":
+        max_len = SQUARE_LIMIT
     reserve_stdout()
     stdin = stdin or sys.stdin
     # One name given as a string is one name, not its letters ("fire" had been sent as
@@ -263,6 +281,12 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
             case = None
             try:
                 case = Case(msg)
+                if max_len is not None and case.queries and case.keys and case.length > max_len:
+                    case.check_positions()  # an invalid position is still rejected
+                    raise Skip(f"positions up to {case.length - 1} reach past the module's context "
+                               f"of {max_len} (serve's max_len, CAPABILITIES['max_len']"
+                               + (f"; a square glue stops at {SQUARE_LIMIT} unless it says otherwise"
+                                  if max_len == SQUARE_LIMIT and positions == "square" else "") + ")")
                 out = build(case)
                 if not isinstance(out, dict):
                     if len(case.outputs) != 1:
@@ -293,5 +317,9 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                 _reply(case, {"type": "result", "id": cid, "status": "skipped",
                               "reason": f"ran out of memory ({_message(e)})"})
             except Exception as e:  # noqa: BLE001 - every failure is a reply, never a crash
+                if _out_of_memory(e):
+                    _reply(case, {"type": "result", "id": cid, "status": "skipped",
+                                  "reason": f"ran out of memory ({_message(e)})"})
+                    continue
                 _reply(case, {"type": "result", "id": cid, "status": "errored",
                               "message": _message(e)})

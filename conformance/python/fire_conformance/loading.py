@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from fire_conformance import construction
+from fire_conformance import hand_written
 from fire_conformance import kit as fire_kit
 
 try:
@@ -90,7 +91,8 @@ def torch_layers(m, state, mapping):
     """The torch module's MLP layers, first to last, as ``(weight name, bias name or None)`` in its
     state dict: the layers named like ours (``mlp.N.weight``, directly or through ``--map``) when
     it has such, in the order of N, else its ``nn.Linear`` layers in the order their shapes
-    compose (the order it registers them where several do; ``chain_order``).
+    compose (the order it registers them where several do; ``chain_order``), else its layers
+    written as parameters (``hand_written.layers``).
     The case's layers go to these by position, not by number: ``nn.Sequential`` numbers its
     activations too, so a module that drops one has ``mlp.0``, ``mlp.1``. A layer built with
     ``bias=False`` has None."""
@@ -105,6 +107,11 @@ def torch_layers(m, state, mapping):
         return [(k, bias(n) if bias(n) in state else None) for n, k in sorted(named)]
     linear = [(f"{name}.weight", f"{name}.bias" if mod.bias is not None else None)
               for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)]
+    if not linear:
+        # Layers written as parameters (``self.W1 = nn.Parameter(...)``), found by their names.
+        claimed = set(mapping.values()) | set(construction.SCALARS)
+        return hand_written.layers({n: tuple(state[n].shape) for n in trainable(m)
+                                    if n in state and n not in claimed})
     hidden = [w for w, _ in linear if w not in state]
     if hidden:
         raise ParamsMismatch(f"the module's nn.Linear weight(s) {hidden} are not in its state dict "
@@ -387,6 +394,16 @@ def wrapped(state, mapping):
     return {k[len(p):]: k for k in state if k.startswith(p) and is_our_name(k[len(p):])}
 
 
+class Loaded(dict):
+    """What ``load_torch`` loaded, ``{the module's name: ours}``, and ``transposed``: the names of
+    the weights it keeps ``[in, out]``, whose values and gradients are the transposes of
+    the case's ``[out, in]``."""
+
+    def __init__(self, loaded, transposed=()):
+        super().__init__(loaded)
+        self.transposed = set(transposed)
+
+
 def load_torch(m, ours, mapping, dt, built):
     """Loads the case's parameters ``ours`` into the torch module ``m`` (already in ``dt``) and
     returns ``{the module's name: ours}`` of what it loaded.
@@ -396,7 +413,9 @@ def load_torch(m, ours, mapping, dt, built):
     ``bias=False`` takes the weight and leaves the case's bias out, which is exactly the mistake
     (``hidden-bias-missing``, ``output-bias-missing``), graded and named like any other; a
     dropped activation (``no-hidden-activation``) renumbers the layers, which go by position.
-    Scalars stored as ``[1]`` take the case's ``[]`` values.
+    Scalars stored as ``[1]`` take the case's ``[]`` values. Layers written as parameters are
+    found by their names (``hand_written``), and weights outside ``nn.Linear`` kept ``[in, out]``
+    (``z @ w``) where only that composes take the transposes (``Loaded.transposed``).
     Buffers the case has no value for (a table of positions) keep what the constructor made;
     ``init_L`` may be absent from the state, the constructor having taken it. Anything else is
     refused with the names: a case value with nowhere to go, or a module parameter no case
@@ -409,15 +428,29 @@ def load_torch(m, ours, mapping, dt, built):
             raise ParamsMismatch(f"--map {k}={theirs}: the module has no such parameter or buffer; "
                              f"it has {list(state)}")
     layers = torch_layers(m, state, mapping)
-    own = [tuple(state[w].shape) for w, _ in layers]
+    # Weights outside nn.Linear (named mlp.N, mapped, or written as parameters) may be kept
+    # [in, out] for `z @ w`: so read where only that composes.
+    linear = {f"{name}.weight" for name, mod in m.named_modules() if isinstance(mod, torch.nn.Linear)}
+    transposed = set()
+    if layers and not any(w in linear for w, _ in layers) and \
+            hand_written.stored_in_out([tuple(state[w].shape) for w, _ in layers], False):
+        transposed = {w for w, _ in layers if state[w].dim() == 2}
+    own = [hand_written.read(state[w].shape, w in transposed) if w in transposed else tuple(state[w].shape)
+           for w, _ in layers]
     claimed = {n for layer in layers for n in layer} | set(mapping.values()) | set(construction.SCALARS)
     vectors = unclaimed_vectors({n: state[n].shape for n in state if n in params}, claimed)
     layers, unordered = loose_biases(layers, own, vectors, mapped_biases(mapping, len(layers)))
-    missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter "
-               f"named mlp.N.weight among {list(state)}); map them with --map mlp.0.weight=NAME, …")
-    loaded = assign_layers(ours, layers, own, missing, built, unordered)
+    missing = ("the module has no MLP layer the glue can find (no nn.Linear, no parameter named "
+               "mlp.N.weight, none whose name says it is a weight (w, weight, kernel: `W1`, `w_in`) "
+               f"among {list(state)}); map them with --map mlp.0.weight=NAME, …")
+    loaded = Loaded(assign_layers(ours, layers, own, missing, built, unordered), transposed)
     for k in ("c", "init_L", "L_multiplier"):
         theirs = mapping.get(k, k)
+        if theirs not in state and k not in mapping:
+            # A scalar under a name of its own that says which it is (``fire_c``, ``L_mult``).
+            free = [n for n in state if state[n].numel() <= 1 and n not in loaded
+                    and n not in mapping.values() and not is_our_name(n)]
+            theirs = hand_written.scalar(k, free) or theirs
         if theirs in state:
             loaded[theirs] = k
         elif k not in OPTIONAL_SCALARS or k in mapping:
@@ -436,6 +469,8 @@ def load_torch(m, ours, mapping, dt, built):
     values = {}
     for theirs, k in loaded.items():
         v = torch.as_tensor(ours[k], dtype=dt)
+        if theirs in transposed:
+            v = v.T
         shape = tuple(state[theirs].shape)
         if tuple(v.shape) != shape:
             if takes_shape(tuple(v.shape), shape):

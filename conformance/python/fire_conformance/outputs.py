@@ -8,6 +8,7 @@ from fire_conformance import kit as fire_kit
 
 # What each layout of x is, for the error that names them all.
 X_SHAPES = {"x": "[B, H, T, 1]", "hidden": "[B, T, 1]", "scores": "[B, H, T, T]", "ids": "[B, T] token ids",
+           "mask": "[B, T] attention mask of ones",
            "scores_shape": "[B, H, T, T] scores read for their shape", "sequence": "[T, 1] one sequence",
             "positions": "[n] positions", "position_ids": "[1, n] position_ids"}
 

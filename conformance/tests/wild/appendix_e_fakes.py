@@ -156,6 +156,14 @@ class ScoresFromStates(QueryKeyStates):
         return q @ np.swapaxes(k, -1, -2) * q.shape[-1] ** -0.5 + super().__call__(q, k)
 
 
+class ScoresFromStatesUnscaled(QueryKeyStates):
+    """The attention logits without 1/√d: q·kᵀ + bias (audit 32: with the zero tensors of head
+    dimension 1 the graded call hands, it passed)."""
+
+    def __call__(self, q, k):
+        return q @ np.swapaxes(k, -1, -2) + super().__call__(q, k)
+
+
 class StatesFirstRows(Correct):
     """forward(q, k) returning the first n query rows of the T x T square where the queries are
     the last n: a decoding step gets the bias of query 0."""
@@ -178,6 +186,37 @@ class HiddenStates(Correct):
 
     def __call__(self, x):
         return self.bias(x.shape[1])
+
+
+class PastLength(Correct):
+    """Correct, Hugging Face's decoding step: forward(hidden_states, past_key_values_length=0),
+    the new tokens at past..past+T-1 over every key 0..past+T-1. ``keys_from_zero``: the keys
+    counted over the new tokens alone (``arange(T)``); ``offset_ignored``: the queries too."""
+
+    keys_from_zero = False
+    offset_ignored = False
+
+    def __call__(self, hidden_states, past_key_values_length=0):
+        T, past = hidden_states.shape[1], past_key_values_length
+        keys = np.arange(T if self.keys_from_zero else past + T, dtype=self.dt)
+        queries = np.arange(0 if self.offset_ignored else past, (0 if self.offset_ignored else past) + T,
+                            dtype=self.dt)
+        x = self.numerator(np.abs(queries[:, None] - keys[None, :])) / self.normalizer(queries)[:, None]
+        return np.transpose(self.mlp(x), (2, 0, 1))[None]
+
+
+class PastLengthKeysFromZero(PastLength):
+    """With a cache, the keys counted from the new tokens (audit 32: the offset was never used,
+    and it passed)."""
+
+    keys_from_zero = True
+
+
+class PastLengthIgnored(PastLength):
+    """The keys over the cache, the queries counted from 0 as if there were none: the new
+    tokens get the first rows' bias."""
+
+    offset_ignored = True
 
 
 class ScoresPlusBias(Correct):
@@ -264,6 +303,28 @@ class PositionList(Correct):
 
     def __call__(self, positions):
         return self.rows(np.asarray(positions, dtype=self.dt))
+
+
+class PaddingMask(PositionList):
+    """Correct, Hugging Face's way: forward(attention_mask) of a padding mask [B, T], the
+    positions made from it (``attention_mask.cumsum(-1) - 1``, padding at 0), one bias per
+    sequence [B, H, T, T]. Called with a mask of ones (audit 32: given token ids of zeros, every
+    token was padding, every position 0, and the run failed as a stale cache)."""
+
+    one_based = False
+
+    def __call__(self, attention_mask):
+        mask = np.asarray(attention_mask)
+        positions = np.cumsum(mask, axis=-1) - (0 if self.one_based else 1)
+        positions = np.where(mask == 0, 0, positions)
+        return np.stack([self.rows(p.astype(self.dt)) for p in positions])
+
+
+class PaddingMaskOneBased(PaddingMask):
+    """The same with ``- 1`` forgotten: positions start at 1 (the catalogue's
+    ``one-based-positions``)."""
+
+    one_based = True
 
 
 class PositionTable(PositionList):

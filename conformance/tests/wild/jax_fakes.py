@@ -233,6 +233,14 @@ class OtherDefaults(FIRE):
         super().__init__(num_heads, mlp_width, init_c, init_L, eps)
 
 
+class DefaultEpsTenTimes(FIRE):
+    """A default ε of 1e-5, not the spec's 1e-6: within f32's tolerance on the default case, so
+    it passes, and the run's note says it (audit 32: nothing did)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-5):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+
+
 class RequiredArguments(FIRE):
     """Correct, with no defaults of its own: the caller passes c, L_init and ε."""
 
@@ -296,8 +304,8 @@ class QueryKeyStates(FIRE):
 
 class VectorFirstWeight(FIRE):
     """Correct, hand-written: the first layer's weight kept as a vector [W] under a name of its
-    own (``x[..., None] * w_in + b_in``), the output layer a Dense: graded once mapped with
-    --map, a vector of W being the first layer's [W, 1] weight (f_θ's input is one scalar)."""
+    own (``x[..., None] * w_in + b_in``), the output layer a Dense: found by its name (a vector
+    of W is the first layer's [W, 1] weight, f_θ's input being one scalar), and mapped alike."""
 
     names = ["first", "out"]
 
@@ -312,6 +320,45 @@ class VectorFirstWeight(FIRE):
         p = dict(variables["params"])
         p["first"] = {"kernel": p.pop("w_in")[None, :], "bias": p.pop("b_in")}
         return super().apply({**variables, "params": p}, x)
+
+
+class HandWritten(FIRE):
+    """Correct, hand-written: every layer a bare parameter of the tree, ``W1`` ``[1, W]`` and ``W2``
+    ``[W, H]`` for ``z @ W`` with ``b1``, ``b2`` beside them: found by their names and shapes,
+    without --map. ``torch_layout``: the weights kept ``[out, in]`` (``w @ z``, a port of PyTorch
+    code), read so since only that composes. ``names_say``: False names them ``p1``…``p4``,
+    which say nothing, refused naming the --map."""
+
+    torch_layout = False
+    names_say = True
+
+    def init(self, rng, x):
+        v = super().init(rng, x)
+        p = v["params"]
+        first, out = p.pop("Dense_0"), p.pop("Dense_1")
+        w1, w2 = first["kernel"], out["kernel"]
+        if self.torch_layout:
+            w1, w2 = w1.T, w2.T
+        names = ["W1", "b1", "W2", "b2"] if self.names_say else ["p1", "p2", "p3", "p4"]
+        p.update(zip(names, [w1, first["bias"], w2, out["bias"]]))
+        return v
+
+    def apply(self, variables, x):
+        p = dict(variables["params"])
+        names = ["W1", "b1", "W2", "b2"] if self.names_say else ["p1", "p2", "p3", "p4"]
+        w1, b1, w2, b2 = (p.pop(n) for n in names)
+        if self.torch_layout:
+            w1, w2 = w1.T, w2.T
+        p["Dense_0"], p["Dense_1"] = {"kernel": w1, "bias": b1}, {"kernel": w2, "bias": b2}
+        return super().apply({**variables, "params": p}, x)
+
+
+class HandWrittenTorchLayout(HandWritten):
+    torch_layout = True
+
+
+class HandWrittenUnnamed(HandWritten):
+    names_say = False
 
 
 class LogNamedC(FIRE):

@@ -807,3 +807,121 @@ class InitLKeptMasked(InitLFollowedMasked):
 
     def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
         super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
+
+
+class HandWritten(FIRE):
+    """Correct, hand-written: the MLP as bare parameters, ``W1`` ``[1, W]`` and ``W2`` ``[W, H]``
+    for ``z @ W`` with ``b1``, ``b2``: found by their names, read ``[in, out]`` as only that
+    composes, gradients transposed back. ``vector_first``: the first weight a vector ``w_in``
+    (``z[..., None] * w_in + b_in``) and the output ``F.linear``'s ``[H, W]`` ``w_out``.
+    ``names_say``: False names them ``p1``…``p4``, refused naming the --map."""
+
+    vector_first = False
+    names_say = True
+
+    def __init__(self, num_heads=12, mlp_width=32, **kwargs):
+        super().__init__(num_heads, mlp_width, **kwargs)
+        del self.mlp
+        w1 = torch.randn(mlp_width) if self.vector_first else torch.randn(1, mlp_width)
+        w2 = torch.randn(num_heads, mlp_width) if self.vector_first else torch.randn(mlp_width, num_heads)
+        values = [w1, torch.zeros(mlp_width), w2 / math.sqrt(mlp_width), torch.zeros(num_heads)]
+        for name, v in zip(self.names(), values):
+            setattr(self, name, nn.Parameter(v))
+
+    def names(self):
+        if not self.names_say:
+            return ["p1", "p2", "p3", "p4"]
+        return ["w_in", "b_in", "w_out", "b_out"] if self.vector_first else ["W1", "b1", "W2", "b2"]
+
+    def mlp(self, z):
+        w1, b1, w2, b2 = (getattr(self, n) for n in self.names())
+        if self.vector_first:
+            return nn.functional.linear(torch.relu(z * w1 + b1), w2, b2)
+        return torch.relu(z @ w1 + b1) @ w2 + b2
+
+
+class HandWrittenVectorFirst(HandWritten):
+    vector_first = True
+
+
+class HandWrittenUnnamed(HandWritten):
+    names_say = False
+
+
+class ClampedHidden(FIRE):
+    """Mistaken: f_θ's hidden pre-activations clamped to ±50 "for stability": where they all
+    saturate (the suite's ±200 case) the bias no longer moves with c or m, so the glue's step,
+    which scales them, returns the graded bias exactly. Not a cache (audit 32: it was named
+    StaleBias)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        first, act, out = self.mlp
+        self.mlp = nn.Sequential(first, ClampFifty(), act, out)
+
+
+class ClampFifty(nn.Module):
+    def forward(self, h):
+        return h.clamp(-50.0, 50.0)
+
+
+class FloorDivided(FIRE):
+    """Mistaken: f_θ's input ψ(i − j) / ψ(max(L, i)) taken with floor division (0 or 1 below
+    the threshold), deaf to small changes of c and m: not a cache either (audit 32)."""
+
+    def forward(self, x: torch.Tensor):
+        seq_length = x.size(2)
+        positions = torch.arange(seq_length, dtype=x.dtype, device=x.device)
+        rel = self.numerator(positions[:, None] - positions[None, :])
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        z = torch.div(rel, normalizer[:, None], rounding_mode="floor")
+        return self.mlp(z.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class ScalarsNamedOtherwise(nn.Module):
+    """Correct: the scalars under names of their own that say which they are (``fire_c``,
+    ``L_mult``, a buffer ``L_init``) and the MLP an ``nn.ModuleList``: read without --map."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(1, mlp_width), nn.Linear(mlp_width, num_heads)])
+        self.fire_c = nn.Parameter(torch.tensor(init_c))
+        self.register_buffer("L_init", torch.tensor(init_L))
+        self.L_mult = nn.Parameter(torch.tensor(1.0))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor):
+        positions = torch.arange(x.size(2), dtype=x.dtype, device=x.device)
+        threshold = torch.abs(self.L_mult * self.L_init)
+        normalizer = torch.log(torch.abs(self.fire_c * torch.max(positions, threshold)) + 1) + self.eps
+        rel = torch.log(torch.abs(self.fire_c * (positions[:, None] - positions[None, :])) + 1)
+        z = (rel / normalizer[:, None]).unsqueeze(-1)
+        out = self.layers[1](torch.relu(self.layers[0](z)))
+        return out.unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class DetachedInTraining(FIRE):
+    """Mistaken on the path training takes: the normaliser ``.detach()``-ed under
+    ``if self.training``, so c and the multiplier learn through the numerator alone. Eval mode,
+    where the glue grades, is right (audit 32: it passed)."""
+
+    def forward(self, x: torch.Tensor):
+        positions = torch.arange(x.size(2), dtype=x.dtype, device=x.device)
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        if self.training:
+            normalizer = normalizer.detach()
+        z = self.numerator(positions[:, None] - positions[None, :]) / normalizer[:, None]
+        return self.mlp(z.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class DropoutInTraining(FIRE):
+    """Correct for what the glue can tell: dropout on f_θ's hidden layer in train mode, eval mode
+    FIRE's. Its train-mode output changes from call to call, so it is not compared with eval
+    mode's (a dropout is the model's choice, not a FIRE mistake)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        first, act, out = self.mlp
+        self.mlp = nn.Sequential(first, act, nn.Dropout(0.5), out)
