@@ -58,7 +58,7 @@ there is caught rather than answered by the glue's gather [proto.hello]:
 A forward that also takes the cache's length as a keyword (``past_key_values_length``,
 ``start_pos``, ... ``calls.PAST_NAMES``) is called once more in its x layout as a decoding step,
 the square's last half as new tokens after the first half, and must return the square's last
-rows over every key (``calls.check_past``).
+rows over every key (``decoding.check_past``).
 In the x layouts B is 2 for squares up to 512 and 1 beyond: a module returning [B, H, T, T] must
 give both sequences the same bias (a batch mixed up with the heads fails); [H, T, T] and
 [1, H, T, T] do not look at B.
@@ -122,12 +122,14 @@ import numpy as np
 
 from fire_conformance import calls
 from fire_conformance import construction
+from fire_conformance import decoding
 from fire_conformance import equinox_bridge
 from fire_conformance import haiku_bridge
 from fire_conformance import fresh
 from fire_conformance import kit as fire_kit
+from fire_conformance import logits
 from fire_conformance import numpy_fire, repeats, steps
-from fire_conformance.outputs import NotABias, every_layout_failed, remembered_layout_failed, squeeze
+from fire_conformance.outputs import NotABias, as_numpy, every_layout_failed, remembered_layout_failed, squeeze
 from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, from_options, construct_own, construct,
@@ -484,7 +486,7 @@ class Glue:
                 else:
                     square = squeeze(m(cols, cols, dev) if style == "lengths_device" else m(cols, cols),
                                      heads, cols, cols)
-                calls.check_last_rows(as_numpy(full), as_numpy(square), self.dtype, style)
+                decoding.check_last_rows(as_numpy(full), as_numpy(square), self.dtype, style)
             if not probes:
                 return full, p
             # The probes below are checks, not the graded call: no graph for them.
@@ -518,12 +520,12 @@ class Glue:
                         probed = m(x_of(style, varied))
                     if hasattr(probed, "shape"):
                         calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
-            past = calls.past_name(m)
-            if past is not None and style in calls.PAST_LAYOUTS and rows == cols and rows >= 2 \
+            past = decoding.past_name(m)
+            if past is not None and style in decoding.PAST_LAYOUTS and rows == cols and rows >= 2 \
                     and rows * cols <= steps.FULL_LIMIT:
                 # The decoding call a cache makes: the square's last half as new tokens.
                 before = rows // 2
-                shape = calls.with_length(x, style, rows - before)
+                shape = decoding.with_length(x, style, rows - before)
                 given = mask_ones(shape) if style == "mask" else \
                     token_zeros(shape) if style == "ids" else zeros(shape)
                 with probing():
@@ -532,21 +534,21 @@ class Glue:
                     decoded = as_numpy(squeeze(raw, heads, rows - before, cols, batch=p.batch))
                 except Exception:  # its shape is not a bias of the new rows over every key
                     decoded = None
-                calls.check_past(decoded, as_numpy(full), before, past, self.dtype,
+                decoding.check_past(decoded, as_numpy(full), before, past, self.dtype,
                                  list(getattr(raw, "shape", [])) or None)
             if style == "qk_states":
-                q, k = calls.states_probe(*p.states(heads))
+                q, k = logits.states_probe(*p.states(heads))
                 with probing():
                     probed = m(array(q), array(k))
-                calls.check_states(as_numpy(full), as_numpy(probed), q, k, self.dtype)
+                logits.check_states(as_numpy(full), as_numpy(probed), q, k, self.dtype)
             if style in calls.SCORES_STYLES:
-                scores = array(calls.scores_probe(x))
+                scores = array(logits.scores_probe(x))
                 # A copy: a module adding its bias in place (`scores += bias`, as T5 does)
                 # changes what it is given, not what its output is checked against.
                 with probing():
                     probed = m(scores.clone() if torch_module else scores.copy())
                 named = style == "scores" and calls.takes_scores(calls.parameter_names(m))
-                calls.check_scores(full, probed, scores, self.dtype, named, to_numpy=as_numpy)
+                logits.check_scores(full, probed, scores, self.dtype, named, to_numpy=as_numpy)
             return full, p
 
         if style == "positions" and self.layout == "ids":
@@ -712,51 +714,10 @@ class Glue:
         return out
 
     def train_mode_agrees(self, m, heads, case, full, g, names, graded):
-        """Raises where the module in train mode (``m.train()``, as a training loop calls it)
-        returns another bias than ``full`` or sends other gradients than ``graded`` (ours by
-        name, the eval-mode call's) for the same cotangent ``g``: a path only training takes (a
-        ``.detach()`` or a cache under ``if self.training``) that the graded call, in eval mode,
-        never ran. A module whose train-mode output changes from call to call (dropout) is not
-        compared. [grad.vjp]"""
-        for p in m.parameters():
-            p.grad = None
-        try:
-            m.train()
-            with torch.no_grad():
-                again, _ = self.forward(m, heads, case, True, probes=False)
-            trained, _ = self.forward(m, heads, case, True, probes=False)
-            if steps.twin_differs(as_numpy(again), as_numpy(trained), self.dtype) or not trained.requires_grad:
-                return
-            (trained * g).sum().backward()
-        except Exception:  # a train-mode path that fails tells the graded call nothing
-            return
-        finally:
-            m.eval()
-        if steps.twin_differs(as_numpy(full), as_numpy(trained.detach()), self.dtype):
-            raise TrainMode("in train mode (module.train(), as a training loop calls it) its bias differs "
-                            "from eval mode's, where FIRE has no train-only path [fire.bias]: the graded "
-                            "values are eval mode's; what training sees is another bias")
-        transposed = getattr(names, "transposed", ())
-        for n, p in m.named_parameters():
-            ours = names.get(n)
-            if ours not in graded or p.grad is None:
-                continue
-            got = as_numpy(p.grad.T if n in transposed else p.grad).reshape(np.shape(graded[ours]))
-            want = as_numpy(graded[ours])
-            scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
-            worst = float(np.max(np.abs(got - want), initial=0.0))
-            if worst > 16 * calls.ROUNDING[self.dtype] * scale:
-                raise TrainMode(
-                    f"in train mode (module.train(), as a training loop calls it) the gradient of `{n}` "
-                    f"({ours}) differs from eval mode's by up to {worst:.3g}, for the same bias: a path "
-                    "only .train() takes (a .detach(), a value cached under `if self.training`) changes "
-                    "what training learns; the graded gradients are eval mode's [grad.vjp]")
-        for p in m.parameters():
-            p.grad = None
-
-
-class TrainMode(fire_kit.Mistake, ValueError):
-    """A module whose bias or gradients in train mode are not those of eval mode."""
+        """``steps.check_train_mode`` of ``m`` called as the graded call was, for the same
+        cotangent ``g``, against its eval-mode bias ``full`` and gradients ``graded``."""
+        steps.check_train_mode(m, lambda: self.forward(m, heads, case, True, probes=False)[0], full, g,
+                               names, graded, self.dtype)
 
 
 def numpy_output(autodiff):
@@ -782,14 +743,6 @@ def frozen(m, names, case):
                 raise fire_kit.Mistake(f"the module keeps `{theirs}` (the case's `{ours}`) {how}: no gradient "
                                  "reaches it, so it never trains, where [grad.layout] asks for its "
                                  "gradient; make it a trainable nn.Parameter")
-
-
-def as_numpy(a):
-    """A torch tensor (any dtype, any device, with or without a graph) or array-like as a
-    float64 NumPy array."""
-    if torch is not None and isinstance(a, torch.Tensor):
-        return a.detach().cpu().double().numpy()
-    return np.asarray(a, dtype=np.float64)
 
 
 def in_dtype(m, dt):

@@ -7,9 +7,10 @@ is caught rather than answered by the glue's gather [proto.hello]: a ``positions
 case's positions themselves, unsorted and repeated as they are (a module that sorts them fails;
 one that counts ``0..n`` in place of them is said to, ``check_positions_used``); a ``lengths``
 module gets the decoding call, as many query rows as reach from the first query to the last key
-(a module that returns the first rows of a shorter query block fails); a ``scores``
-module gets non-zero scores, which it must return added to the bias (``check_scores``); an ``x``
-module gets a non-zero x as well, whose values must not change the bias (``check_x``).
+(a module that returns the first rows of a shorter query block fails, ``decoding``); a
+``scores`` module gets non-zero scores, which it must return added to the bias
+(``logits.check_scores``); an ``x`` module gets a non-zero x as well, whose values must not
+change the bias (``check_x``).
 """
 
 import inspect
@@ -265,100 +266,6 @@ def plan(style, case, max_len=None, query_rows="last"):
     return Plan(style, (T,), (T, T), q, k, batch=batch_of(T) if style in BATCHED else 1)
 
 
-def check_last_rows(rows, square, dtype, style="lengths"):
-    """Checks a decoding call's output ``rows`` ([H, n, T], n < T, meant to be the last n query
-    rows) against the same module's ``square`` ([H, T, T]): one that equals the square's first
-    rows instead is the other convention, said as such, for the case's failure alone would
-    not say why (``--query-rows first`` declares it). Arrays or tensors ``np.asarray`` takes;
-    ``style`` the call's (``DECODING_STYLES``), for the message."""
-    rows = np.asarray(rows, dtype=np.float64)
-    square = np.asarray(square, dtype=np.float64)
-    n = rows.shape[1]
-    allowed = ROUNDING[dtype] * max(1.0, float(np.max(np.abs(square), initial=0.0, where=unmasked(square))))
-    close = lambda a, b: bool(np.all((np.abs(a - b) <= allowed) | (a == b)))  # noqa: E731
-    if close(rows, square[:, :n]) and not close(rows, square[:, -n:]):
-        T = square.shape[1]
-        call = (f"forward(q, k) with {n} queries and {T} keys" if style == "qk_states"
-                else f"forward({n}, {T})")
-        raise QueryRows(
-            f"{call} returned the first {n} query rows of the {T} x {T} square, not the last: "
-            "a decoding step (new queries after cached keys) would get the bias of the first "
-            "queries; return the last rows (x-transformers' forward(i, j)), or, if the module's "
-            "callers pass the full query length and slice (T5's compute_bias), declare "
-            "--query-rows first")
-
-
-class QueryRows(fire_kit.Mistake, ValueError):
-    """A ``lengths`` module returning the first query rows where the last are asked."""
-
-
-# A keyword parameter so named is how many positions the cache holds before x's (Hugging Face's
-# ``past_key_values_length``, Llama's ``start_pos``): x's tokens are at past..past+n-1, and the
-# keys are every position 0..past+n-1.
-PAST_NAMES = ("past_key_values_length", "past_key_value_length", "past_length", "past_len",
-              "start_pos", "cache_offset")
-# The x layouts a past length applies to: a batch or a sequence of tokens, not scores.
-PAST_LAYOUTS = ("x", "hidden", "ids", "sequence", "mask")
-
-
-def past_name(m):
-    """The name of the keyword parameter of ``m``'s forward (``forward_of``) that takes the cache's
-    length (``PAST_NAMES``), or None."""
-    try:
-        params = inspect.signature(forward_of(m)).parameters
-    except (TypeError, ValueError):
-        return None
-    return next((p for p in params if p.lower() in PAST_NAMES), None)
-
-
-def with_length(shape, style, n):
-    """An x layout's ``shape`` (``Plan.x_shape``) holding ``n`` tokens in place of its T."""
-    shape = list(shape)
-    shape[{"x": 2, "hidden": 1, "ids": 1, "mask": 1, "sequence": 0}[style]] = n
-    return tuple(shape)
-
-
-def check_past(rows, square, past, name, dtype, returned=None):
-    """Checks the decoding call of a module taking the cache's length (``past_name``): ``rows``,
-    its output for the square's last n tokens with ``name=past`` (squeezed to ``[H, n, C]``, or
-    None where its shape is not a bias's), must be the last n rows of ``square`` ([H, T, T], T =
-    past + n, the module's own bias over 0..T-1): the queries at past..T-1 and every key 0..T-1.
-    A forgotten offset or keys counted from the new tokens alone are refused saying which
-    (``returned``: the raw output's shape, for the message)."""
-    square = np.asarray(square, dtype=np.float64)
-    H, T, _ = square.shape
-    n = T - past
-    call = f"forward(x of {n} tokens, {name}={past})"
-    want = square[:, past:, :]
-    if rows is None or np.shape(rows) != want.shape:
-        got = list(np.shape(rows)) if rows is not None else returned or "another shape"
-        raise PastIgnored(
-            f"{call} returned {got} where the bias of its {n} queries over the {T} keys, cached and "
-            f"new, is [{H}, {n}, {T}]: a decoding step's attention spans the cache too; take the keys "
-            f"as positions 0..{name} + n - 1")
-    rows = np.asarray(rows, dtype=np.float64)
-    allowed = ROUNDING[dtype] * max(1.0, float(np.max(np.abs(square), initial=0.0, where=unmasked(square))))
-    close = lambda a, b: bool(np.all((np.abs(a - b) <= allowed) | (a == b)))  # noqa: E731
-    if close(rows, want):
-        return
-    first = " (they are the first rows of the square: the offset is not applied)" \
-        if close(rows, square[:, :n, :]) else ""
-    raise PastIgnored(
-        f"{call} returned another bias than the last {n} rows of its own {T} x {T} square{first}: "
-        f"the new tokens are at positions {past}..{T - 1} and the keys at 0..{T - 1}, so a decoding "
-        "step with a cache gets another bias than the same tokens without one")
-
-
-class PastIgnored(fire_kit.Mistake, ValueError):
-    """A module taking the cache's length whose decoding call is not its square's last rows."""
-
-
-def scores_probe(shape):
-    """Non-zero attention scores of ``shape`` ([B, H, T, T]) in float32, the same for every call
-    of a shape: what a ``scores`` call hands the module besides zeros (``check_scores``)."""
-    return np.random.default_rng(list(shape)).standard_normal(shape, dtype=np.float32)
-
-
 def counted(listed, always=False):
     """The positions a ``positions`` call of ``listed`` is repeated with (``check_positions_used``):
     ``0..n``, or ``0, 2, 4, …`` or ``0, 3, 6, …`` where the distances between ``listed``'s
@@ -575,137 +482,7 @@ def check_x_varied(bias, probed, x, heads, dtype):
             "[fire.bias]; take from x only its length, device and dtype")
 
 
-# A relative rounding allowance per --dtype for ``check_scores``: the bias added to scores and
+# A relative rounding allowance per --dtype for the probes' checks (``logits.check_scores``): the
+# bias added to scores and
 # the scores taken away again round twice at the scale of both.
 ROUNDING = {"f64": 2.0**-48, "f32": 2.0**-19, "bf16": 2.0**-5}
-
-
-# The head dimension of the query and key tensors a ``qk_states`` call is probed with: wide
-# enough that 1/√d shows (the graded call's [B, H, n, 1] has d = 1).
-STATE_DIM = 8
-
-
-def states_probe(q_shape, k_shape):
-    """Non-zero query and key tensors of a ``qk_states`` call's shapes ([B, H, n, 1] and [B, H, T,
-    1], ``Plan.states``) widened to ``STATE_DIM``, float32, the same for every sequence of the
-    batch: what ``check_states`` hands the module besides zeros."""
-    rng = np.random.default_rng([SEED, *q_shape, *k_shape])
-    q = rng.standard_normal((1,) + tuple(q_shape[1:3]) + (STATE_DIM,), dtype=np.float32)
-    k = rng.standard_normal((1,) + tuple(k_shape[1:3]) + (STATE_DIM,), dtype=np.float32)
-    return np.repeat(q, q_shape[0], axis=0), np.repeat(k, k_shape[0], axis=0)
-
-
-def check_states(bias, probed, q, k, dtype, to_numpy=np.asarray):
-    """Checks a ``qk_states`` call: ``bias`` [H, n, T] is the module's output for zero queries
-    and keys, ``probed`` its raw output for the non-zero ``q`` [B, H, n, d] and ``k`` [B, H, T,
-    d] (``states_probe``). A module reading only their lengths returns the bias again; one
-    computing the attention logits returns q·kᵀ/√d + bias [attn.logits, attn.placement]. One
-    returning q·kᵀ + bias has lost the 1/√d (given d = 1, as the graded call's tensors are, it
-    could not show), and anything else changes the logits otherwise: both are refused saying so.
-    Entries the bias masks are left out."""
-    B, H, n, d = q.shape
-    T = k.shape[2]
-    got = np.asarray(to_numpy(probed), dtype=np.float64)
-    if got.ndim == 3:
-        got = got[None]
-    if got.shape[1:] != (H, n, T):
-        raise ScoresMisused(f"called with non-zero queries and keys {[B, H, n, d]} and {[B, H, T, d]}, "
-                            f"the module returned shape {list(got.shape)}, though with zeros it returned a "
-                            f"bias of [{H}, {n}, {T}]: its output's shape depends on their values")
-    qk = np.einsum("bhnd,bhtd->bhnt", q.astype(np.float64), k.astype(np.float64))[: got.shape[0]]
-    want = np.asarray(bias, dtype=np.float64)[None]
-    keep = np.broadcast_to(unmasked(want), got.shape)
-    scale = max(1.0, float(np.max(np.abs(want), where=unmasked(want), initial=0.0)) + float(np.max(np.abs(qk))))
-    allowed = ROUNDING[dtype] * scale
-
-    def off(factor):
-        with np.errstate(invalid="ignore"):
-            return float(np.nan_to_num(np.max(np.abs(got - want - factor * qk), where=keep, initial=0.0),
-                                       nan=np.inf))
-
-    if off(0.0) <= allowed or off(d ** -0.5) <= allowed:
-        return
-    if off(1.0) <= allowed:
-        raise ScoresMisused(
-            f"forward(q, k) given non-zero queries and keys of head dimension {d} returned q·kᵀ + bias: "
-            f"the logits are q·kᵀ/√d + bias [attn.logits, attn.placement], so its scores are √{d} too "
-            "large (with the zero tensors of dimension 1 the graded call hands it, this cannot show); "
-            "scale them, or return the bias alone for the caller to add")
-    raise ScoresMisused(
-        f"forward(q, k) given non-zero queries and keys of head dimension {d} returned neither the bias "
-        f"alone nor q·kᵀ/√d + bias (off the nearer by up to {min(off(0.0), off(d ** -0.5)):.3g}, "
-        f"allowed {allowed:.3g}) [attn.logits]: its output depends on the queries' and keys' values "
-        "in another way")
-
-
-class ScoresMisused(fire_kit.Mistake, ValueError):
-    """A module given attention scores that does not return them added to its bias."""
-
-
-def check_scores(bias, probed, scores, dtype, named, to_numpy=np.asarray):
-    """Checks a ``scores`` call: ``bias`` [H, T, T] is the module's output for zero scores,
-    ``probed`` its raw output for the non-zero ``scores`` [B, H, T, T] (arrays or tensors that
-    ``to_numpy`` turns into float64 NumPy arrays, one [T, T] slice at a time). A module that
-    returns ``scores + bias`` passes; so does one whose output does not depend on the scores'
-    values (it reads only their length), unless its parameter's name says it is given scores
-    (``named``): in a model, its attention logits would be replaced by the bias. Anything else
-    changes the scores in another way than adding the bias, and is refused saying by how much.
-    Entries the bias masks (non-finite, or ≤ −1e3 under ``masked``) are left out."""
-    B, H, T, _ = scores.shape
-    shape = tuple(probed.shape)
-    if len(shape) == 3 and shape[0] == B * H and B > 1:
-        probed = probed.reshape(B, H, T, T)
-    elif shape == (H, T, T):
-        probed = probed[None]
-    elif shape not in ((1, H, T, T), (B, H, T, T)):
-        raise ScoresMisused(f"called with non-zero scores {[B, H, T, T]}, the module returned shape "
-                            f"{list(shape)}, though with zero scores it returned a bias of [{H}, {T}, {T}]: "
-                            "its output's shape depends on the scores' values")
-    added = ignored = 0.0
-    scale = 1.0
-    # Σ d·s and Σ s² of d = output − bias against the scores, for the one factor k with which
-    # the output would be k·scores + bias (a module that scales the scores it is given).
-    ds = ss = 0.0
-    pairs = []
-    for b in range(B):
-        for h in range(H):
-            got = to_numpy(probed[min(b, probed.shape[0] - 1)][h]).astype(np.float64)
-            s = to_numpy(scores[b][h]).astype(np.float64)
-            want = to_numpy(bias[h]).astype(np.float64)
-            keep = unmasked(want)
-            with np.errstate(invalid="ignore"):
-                scale = max(scale, np.max(np.abs(s) + np.abs(want), where=keep, initial=0.0))
-                # A NaN or infinity where the bias is finite is as far off as can be.
-                added = max(added, np.nan_to_num(np.max(np.abs(got - s - want), where=keep, initial=0.0),
-                                                 nan=np.inf))
-                ignored = max(ignored, np.nan_to_num(np.max(np.abs(got - want), where=keep, initial=0.0),
-                                                     nan=np.inf))
-                d = got - want
-                ds += float(np.sum(d * s, where=keep & np.isfinite(d)))
-                ss += float(np.sum(s * s, where=keep & np.isfinite(d)))
-                pairs.append((d, s, keep))
-    allowed = ROUNDING[dtype] * scale
-    if added <= allowed or (ignored <= allowed and not named):
-        return
-    k = ds / ss if ss > 0 else 0.0
-    with np.errstate(invalid="ignore"):
-        scaled = max((np.nan_to_num(np.max(np.abs(d - k * s), where=keep, initial=0.0), nan=np.inf)
-                      for d, s, keep in pairs), default=np.inf)
-    if ignored > allowed and scaled <= allowed:
-        raise ScoresMisused(
-            f"forward was given non-zero attention scores and returned them scaled by {k:.6g} plus the bias "
-            f"(k·scores + bias, to within {scaled:.3g}): a module given scores must return them unchanged "
-            "with the bias added, scores + bias; any scaling of the logits (1/√d) is the caller's "
-            "[fire.bias]")
-    if ignored <= allowed:
-        raise ScoresMisused(
-            "forward was given non-zero attention scores (its parameter's name says it adds the bias "
-            "to them) and returned the bias without them: in a model the attention logits would be "
-            "replaced by the bias; return scores + bias [fire.bias] (a module that reads only the "
-            "scores' shape and returns the bias for its caller to add is graded so with --call "
-            "scores_shape)")
-    raise ScoresMisused(
-        f"forward was given non-zero attention scores and returned neither scores + bias nor a bias "
-        f"that ignores them: its output minus the scores differs from its output at zero scores by "
-        f"up to {added:.3g} (allowed {allowed:.3g}); a module given scores must return scores + bias "
-        "[fire.bias]")

@@ -49,12 +49,14 @@ import numpy as np
 from fire_conformance import appendix_e
 from fire_conformance import calls
 from fire_conformance import construction
+from fire_conformance import decoding
 from fire_conformance import equinox_bridge
 from fire_conformance import fresh
 from fire_conformance import haiku_bridge
 from fire_conformance import hand_written
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
+from fire_conformance import logits
 from fire_conformance import nnx_bridge
 from fire_conformance import numpy_fire
 from fire_conformance import outputs
@@ -473,7 +475,7 @@ class JaxGlue:
         if plan.style in calls.DECODING_STYLES and self.query_rows == "last" and rows_n < cols_n:
             whole = (args[1], args[1]) if plan.style == "qk_states" else (cols_n, cols_n) + args[2:]
             square = m.apply({**variables, "params": params}, *whole)
-            calls.check_last_rows(np.asarray(full, dtype=np.float64),
+            decoding.check_last_rows(np.asarray(full, dtype=np.float64),
                                   np.asarray(outputs.squeeze(square, heads, cols_n, cols_n, batch=plan.batch),
                                              dtype=np.float64),
                                   self.dtype, plan.style)
@@ -500,15 +502,15 @@ class JaxGlue:
                 if hasattr(probed, "shape"):
                     calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
         if plan.style == "qk_states":
-            q, k = calls.states_probe(*plan.states(heads))
+            q, k = logits.states_probe(*plan.states(heads))
             probed = m.apply({**variables, "params": params}, jnp.asarray(q, dtype=self.dt),
                              jnp.asarray(k, dtype=self.dt))
-            calls.check_states(as_numpy(full), as_numpy(probed), q, k, self.dtype)
+            logits.check_states(as_numpy(full), as_numpy(probed), q, k, self.dtype)
         if plan.style in calls.SCORES_STYLES:
-            scores = jnp.asarray(calls.scores_probe(args[0].shape), dtype=self.dt)
+            scores = jnp.asarray(logits.scores_probe(args[0].shape), dtype=self.dt)
             probed = m.apply({**variables, "params": params}, scores)
             named = plan.style == "scores" and calls.takes_scores(parameter_names(m))
-            calls.check_scores(full, probed, scores, self.dtype, named, to_numpy=as_numpy)
+            logits.check_scores(full, probed, scores, self.dtype, named, to_numpy=as_numpy)
         kept = {p: others[p] for p in outside}
         if twinned:
             self.twin(case, heads, width, params, kept, unset, args, plan, as_numpy(full), stepped)

@@ -2,8 +2,15 @@
 that must repeat one bias, heads returned last, and the errors that name the layouts of the
 argument tried. Shared by the ready-made glues (``appendix_e``, ``jax_glue``)."""
 
+import numpy as np
+
 from fire_conformance import calls
 from fire_conformance import kit as fire_kit
+
+try:
+    import torch
+except ImportError:  # NumPy and JAX glues
+    torch = None
 
 
 # What each layout of x is, for the error that names them all.
@@ -110,3 +117,11 @@ def squeeze(out, heads, rows, cols, batch=1, check=True):
     raise ValueError(f"the module returned shape {list(shape)}; expected [H, T, T], [1, H, T, T] or "
                      f"[B, H, T, T] with H = {heads}, T = {rows}" + ("" if rows == cols else f" x {cols}")
                      + (f" (x held B = {batch} sequences)" if batch > 1 else ""))
+
+
+def as_numpy(a):
+    """A torch tensor (any dtype, any device, with or without a graph) or array-like as a
+    float64 NumPy array."""
+    if torch is not None and isinstance(a, torch.Tensor):
+        return a.detach().cpu().double().numpy()
+    return np.asarray(a, dtype=np.float64)
