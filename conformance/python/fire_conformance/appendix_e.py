@@ -108,13 +108,15 @@ every other case it is built with the case's ``init_c`` and ``init_L`` and must 
 the case's values are loaded over its scalars: a constructor that ignores one fails, naming it.
 
 With torch installed the module is a torch ``nn.Module`` (put in ``.eval()`` mode) and gradients
-(``fire-grad/``) come from autograd; without torch, a NumPy module with the same interface
+(``fire-grad/``) come from autograd, compared on small squares with ``.train()`` mode's
+(``steps.check_train_mode``); without torch, a NumPy module with the same interface
 (``load_state_dict`` taking arrays) works for bias cases.
 """
 
 import argparse
 import contextlib
 import importlib.util
+import math
 import os
 import sys
 
@@ -816,7 +818,7 @@ def main(argv=None):
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}{arguments.note(cls)}",
                    positions=calls.class_positions(cls, a.call, a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
-                   future_keys=a.future_keys)
+                   future_keys=a.future_keys, max_len=math.inf)  # the glue bounds its calls itself
 
 
 if __name__ == "__main__":

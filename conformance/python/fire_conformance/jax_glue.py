@@ -41,6 +41,7 @@ Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future
 ``--max-len``, ``--kwargs``). ``--dtype f64`` turns on ``jax_enable_x64``.
 """
 
+import math
 import re
 import sys
 
@@ -712,7 +713,7 @@ def serve(cls, a):
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}{arguments.note(cls)}",
                    positions=positions,
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
-                   future_keys=a.future_keys)
+                   future_keys=a.future_keys, max_len=math.inf)  # the glue bounds its calls itself
 
 
 def main(argv=None):

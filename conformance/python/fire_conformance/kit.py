@@ -255,7 +255,8 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
     report then says its own handling of them (a decoding call) was not run [proto.hello].
     ``max_len``: the module's context, T at most; a valid case reaching past it is skipped
     before ``build`` is called. A ``"square"`` glue stops at ``SQUARE_LIMIT`` unless it says
-    otherwise: the suite's positions reach 10⁶, whose square no memory holds."""
+    otherwise: the suite's positions reach 10⁶, whose square no memory holds (``math.inf``: no
+    bound, for a glue that bounds its calls itself, as the ready-made glues do)."""
     if max_len is None and positions == "square":
         max_len = SQUARE_LIMIT
     reserve_stdout()
