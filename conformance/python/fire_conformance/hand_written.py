@@ -113,11 +113,9 @@ def layers(shapes, default_in_out=False):
     return [(w, bias_of(w, shapes)) for w in order]
 
 
-# The words that name each of FIRE's scalars in a parameter's name (``words``), and those that
-# say a value is held through a transform (``log_c``: loading.TRANSFORM_WORDS), which no case
-# value loads into.
+# The words that name each of FIRE's scalars in a parameter's name (``words``); a name that also
+# says a transform (``log_c``: ``loading.TRANSFORM_WORDS``) holds a value no case value loads into.
 SCALAR_WORDS = {"c": [{"c"}], "L_multiplier": [{"mult"}, {"multiplier"}], "init_L": [{"init", "l"}]}
-TRANSFORM_WORDS = {"log", "raw", "inv", "softplus", "unconstrained", "pre", "exp"}
 # The constructor's arguments, which a module may keep as it was given them (``init_c``): never
 # the trained scalar under another name.
 ARGUMENTS = construction.SHAPE_ARGS + construction.INITIAL_ARGS
@@ -131,7 +129,7 @@ def scalar(ours, names):
         said = set(words(name))
         return any(w <= said for w in SCALAR_WORDS[which])
 
-    found = [n for n in names if says(n, ours) and not set(words(n)) & TRANSFORM_WORDS
+    found = [n for n in names if says(n, ours) and not set(words(n)) & set(loading.TRANSFORM_WORDS)
              and last(n) not in ARGUMENTS
              and not any(says(n, other) for other in SCALAR_WORDS if other != ours)]
     return found[0] if len(found) == 1 else None

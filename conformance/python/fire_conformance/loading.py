@@ -497,7 +497,7 @@ def load_torch(m, ours, mapping, dt, built):
 
 # A parameter so named holds a scalar through a transform (``log_c``, ``raw_L_multiplier``,
 # ``c_unconstrained``): no case value loads into it as it is.
-TRANSFORM_WORDS = ("log", "raw", "inv", "softplus", "unconstrained", "pre")
+TRANSFORM_WORDS = ("log", "raw", "inv", "softplus", "unconstrained", "pre", "exp")
 
 
 def transformed(name, names):
