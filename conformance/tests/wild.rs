@@ -300,9 +300,9 @@ fn a_forward_taking_the_caches_length_is_called_with_a_cache() {
 }
 
 /// A `forward(attention_mask)` making its positions from a padding mask, as Hugging Face code
-/// does, is called with a mask of ones: it passes, and with `- 1` forgotten it is named
+/// does, is called with a mask of ones first: it passes, and with `- 1` forgotten it is named
 /// `one-based-positions` (audit 32: given zeros, every token was padding, and a correct module
-/// failed as a stale cache).
+/// failed as a stale cache). One adding its bias to an additive mask gets the other layouts.
 #[test]
 fn a_forward_of_the_attention_mask_is_given_a_mask_of_ones() {
     if !numpy() {
@@ -313,6 +313,8 @@ fn a_forward_of_the_attention_mask_is_given_a_mask_of_ones() {
         &appendix("PaddingMaskOneBased", "f64"),
         "one-based-positions",
     );
+    // An additive mask [B, 1, T, T] returned with the bias added is scores to the glue.
+    passes_in(&appendix("AdditiveMask", "f64"), 20, &[]);
 }
 
 #[test]

@@ -35,7 +35,8 @@ there is caught rather than answered by the glue's gather [proto.hello]:
                the run's note says it (--call positions grades it as positions instead)
     mask       forward(attention_mask), a padding mask [B, T] of ones, every token there (also
                ``attn_mask``, ``padding_mask``, ``mask``): Hugging Face code makes the positions
-               from it (``attention_mask.long().cumsum(-1) - 1``)
+               from it (``attention_mask.long().cumsum(-1) - 1``); tried first for a parameter
+               so named, then the other layouts (an additive mask [B, 1, T, T] is ``scores``)
     sequence   forward(x), x one sequence of hidden states [T, 1], no batch: the length read
                from x.shape[0] (Equinox's convention, a module vmapped over the batch)
     seq_len    forward(T)                 (also ``seq_length``, ``length``, ``n``, ...)
@@ -567,7 +568,7 @@ class Glue:
         elif calls.takes_scores(calls.parameter_names(m)):
             return call("scores")
         else:
-            layouts = X_LAYOUTS
+            layouts = ["mask"] + X_LAYOUTS if calls.takes_mask(calls.parameter_names(m)) else X_LAYOUTS
         # The layouts in turn, the one that worked before first.
         order = sorted(layouts, key=lambda s: s != self.layout)
         errors = []

@@ -48,9 +48,10 @@ QUERY_LENGTH_NAMES = {"i", "query_length", "query_len", "q_len", "qlen", "q_leng
                       "n_queries", "tgt_len"}
 KEY_LENGTH_NAMES = {"j", "key_length", "key_len", "k_len", "klen", "k_length", "num_keys", "n_keys",
                     "src_len"}
-# A first parameter so named is the attention (padding) mask [B, T] of ones and zeros, from which
-# Hugging Face code makes the positions (``attention_mask.long().cumsum(-1) - 1``): called with a
-# mask of ones, every token there (``mask``), never with zeros, which would pad them all away.
+# A first parameter so named may be the attention (padding) mask [B, T] of ones and zeros, from
+# which Hugging Face code makes the positions (``attention_mask.long().cumsum(-1) - 1``): tried
+# first with a mask of ones, every token there (``mask``), never with zeros, which would pad them
+# all away (``takes_mask``).
 MASK_NAMES = {"attention_mask", "attn_mask", "padding_mask", "mask"}
 POSITION_NAMES = {"positions", "position", "pos", "position_ids", "positions_ids", "idx", "indices"}
 # Of those, the names other code gives a batch of token ids (nanoGPT's ``forward(idx)``): a module
@@ -145,8 +146,6 @@ def style_of(names):
         return "seq_len_device"
     if names and names[0] in LENGTH_NAMES:
         return "seq_len"
-    if names and names[0] in MASK_NAMES:
-        return "mask"
     if len(names) >= 2 and names[0] in QUERY_LENGTH_NAMES and names[1] in KEY_LENGTH_NAMES:
         return "lengths_device" if len(names) >= 3 and names[2] == "device" else "lengths"
     if len(names) >= 2 and names[0] in QUERY_STATE_NAMES and names[1] in KEY_STATE_NAMES:
@@ -157,6 +156,14 @@ def style_of(names):
     if names and names[0] in POSITION_NAMES:
         return "positions"
     return "x"
+
+
+def takes_mask(names):
+    """Whether a forward whose positional parameters are ``names`` says by its first one's name
+    that it may be given a padding mask (``MASK_NAMES``): the ``mask`` layout is tried first
+    for it, then the other layouts of x (an additive mask ``[B, 1, T, T]`` it returns the bias
+    added to is attention scores to the glue)."""
+    return bool(names) and names[0] in MASK_NAMES
 
 
 def takes_scores(names):

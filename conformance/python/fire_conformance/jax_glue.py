@@ -312,7 +312,8 @@ class JaxGlue:
             return [style]
         if calls.takes_scores(parameter_names(m)):
             return ["scores"]
-        return sorted(calls.X_LAYOUTS, key=lambda s: s != self.layout)
+        layouts = ["mask"] + calls.X_LAYOUTS if calls.takes_mask(parameter_names(m)) else calls.X_LAYOUTS
+        return sorted(layouts, key=lambda s: s != self.layout)
 
     def args(self, plan, heads):
         """The arguments of the call ``plan`` (a ``calls.Plan``), an x of zeros in the x layouts

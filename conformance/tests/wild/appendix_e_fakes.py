@@ -320,6 +320,15 @@ class PaddingMask(PositionList):
         return np.stack([self.rows(p.astype(self.dt)) for p in positions])
 
 
+class AdditiveMask(Correct):
+    """Correct: forward(attention_mask) of the additive mask Hugging Face builds, [B, 1, T, T]
+    (``_update_causal_mask``), returned with the bias added: attention scores to the glue, not a
+    padding mask (audit 32: the padding mask tried alone had called it broken)."""
+
+    def __call__(self, attention_mask):
+        return attention_mask + self.bias(attention_mask.shape[-1])
+
+
 class PaddingMaskOneBased(PaddingMask):
     """The same with ``- 1`` forgotten: positions start at 1 (the catalogue's
     ``one-based-positions``)."""
