@@ -49,7 +49,7 @@ def first_layer(shapes):
     """``[out, in]`` layer shapes with a first layer's one-dimensional weight ``[W]`` read as
     ``[W, 1]``: f_θ's input is one scalar, so a hand-written first layer keeps its weight as a
     vector (``x[..., None] * w + b``) as often as a matrix."""
-    return [(s[0], 1) if n == 0 and len(s) == 1 else tuple(s) for n, s in enumerate(shapes)]
+    return [hand_written.read(s, False) if n == 0 else tuple(s) for n, s in enumerate(shapes)]
 
 
 def is_chain(shapes):
@@ -435,8 +435,7 @@ def load_torch(m, ours, mapping, dt, built):
     if layers and not any(w in linear for w, _ in layers) and \
             hand_written.stored_in_out([tuple(state[w].shape) for w, _ in layers], False):
         transposed = {w for w, _ in layers if state[w].dim() == 2}
-    own = [hand_written.read(state[w].shape, w in transposed) if w in transposed else tuple(state[w].shape)
-           for w, _ in layers]
+    own = [tuple(state[w].shape)[::-1] if w in transposed else tuple(state[w].shape) for w, _ in layers]
     claimed = {n for layer in layers for n in layer} | set(mapping.values()) | set(construction.SCALARS)
     vectors = unclaimed_vectors({n: state[n].shape for n in state if n in params}, claimed)
     layers, unordered = loose_biases(layers, own, vectors, mapped_biases(mapping, len(layers)))
