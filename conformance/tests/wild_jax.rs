@@ -759,3 +759,30 @@ fn a_threshold_no_case_value_reaches_is_graded_at_the_specs_l_init() {
         "{r:#}"
     );
 }
+
+/// A JAX module built from one config object that it reads only when initialised (as a Flax
+/// linen module reads its `config` field in `setup`) is given one built from each case and
+/// passes, its ε cases graded once its reads are known; one that reads `config.fire_init_L` and
+/// keeps 512 fails the cases off the defaults, naming the attribute it read.
+#[test]
+fn a_jax_module_reading_its_config_when_initialised_is_given_one_and_graded() {
+    if !jax() {
+        return;
+    }
+    let r = passes_in(&jax_fake("FromConfig"), 10, &WITH_EPSILON);
+    let name = r["implementation"].as_str().unwrap();
+    assert!(
+        name.contains(
+            "takes one config object, built by the glue, which it reads when first called"
+        ),
+        "{name}"
+    );
+    assert!(passed_with(&r, "fire/epsilon/").len() >= 3, "{r:#}");
+    let (code, r) = run(&jax_fake("FromConfigKeepsOwnL"), &DEFAULT_AND_RANDOM);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(
+        &r,
+        "it reads `config.fire_init_L` and starts init_L at its own value",
+    );
+    assert_eq!(failed, ["fire/random-params/seed-1-square-16"], "{r:#}");
+}

@@ -787,3 +787,40 @@ fn a_path_only_training_takes_is_compared_with_eval_mode() {
     );
     passes_in(&torch_fake("DropoutInTraining", "f32"), 20, &[]);
 }
+
+/// A torch module built from a model's config (`__init__(self, config: ModelConfig, layer_idx=None)`)
+/// is given one built from each case and passes, values and gradients, the run's name saying
+/// which attribute it read as which argument; one that reads `config.fire_init_c` and starts c
+/// at 0.1 all the same fails the cases off the defaults, naming the attribute it read.
+#[test]
+fn a_torch_module_built_from_a_config_is_given_one_and_graded() {
+    if !torch() {
+        return;
+    }
+    let r = passes_in(
+        &torch_fake("FromConfig", "f32"),
+        2,
+        &DEFAULT_AND_RANDOM[..4],
+    );
+    let name = r["implementation"].as_str().unwrap();
+    assert!(
+        name.contains("takes one config object, built by the glue (num_heads ← config.num_attention_heads, mlp_width ← config.fire_mlp_width, init_c ← config.fire_init_c, init_L ← config.fire_init_L, eps ← config.fire_eps)"),
+        "{name}"
+    );
+    let r = passes_in(
+        &torch_fake("FromConfig", "f32"),
+        1,
+        &["--run", "fire-grad/vjp/random-square-12"],
+    );
+    assert_eq!(count(&r, "values", "passed"), 1, "{r:#}");
+    let (code, r) = run(
+        &torch_fake("FromConfigIgnoresC", "f32"),
+        &DEFAULT_AND_RANDOM,
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(
+        &r,
+        "it reads `config.fire_init_c` and starts c at its own value",
+    );
+    assert_eq!(failed, ["fire/random-params/seed-1-square-16"], "{r:#}");
+}

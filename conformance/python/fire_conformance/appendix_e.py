@@ -102,7 +102,9 @@ Options (after the module spec):
     --map-arg OURS=YOURS  the constructor's name for one of Appendix E's arguments (repeatable),
                         e.g. --map-arg num_heads=n_heads; a constructor that takes no init_c,
                         init_L or eps is built without them (c and L_init loaded over what it
-                        makes; cases at an ε other than the spec's 1e-6 skipped)
+                        makes; cases at an ε other than the spec's 1e-6 skipped); for a
+                        constructor taking one config object (``__init__(self, config)``),
+                        the config attribute that holds it (``configs``)
 
 At the spec's initial values a torch module is built on its own defaults, which are checked; on
 every other case it is built with the case's ``init_c`` and ``init_L`` and must hold them before
@@ -269,7 +271,8 @@ class Glue:
                 return effective_state(in_dtype(again, dt))[theirs[name]]
 
             check_arguments({k: initial[n] for n, k in names.items() if n in initial}, case, self.dtype,
-                            rebuild, self.kwargs.untaken(self.cls))
+                            rebuild, self.kwargs.untaken(self.cls),
+                            lambda arg: self.kwargs.given_as(self.cls, arg))
         elif own:
             # The MLP as the case has it (its initialisation is random), the scalars as
             # the module made them where they are not the default: one made in float32 and
@@ -313,6 +316,7 @@ class Glue:
             # NumPy has no bfloat16: a NumPy module asked for bf16 computes in float32.
             dt = np.float64 if self.dtype == "f64" else np.float32
             names = {self.mapping.get(k, k): k for k in ours}
+            self.kwargs.check_reached(self.cls, names.values(), case.encoding)
             m.load_state_dict({k: np.asarray(ours[v], dtype=dt) for k, v in names.items()})
         return m, heads, names, ours
 
@@ -371,7 +375,7 @@ class Glue:
             return
         again = self.built_again(case, heads, dt, init_L=moved)
         if again is not None and not steps.twin_differs(got, plan.pick(as_numpy(again)), self.dtype):
-            raise construction.keeps_own_threshold(case, moved, self.kwargs.theirs("init_L"))
+            raise construction.keeps_own_threshold(case, moved, self.kwargs.given_as(self.cls, "init_L"))
 
     def anew(self, cls, case, heads, dt):
         """The bias of a module of ``cls`` (the class imported afresh, ``fresh``) built for

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from fire_conformance import configs
 from fire_conformance import kit as fire_kit
 
 
@@ -90,7 +91,7 @@ class TransformedArgument(Exception):
 FROM_ARGUMENT = {"c": "init_c", "init_L": "init_L"}
 
 
-def check_arguments(held, case, dtype, rebuild=None, untaken=()):
+def check_arguments(held, case, dtype, rebuild=None, untaken=(), given_as=None):
     """Raises ``IgnoredArgument`` where a module built from the case's arguments (``construct``)
     holds, before any case value is loaded, a c or L_init other than the one it was given
     (``held``: our name -> the value it holds). Not on an invalid case ([vec.invalid]): the
@@ -105,7 +106,9 @@ def check_arguments(held, case, dtype, rebuild=None, untaken=()):
     the argument and returns what it then holds: a held value that follows the argument is a
     transform of it (softplus⁻¹ c, log L), said so, rather than an argument ignored. An argument
     the constructor does not take (``untaken``, ``Arguments.untaken``) is not checked: the
-    module makes that scalar its own way, and the glue loads the case's value over it."""
+    module makes that scalar its own way, and the glue loads the case's value over it.
+    ``given_as(arg)``: how the module was given our argument ``arg`` (``Arguments.given_as``),
+    for the messages."""
     enc = case.encoding
     given = {"c": enc["c"], "init_L": enc["l_init"]}
     if case.family == "invalid" or not all(isinstance(v, (int, float)) and math.isfinite(v) and v != 0
@@ -125,6 +128,9 @@ def check_arguments(held, case, dtype, rebuild=None, untaken=()):
         same = theirs.size > 0 and bool(np.all(np.abs(theirs - ours) <= slack * abs(ours)))
         if not same:
             arg = FROM_ARGUMENT[name]
+            # How the module was given it: the argument, or an attribute of a config (`configs`).
+            via = given_as(arg) if given_as is not None else arg
+            given_with = f"{arg}={{}}" if via == arg else f"{via} = {{}}"
             # As held (c is compared in magnitude, but a log held is said with its sign).
             held_as = as_float64(value)
             shown = float(held_as.reshape(-1)[0]) if held_as.size == 1 else held_as.tolist()
@@ -137,11 +143,19 @@ def check_arguments(held, case, dtype, rebuild=None, untaken=()):
                     np.abs(again) if name == "c" else again, theirs):
                 shown_again = float(again.reshape(-1)[0]) if again.size == 1 else again.tolist()
                 raise TransformedArgument(
-                    f"built with {arg}={want!r}, the module holds {name} = {shown!r}, and built "
-                    f"with {arg}={other!r} it holds {shown_again!r}: it stores a transform of "
-                    f"`{arg}` (a log, a softplus⁻¹), which the glue cannot load a case's {name} "
+                    f"built with {given_with.format(repr(want))}, the module holds {name} = {shown!r}, "
+                    f"and built with {given_with.format(repr(other))} it holds {shown_again!r}: it "
+                    f"stores a transform of `{via}` (a log, a softplus⁻¹), which the glue cannot load a case's {name} "
                     "into; write a build(case) glue that converts (conformance/README.md) "
                     "[fire.params]")
+            if via != arg:
+                raise IgnoredArgument(
+                    f"built with {via} = {want!r}, the module holds {name} = {shown!r} before any "
+                    f"case value is loaded: it "
+                    f"reads `{via}` and starts {name} at its own value, where [fire.params] starts "
+                    f"{name} at the value it is given (the glue loads the case's {name} over it, so "
+                    "only the module as built shows it); where another attribute is its "
+                    f"{arg}, --map-arg {arg}=ATTRIBUTE")
             raise IgnoredArgument(
                 f"built with {arg}={want!r}, the module holds {name} = {shown!r} before any case "
                 f"value is loaded: its constructor ignores `{arg}` (it starts {name} at its own "
@@ -245,10 +259,78 @@ class Arguments:
     def __init__(self, extra=None, names=None):
         self.extra = dict(extra or {})
         self.names = dict(names or {})
+        # The configs built for each config-constructed class (`case_config`), whose reads say
+        # which of our arguments it takes (`config_reads`).
+        self.configs = {}
 
     def theirs(self, ours):
         """The constructor's name for our argument ``ours``."""
         return self.names.get(ours, ours)
+
+    def config_of(self, cls):
+        """The parameter of the constructor of ``cls`` that takes one config object
+        (``configs.config_parameter``), or None where it takes our arguments."""
+        claimed = {self.theirs(a) for a in SHAPE_ARGS + INITIAL_ARGS}
+        return configs.config_parameter(cls, parameters_of(cls), claimed, FRAMEWORK_ARGS)
+
+    def given_as(self, cls, ours):
+        """How a module of ``cls`` is given our argument ``ours``: the config attribute it read
+        it as (``config.fire_init_c``), or the constructor's argument."""
+        if self.config_of(cls) is not None:
+            attr = self.config_reads(cls)[0].get(ours)
+            if attr is not None:
+                return f"config.{attr}"
+        return self.theirs(ours)
+
+    def config_reads(self, cls):
+        """What a config-constructed ``cls`` has read from the configs built for it: ours -> the
+        attribute, and the attributes no case answered (nothing did, or the config class's
+        defaults: ``configs.record``). The first is a trial, the module built from a config of the
+        spec's defaults ([fire.defaults]), whose errors are left to the cases' own constructions
+        to report; a module that reads its config only when it is first called (a Flax linen
+        module's ``setup``) adds its reads as each case's module is initialised."""
+        if cls not in self.configs:
+            trial = self.case_config(cls, self.config_of(cls), {
+                "num_heads": 2, "mlp_width": 4, "init_c": DEFAULTS["c"], "init_L": DEFAULTS["l_init"],
+                "eps": DEFAULTS["eps"]})
+            try:
+                self.construct_from(cls, trial)
+            except Exception:
+                pass
+        read, others = {}, []
+        for config in self.configs[cls]:
+            got, unanswered, from_base = configs.record(config)
+            for ours, attr in got.items():
+                read.setdefault(ours, attr)
+            others += [a for a in unanswered + from_base if a not in others]
+        return read, others
+
+    def reads_when_built(self, cls):
+        """Whether a config-constructed ``cls`` reads our arguments while it is built (the
+        trial of ``config_reads``), rather than when first called (a Flax linen module)."""
+        self.config_reads(cls)
+        return bool(configs.record(self.configs[cls][0])[0])
+
+    def case_config(self, cls, param, given):
+        """The ``configs.CaseConfig`` holding our arguments ``given`` (over ``--kwargs``' initial
+        values), ``--kwargs``' other entries that are no argument of the constructor's, and the
+        defaults of the config class ``param`` is annotated with; kept for ``config_reads``."""
+        taken = {p.name for p in parameters_of(cls) or ()}
+        values = {k: v for k, v in {**self.extra, **given}.items() if k in SHAPE_ARGS + INITIAL_ARGS}
+        attrs = {k: v for k, v in self.extra.items() if k not in values and k not in taken}
+        config = configs.CaseConfig(values, attrs, self.names, configs.default_of(cls, param))
+        self.configs.setdefault(cls, []).append(config)
+        return config
+
+    def construct_from(self, cls, config):
+        """``cls`` built from ``config`` (``case_config``) and the ``--kwargs`` entries that are
+        arguments of its constructor."""
+        param = self.config_of(cls)
+        taken = {p.name for p in parameters_of(cls) or ()}
+        kwargs = {k: v for k, v in self.extra.items() if k in taken and k != param.name}
+        if param.kind == param.POSITIONAL_ONLY:
+            return cls(config, **kwargs)
+        return cls(**{param.name: config}, **kwargs)
 
     def untaken(self, cls):
         """Our initial-value arguments (``INITIAL_ARGS``) the constructor of ``cls`` does not
@@ -256,6 +338,9 @@ class Arguments:
         (the glue loads the case's c and L_init over what it makes; a case at another ε than
         the spec's is not one it can be given). Empty where the constructor's arguments cannot
         be read (``signature_of``)."""
+        if self.config_of(cls) is not None:
+            read = self.config_reads(cls)[0]
+            return frozenset(a for a in INITIAL_ARGS if a not in read and a not in self.extra)
         names = signature_of(cls)
         if names is None:
             return frozenset()
@@ -265,7 +350,11 @@ class Arguments:
         """``cls`` built with our arguments ``given`` (ours -> value) over ``extra``, each under
         the constructor's name for it, leaving out those it does not take (``untaken``); those
         it takes by position only (``def __init__(self, num_heads, mlp_width, /)``) by
-        position."""
+        position. A constructor taking one config object is given a ``CaseConfig`` holding them
+        (``config_of``)."""
+        param = self.config_of(cls)
+        if param is not None:
+            return self.construct_from(cls, self.case_config(cls, param, given))
         untaken = self.untaken(cls)
         args = {self.theirs(k): v for k, v in {**self.extra, **given}.items() if k not in untaken}
         positional = []
@@ -278,7 +367,11 @@ class Arguments:
     def check(self, cls):
         """Refuses, before any case, a ``--map-arg`` naming an argument the constructor of
         ``cls`` does not take (where its arguments can be read): the argument would otherwise be
-        left out as one it does not take, silently."""
+        left out as one it does not take, silently. For a constructor taking one config
+        object, ``--map-arg`` names the config's attributes, which cannot be read before it is
+        built."""
+        if self.config_of(cls) is not None:
+            return
         names = signature_of(cls)
         wrong = sorted(f"{a}={n}" for a, n in self.names.items() if names is not None and n not in names)
         if wrong:
@@ -289,7 +382,13 @@ class Arguments:
         """Skips a case whose L_init the module cannot be given: its constructor does not take
         ``init_L`` (``untaken``) and it holds no ``init_L`` the glue loads (``loaded``, our names of
         what it loaded: a threshold kept as a float attribute, or under another name), so it
-        keeps its own, which is graded on the cases at the spec's L_init alone."""
+        keeps its own, which is graded on the cases at the spec's L_init alone; likewise a case
+        whose ε a config-constructed module, built and initialised, has not read."""
+        if self.config_of(cls) is not None and "eps" in self.untaken(cls) and enc["eps"] != DEFAULTS["eps"]:
+            raise fire_kit.Skip(
+                f"ε = {enc['eps']!r}: the module read no ε from the config the glue built, so it "
+                f"keeps its own (graded on the cases at the spec's ε = {DEFAULTS['eps']!r}); where "
+                "it reads ε under another name, --map-arg eps=ATTRIBUTE")
         if "init_L" in self.untaken(cls) and "init_L" not in loaded and enc["l_init"] != DEFAULTS["l_init"]:
             raise fire_kit.Skip(
                 f"L_init = {enc['l_init']!r}: the constructor takes no `init_L` and the module holds "
@@ -299,19 +398,35 @@ class Arguments:
 
     def note(self, cls):
         """What the run's name says of a constructor taking fewer of our arguments
-        (``untaken``): "" where it takes them all, or not the shape (it is then refused)."""
+        (``untaken``), and where a config-constructed one read them: "" where it takes them all,
+        or not the shape (it is then refused)."""
         names = signature_of(cls)
-        if names is not None and any(self.theirs(a) not in names for a in SHAPE_ARGS):
+        config = self.config_of(cls) is not None
+        if not config and names is not None and any(self.theirs(a) not in names for a in SHAPE_ARGS):
             return ""
         untaken = self.untaken(cls)
         scalars = [a for a in ("init_c", "init_L") if a in untaken]
         said = []
+        if config and not self.reads_when_built(cls):
+            # What it reads is known only once it is called (`check_reached` skips then).
+            return "; its constructor takes one config object, built by the glue, which it reads when first called"
+        if config:
+            read = self.config_reads(cls)[0]
+            said.append(f"takes one config object, built by the glue ({configs.describe(read)})")
+        takes = "reads" if config else "takes"
         if scalars:
-            said.append(f"takes no {' or '.join(scalars)} (the case's values loaded over the module's own)")
+            said.append(f"{takes} no {' or '.join(scalars)} (the case's values loaded over the module's own)")
         if "eps" in untaken:
-            said.append(f"takes no eps (cases at ε ≠ {DEFAULTS['eps']!r} skipped)")
+            said.append(f"{takes} no eps (cases at ε ≠ {DEFAULTS['eps']!r} skipped)")
         if not said:
             return ""
+        if config:
+            # The attributes it read that the case did not answer may hold the rest.
+            others = self.config_reads(cls)[1]
+            rest = [a for a in INITIAL_ARGS if a in untaken]
+            hint = (f"; it read config.{', config.'.join(others)}, which the case did not answer: "
+                    f"where one is its {' or '.join(rest)}, --map-arg OURS=ATTRIBUTE") if others and rest else ""
+            return f"; its constructor {', and '.join(said)}{hint}"
         # An argument named as other code names one of ours may be it.
         guess = self.named_otherwise(names or ())[2]
         maybe = [a for a in INITIAL_ARGS if a in untaken and a in guess]
@@ -380,8 +495,13 @@ def construct_own(cls, heads, width, arguments, enc):
     ``kwargs["init_c"]`` KeyError, an assert on a None default) is given those from the case
     ``enc`` — the fewest that build it — and its defaults for the others are still checked;
     None when it builds only with all three, in which case it has no defaults of its own to
-    check and is built from the case's values. ``arguments``: an ``Arguments``."""
+    check and is built from the case's values; None too for a module that reads its config only
+    when first called (``Arguments.reads_when_built``). ``arguments``: an ``Arguments``."""
     given = {"init_c": enc["c"], "init_L": enc["l_init"], "eps": enc["eps"]}
+    if arguments.config_of(cls) is not None and not arguments.reads_when_built(cls):
+        # Reading its config only when first called, it cannot be told here which defaults it
+        # lacks (a read it has no default for fails then, not now).
+        return None
     untaken = arguments.untaken(cls)
     free = [k for k in INITIAL_ARGS if k not in arguments.extra and k not in untaken]
     # Never all of them: a module given every one has no default of its own left to check.
@@ -424,7 +544,9 @@ def construct(cls, heads, width, enc, arguments):
     since the module cannot be given it. A constructor whose signature is not Appendix E's fails
     the same way on every case; the error says how to reach it rather than leave a bare
     TypeError to every reply."""
-    if "eps" in arguments.untaken(cls) and enc["eps"] != DEFAULTS["eps"]:
+    # A config-constructed module may read its ε only once it is first called: `check_reached`
+    # skips its case then.
+    if arguments.config_of(cls) is None and "eps" in arguments.untaken(cls) and enc["eps"] != DEFAULTS["eps"]:
         raise fire_kit.Skip(f"ε = {enc['eps']!r}: the constructor takes no `eps`, so the module keeps "
                             f"its own (graded on the cases at the spec's ε = {DEFAULTS['eps']!r}); "
                             "where it takes ε under another name, --map-arg eps=NAME")

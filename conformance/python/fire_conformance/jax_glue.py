@@ -568,7 +568,8 @@ class JaxGlue:
             return trees.lookup(holds({**case.encoding, key: value}), where[name])
 
         if not own:
-            construction.check_arguments(held, case, self.dtype, rebuild, self.kwargs.untaken(self.cls))
+            construction.check_arguments(held, case, self.dtype, rebuild, self.kwargs.untaken(self.cls),
+                                         lambda arg: self.kwargs.given_as(self.cls, arg))
             return
         if all(construction.same_in_f32(v, ours[name]) for name, v in held.items()
                if name in construction.FROM_ARGUMENT):
@@ -576,7 +577,8 @@ class JaxGlue:
         try:
             given = holds(case.encoding)
             construction.check_arguments({name: trees.lookup(given, where[name]) for name in held},
-                                         case, self.dtype, rebuild, self.kwargs.untaken(self.cls))
+                                         case, self.dtype, rebuild, self.kwargs.untaken(self.cls),
+                                         lambda arg: self.kwargs.given_as(self.cls, arg))
         except construction.TransformedArgument:
             raise
         except Exception:
@@ -648,7 +650,7 @@ class JaxGlue:
         except Exception:
             return
         if not steps.twin_differs(plan.pick(full), again, self.dtype):
-            raise construction.keeps_own_threshold(case, moved, self.kwargs.theirs("init_L"))
+            raise construction.keeps_own_threshold(case, moved, self.kwargs.given_as(self.cls, "init_L"))
 
     def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan, own=False,
              l_init=None):

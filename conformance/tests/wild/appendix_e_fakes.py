@@ -4,6 +4,8 @@ correct module in exactly the way its docstring says. ``tests/wild.rs`` drives e
 ``adapters/appendix_e.py`` and asserts the harness's exact verdict and diagnosis.
 """
 
+import dataclasses
+
 import numpy as np
 
 
@@ -521,10 +523,47 @@ class ScoresShapeOnly(Correct):
 
 class ConfigConstructor(Correct):
     """Correct, constructed from one config object (``__init__(self, config)``, Hugging Face's
-    way): no ``--map-arg`` reaches what the object holds."""
+    way), reading ε with a default as code does of an optional entry."""
 
     def __init__(self, config):
-        super().__init__(config.num_attention_heads, config.fire_mlp_width)
+        super().__init__(config.num_attention_heads, config.fire_mlp_width,
+                         eps=getattr(config, "fire_eps", 1e-6))
+
+
+@dataclasses.dataclass
+class FireConfig:
+    """A config class of a model that uses FIRE: the model's own entries beside FIRE's."""
+    hidden_size: int = 768
+    num_attention_heads: int = 12
+    layer_norm_eps: float = 1e-5
+    fire_hidden_size: int = 32
+    fire_init_c: float = 0.1
+    fire_init_L: float = 512.0
+    fire_epsilon: float = 1e-6
+
+
+class ConfigDataclass(Correct):
+    """Correct, ``__init__(self, config: FireConfig)``, reading FIRE's entries under a prefix."""
+
+    def __init__(self, config: FireConfig):
+        super().__init__(config.num_attention_heads, config.fire_hidden_size, config.fire_init_c,
+                         config.fire_init_L, config.fire_epsilon)
+
+
+class ConfigLayerNormEps(Correct):
+    """Normalises with the model's layer-norm ε (``config.layer_norm_eps``, 10⁻⁵ in its config
+    class) rather than FIRE's own: within float32's tolerance at the spec's ε, not elsewhere."""
+
+    def __init__(self, config: FireConfig):
+        super().__init__(config.num_attention_heads, config.fire_hidden_size, eps=config.layer_norm_eps)
+
+
+class ConfigHiddenSize(Correct):
+    """Correct, but FIRE's MLP width read as ``config.hidden_size``, which most configs give the
+    model's width: the glue answers it only where told to."""
+
+    def __init__(self, config):
+        super().__init__(config.n_head, config.hidden_size, config.c0, config.l0, config.eps)
 
 
 class PositionsNamedT(Correct):

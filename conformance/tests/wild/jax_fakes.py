@@ -647,3 +647,28 @@ class ThresholdAttributeIgnored(ThresholdAttributeGiven):
 
     def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
         super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
+
+
+class FromConfig(FIRE):
+    """Correct, built from one config object that it reads only when initialised, as a Flax linen
+    module reads its config field in ``setup``."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def read(self, config):
+        return config.fire_init_L
+
+    def init(self, rng, x):
+        cfg = self.config
+        self.num_heads, self.mlp_width = cfg.num_attention_heads, cfg.fire_mlp_width
+        self.init_c, self.init_L = cfg.fire_init_c, self.read(cfg)
+        self.eps = getattr(cfg, "fire_eps", 1e-6)
+        return super().init(rng, x)
+
+
+class FromConfigKeepsOwnL(FromConfig):
+    """Built from one config object, whose ``fire_init_L`` it reads and replaces by 512."""
+
+    def read(self, config):
+        return 512.0 + 0 * config.fire_init_L

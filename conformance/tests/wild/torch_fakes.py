@@ -925,3 +925,32 @@ class DropoutInTraining(FIRE):
         super().__init__(*args, **kwargs)
         first, act, out = self.mlp
         self.mlp = nn.Sequential(first, act, nn.Dropout(0.5), out)
+
+
+class ModelConfig:
+    """A model's config as Hugging Face's ``PretrainedConfig`` holds one: plain attributes, the
+    model's own beside FIRE's."""
+
+    def __init__(self, hidden_size=768, num_attention_heads=12, fire_mlp_width=32, fire_init_c=0.1,
+                 fire_init_L=512.0, fire_eps=1e-6, rms_norm_eps=1e-5):
+        self.hidden_size, self.num_attention_heads = hidden_size, num_attention_heads
+        self.fire_mlp_width, self.fire_init_c, self.fire_init_L = fire_mlp_width, fire_init_c, fire_init_L
+        self.fire_eps, self.rms_norm_eps = fire_eps, rms_norm_eps
+
+
+class FromConfig(FIRE):
+    """Correct, built from a model's config (``__init__(self, config: ModelConfig)``)."""
+
+    def __init__(self, config: ModelConfig, layer_idx=None):
+        super().__init__(config.num_attention_heads, config.fire_mlp_width, config.fire_init_c,
+                         config.fire_init_L, config.fire_eps)
+
+
+class FromConfigIgnoresC(FIRE):
+    """Built from a model's config, whose ``fire_init_c`` it reads for nothing: c starts at 0.1
+    whatever the config says."""
+
+    def __init__(self, config):
+        super().__init__(config.num_attention_heads, config.fire_mlp_width, 0.1,
+                         config.fire_init_L, config.fire_eps)
+        self.unused = config.fire_init_c
