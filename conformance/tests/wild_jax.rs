@@ -786,3 +786,24 @@ fn a_jax_module_reading_its_config_when_initialised_is_given_one_and_graded() {
     );
     assert_eq!(failed, ["fire/random-params/seed-1-square-16"], "{r:#}");
 }
+
+/// A JAX module whose call takes a training flag (`deterministic=True` by default) was graded
+/// in evaluation mode alone, so a `stop_gradient` only training takes passed. Each gradient case
+/// is now run again with the flag as training gives it and compared: the correct module passes,
+/// the one whose ψ is detached in training fails naming c and the flag.
+#[test]
+fn a_jax_module_is_also_graded_as_training_calls_it() {
+    if !jax() {
+        return;
+    }
+    let grad = ["--run", "fire-grad/vjp/*", "--run", "fire-grad/kinks/*"];
+    passes_in(&jax_fake("TrainingFlag"), 3, &grad);
+    let (code, r) = run(&jax_fake("DetachedInTraining"), &grad);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(
+        &r,
+        "in training mode (`deterministic=False`, as a training loop calls it) the gradient of `c`",
+    );
+    assert!(!failed.is_empty(), "{r:#}");
+    assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+}

@@ -352,3 +352,21 @@ fn haiku_mistakes_are_named() {
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
 }
+
+/// An NNX module whose call takes `deterministic=True` is also run as training calls it
+/// (`deterministic=False`, through the bridge) on each gradient case: one whose threshold is
+/// detached only in training fails naming the multiplier and the flag.
+#[test]
+fn an_nnx_module_detached_only_in_training_fails() {
+    if !flax() {
+        return;
+    }
+    let (code, r) = run(&nnx_fake("DetachedInTraining"), &JAX_GRAD);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(
+        &r,
+        "in training mode (`deterministic=False`, as a training loop calls it) the gradient of `L_multiplier`",
+    );
+    assert!(!failed.is_empty(), "{r:#}");
+    assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+}

@@ -782,7 +782,7 @@ fn a_path_only_training_takes_is_compared_with_eval_mode() {
         r["glue_found"]["message"]
             .as_str()
             .unwrap_or_default()
-            .contains("in train mode"),
+            .contains("in training mode (module.train()"),
         "{r:#}"
     );
     passes_in(&torch_fake("DropoutInTraining", "f32"), 20, &[]);

@@ -112,7 +112,7 @@ the case's values are loaded over its scalars: a constructor that ignores one fa
 
 With torch installed the module is a torch ``nn.Module`` (put in ``.eval()`` mode) and gradients
 (``fire-grad/``) come from autograd, compared on small squares with ``.train()`` mode's
-(``steps.check_train_mode``); without torch, a NumPy module with the same interface
+(``train_mode``); without torch, a NumPy module with the same interface
 (``load_state_dict`` taking arrays) works for bias cases.
 """
 
@@ -133,7 +133,7 @@ from fire_conformance import haiku_bridge
 from fire_conformance import fresh
 from fire_conformance import kit as fire_kit
 from fire_conformance import logits
-from fire_conformance import numpy_fire, repeats, steps
+from fire_conformance import numpy_fire, repeats, steps, train_mode
 from fire_conformance.outputs import NotABias, as_numpy, every_layout_failed, remembered_layout_failed, squeeze
 from fire_conformance.calls import CALLS, X_LAYOUTS, call_style
 from fire_conformance.construction import (
@@ -721,9 +721,9 @@ class Glue:
         return out
 
     def train_mode_agrees(self, m, heads, case, full, g, names, graded):
-        """``steps.check_train_mode`` of ``m`` called as the graded call was, for the same
+        """``train_mode.check_torch`` of ``m`` called as the graded call was, for the same
         cotangent ``g``, against its eval-mode bias ``full`` and gradients ``graded``."""
-        steps.check_train_mode(m, lambda: self.forward(m, heads, case, True, probes=False)[0], full, g,
+        train_mode.check_torch(m, lambda: self.forward(m, heads, case, True, probes=False)[0], full, g,
                                names, graded, self.dtype)
 
 

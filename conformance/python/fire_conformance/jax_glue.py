@@ -62,6 +62,7 @@ from fire_conformance import nnx_bridge
 from fire_conformance import numpy_fire
 from fire_conformance import outputs
 from fire_conformance import steps
+from fire_conformance import train_mode
 from fire_conformance import trees
 from fire_conformance.loading import chain_order
 
@@ -535,6 +536,9 @@ class JaxGlue:
         # unasked for: the reply shows it. A layer without a bias sends none for it, and the
         # case fails on the missing output.
         gflat = trees.flatten(grads)
+        if small:
+            self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
+                                   jnp.asarray(plan.cotangent(cot), dtype=full.dtype), loaded)
         out = {}
         for path, name in loaded.items():
             g_leaf = np.asarray(gflat[path], dtype=np.float64)
@@ -544,6 +548,28 @@ class JaxGlue:
         if case.encoding["threshold"] != "learnable":
             out.pop("L_multiplier", None)
         return out
+
+    def train_mode_agrees(self, m, variables, params, args, plan, heads, full, grads, cot, loaded):
+        """``train_mode.check_jax``: ``m`` called with its training flag
+        (``train_mode.jax_flag``: ``deterministic=False``, ``train=True``), where its call takes
+        one, against the graded call's bias ``full`` and gradients ``grads`` for the same
+        cotangent ``cot``. A Flax linen module is given a ``dropout`` key as training gives one."""
+        target = getattr(m, "call_target", m)
+        flag = train_mode.jax_flag(target if callable(target) else m.apply)
+        if flag is None:
+            return
+        name, value = flag
+        given = {name: value}
+        if any(k.__module__.startswith("flax.linen") for k in type(m).__mro__):
+            given["rngs"] = {"dropout": self.jax.random.PRNGKey(1)}
+        rows, cols = plan.shape
+
+        def trained(p):
+            out = m.apply({**variables, "params": p}, *args, **given)
+            return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
+
+        train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax,
+                             f"`{name}={value}`")
 
     def check_held(self, case, heads, width, args, flat, others, loaded, outside, ours, own):
         """Checks the c and L_init the module holds as built, wherever it keeps them

@@ -126,22 +126,23 @@ def as_linen(cls):
                     out[path] = now
             return out
 
-        def apply(self, variables, *args):
-            """The module called on ``args`` holding ``variables``: under a transformation a
-            module merged from the one built with the given values in, else the one built with
-            them written in (module docstring)."""
+        def apply(self, variables, *args, **flags):
+            """The module called on ``args`` (and keyword ``flags``: a training flag,
+            ``train_mode.jax_flag``) holding ``variables``: under a transformation a module
+            merged from the one built with the given values in, else the one built with them
+            written in (module docstring)."""
             changed = self.changed(variables)
             if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(changed)):
                 graphdef, state = nnx.split(self.module)
                 flat = [(p, holding(leaf, changed[tuple(p)], nnx) if tuple(p) in changed else leaf)
                         for p, leaf in state.flat_state()]
-                return nnx.merge(graphdef, nnx.State.from_flat_path(flat))(*args)
+                return nnx.merge(graphdef, nnx.State.from_flat_path(flat))(*args, **flags)
             if changed:
                 _, state = nnx.split(self.module)
                 now = {tuple(p): leaf for p, leaf in state.flat_state()}
                 nnx.update(self.module, nnx.State.from_flat_path(
                     [(p, holding(now[p], v, nnx)) for p, v in changed.items() if p in now]))
-            return self.module(*args)
+            return self.module(*args, **flags)
 
     Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")
     return Bridged

@@ -29,7 +29,6 @@ from fire_conformance import kit as fire_kit
 from fire_conformance import numpy_fire
 from fire_conformance import repeats
 from fire_conformance.calls import ROUNDING, unmasked
-from fire_conformance.outputs import as_numpy
 from fire_conformance.repeats import StaleBias, distance
 
 try:
@@ -320,52 +319,3 @@ def twin_mistake(got, twin, reference, queries, keys, other_c, stepped=TORCH_STE
         + (", the other after the glue's training step" if stepped else ", the other with the case's c")
         + "): its bias depends on more than the values it holds and the positions (a constructor "
         "argument, an earlier call) [fire.bias]")
-
-
-def check_train_mode(m, call, full, g, names, graded, dtype):
-    """Raises where the torch module ``m`` in train mode (``m.train()``, as a training loop calls
-    it) returns another bias than ``full`` or sends other gradients than ``graded`` (ours by
-    name, the eval-mode call's) for the same cotangent ``g`` (``call()``: the glue's forward,
-    returning the bias; ``names``: ours by the module's, ``Loaded``): a path only training takes (a
-    ``.detach()`` or a cache under ``if self.training``) that the graded call, in eval mode,
-    never ran. A module whose train-mode output changes from call to call (dropout) is not
-    compared. [grad.vjp]"""
-    for p in m.parameters():
-        p.grad = None
-    try:
-        m.train()
-        with torch.no_grad():
-            again = call()
-        trained = call()
-        if twin_differs(as_numpy(again), as_numpy(trained), dtype) or not trained.requires_grad:
-            return
-        (trained * g).sum().backward()
-    except Exception:  # a train-mode path that fails tells the graded call nothing
-        return
-    finally:
-        m.eval()
-    if twin_differs(as_numpy(full), as_numpy(trained.detach()), dtype):
-        raise TrainMode("in train mode (module.train(), as a training loop calls it) its bias differs "
-                        "from eval mode's, where FIRE has no train-only path [fire.bias]: the graded "
-                        "values are eval mode's; what training sees is another bias")
-    transposed = getattr(names, "transposed", ())
-    for n, p in m.named_parameters():
-        ours = names.get(n)
-        if ours not in graded or p.grad is None:
-            continue
-        got = as_numpy(p.grad.T if n in transposed else p.grad).reshape(np.shape(graded[ours]))
-        want = as_numpy(graded[ours])
-        scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
-        worst = float(np.max(np.abs(got - want), initial=0.0))
-        if worst > 16 * ROUNDING[dtype] * scale:
-            raise TrainMode(
-                f"in train mode (module.train(), as a training loop calls it) the gradient of `{n}` "
-                f"({ours}) differs from eval mode's by up to {worst:.3g}, for the same bias: a path "
-                "only .train() takes (a .detach(), a value cached under `if self.training`) changes "
-                "what training learns; the graded gradients are eval mode's [grad.vjp]")
-    for p in m.parameters():
-        p.grad = None
-
-
-class TrainMode(fire_kit.Mistake, ValueError):
-    """A module whose bias or gradients in train mode are not those of eval mode."""

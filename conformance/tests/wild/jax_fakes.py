@@ -672,3 +672,24 @@ class FromConfigKeepsOwnL(FromConfig):
 
     def read(self, config):
         return 512.0 + 0 * config.fire_init_L
+
+
+class TrainingFlag(FIRE):
+    """Correct, its call taking Flax's training flag (``deterministic=True`` by default), which
+    changes nothing."""
+
+    training = False
+
+    def apply(self, variables, x, deterministic=True):
+        self.training = not deterministic
+        return super().apply(variables, x)
+
+
+class DetachedInTraining(TrainingFlag):
+    """Right in evaluation; given ``deterministic=False``, as training calls it, its ψ of the
+    distances is kept out of the gradient (``jax.lax.stop_gradient``): c's gradient is wrong
+    only where the model learns."""
+
+    def psi_of_distances(self, c, rel_distance):
+        psi = super().psi_of_distances(c, rel_distance)
+        return jax.lax.stop_gradient(psi) if self.training else psi

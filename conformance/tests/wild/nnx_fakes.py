@@ -36,12 +36,14 @@ class FIRE(nnx.Module):
     def mlp_of(self, h):
         return self.mlp(h)
 
+    def threshold(self):
+        return jnp.abs(self.L_multiplier[...] * self.init_L[...])
+
     def __call__(self, x):
         c = self.c[...].reshape(())
         positions = self.positions(x.shape[2], x.dtype)
         rel_distance = positions[:, None] - positions[None, :]
-        threshold = jnp.abs(self.L_multiplier[...] * self.init_L[...])
-        pos_normalizer = jnp.maximum(positions, threshold)[:, None]
+        pos_normalizer = jnp.maximum(positions, self.threshold())[:, None]
         rel_distance = self.psi_of_distances(rel_distance)
         pos_normalizer = jnp.log(jnp.abs(c * pos_normalizer) + 1) + self.eps
         h = self.mlp_of((rel_distance / pos_normalizer)[..., None])
@@ -221,3 +223,19 @@ class TwoHiddenBiasesNamed(FIRE):
         h = nnx.relu(self.lin_in(h) + self.bias_in[...])
         h = nnx.relu(self.lin_hidden(h) + self.bias_hidden[...])
         return self.lin_out(h) + self.bias_out[...]
+
+
+class DetachedInTraining(FIRE):
+    """Right in evaluation; called with ``deterministic=False``, as training calls it, its
+    threshold is kept out of the gradient (``jax.lax.stop_gradient``): the multiplier's gradient
+    is wrong only where the model learns."""
+
+    training = False
+
+    def threshold(self):
+        threshold = super().threshold()
+        return jax.lax.stop_gradient(threshold) if self.training else threshold
+
+    def __call__(self, x, deterministic: bool = True):
+        self.training = not deterministic
+        return super().__call__(x)

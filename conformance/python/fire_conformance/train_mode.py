@@ -1,0 +1,131 @@
+"""The module as training calls it, against the graded call, which is evaluation's.
+
+The glues grade a module in evaluation mode (torch's ``.eval()``, a Flax ``__call__`` given
+its default ``deterministic=True``), yet a model trains it in training mode. FIRE has no
+train-only path [fire.bias]: no dropout, no batch statistics. A path only training takes (a
+``.detach()`` or ``jax.lax.stop_gradient`` under ``if self.training`` / ``if not
+deterministic``, a cache kept only then) changes what the model learns while every graded
+value passes. So on small squares each gradient case is run again in training mode with the
+same cotangent, and the bias and every gradient must be evaluation's. A module whose
+training-mode output changes from call to call (a dropout) is not compared: its bias is no
+longer a function of the case.
+"""
+
+import inspect
+
+import numpy as np
+
+from fire_conformance import kit as fire_kit
+from fire_conformance import trees
+from fire_conformance.calls import ROUNDING
+from fire_conformance.outputs import as_numpy
+from fire_conformance.steps import twin_differs
+
+try:
+    import torch
+except ImportError:  # only torch modules have .train()
+    torch = None
+
+
+class TrainMode(fire_kit.Mistake, ValueError):
+    """A module whose bias or gradients in training mode are not those of evaluation mode."""
+
+
+def differs_in_bias(how):
+    """The ``TrainMode`` of a bias that differs in training mode (``how`` it was put there)."""
+    return TrainMode(f"in training mode ({how}, as a training loop calls it) its bias differs from "
+                     "evaluation mode's, where FIRE has no train-only path [fire.bias]: the graded "
+                     "values are evaluation mode's; what training sees is another bias")
+
+
+def check_gradient(name, ours, got, want, dtype, how):
+    """Raises ``TrainMode`` where the training-mode gradient ``got`` of the module's parameter
+    ``name`` (``ours``, our name) differs from evaluation mode's ``want`` beyond 16 roundings of
+    ``dtype`` relative to its largest entry (at least 1)."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    worst = float(np.max(np.abs(got - want), initial=0.0))
+    if worst > 16 * ROUNDING[dtype] * scale:
+        raise TrainMode(
+            f"in training mode ({how}, as a training loop calls it) the gradient of `{name}` "
+            f"({ours}) differs from evaluation mode's by up to {worst:.3g}, for the same bias: a "
+            "path only training takes (a .detach() or stop_gradient, a value cached only then) "
+            "changes what training learns; the graded gradients are evaluation mode's [grad.vjp]")
+
+
+def check_torch(m, call, full, g, names, graded, dtype):
+    """Raises where the torch module ``m`` in train mode (``m.train()``) returns another bias than
+    ``full`` or sends other gradients than ``graded`` (ours by name, the eval-mode call's) for the
+    same cotangent ``g`` (``call()``: the glue's forward, returning the bias; ``names``: ours by
+    the module's, ``Loaded``). [grad.vjp]"""
+    how = "module.train()"
+    for p in m.parameters():
+        p.grad = None
+    try:
+        m.train()
+        with torch.no_grad():
+            again = call()
+        trained = call()
+        if twin_differs(as_numpy(again), as_numpy(trained), dtype) or not trained.requires_grad:
+            return
+        (trained * g).sum().backward()
+    except Exception:  # a train-mode path that fails tells the graded call nothing
+        return
+    finally:
+        m.eval()
+    if twin_differs(as_numpy(full), as_numpy(trained.detach()), dtype):
+        raise differs_in_bias(how)
+    transposed = getattr(names, "transposed", ())
+    for n, p in m.named_parameters():
+        ours = names.get(n)
+        if ours not in graded or p.grad is None:
+            continue
+        got = as_numpy(p.grad.T if n in transposed else p.grad).reshape(np.shape(graded[ours]))
+        check_gradient(n, ours, got, as_numpy(graded[ours]), dtype, how)
+    for p in m.parameters():
+        p.grad = None
+
+
+# A JAX module's training flag, by the name its call takes it under: the value that means
+# training (Flax's `deterministic`, the `train`/`training` of linen examples, Haiku's
+# `is_training`).
+TRAINING_FLAGS = {"deterministic": False, "train": True, "training": True, "is_training": True}
+
+
+def jax_flag(call):
+    """The keyword and value that put a JAX module's call in training mode (``TRAINING_FLAGS``)
+    where ``call`` (its ``__call__``, or ``apply`` for a plain-JAX class) takes one with a
+    default, the default being evaluation's; None otherwise (no flag, or one the caller must
+    give, which the graded call already does not)."""
+    try:
+        params = inspect.signature(call).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    for p in params:
+        value = TRAINING_FLAGS.get(p.name)
+        if value is not None and p.default is not p.empty and p.default is (not value) \
+                and p.kind != p.POSITIONAL_ONLY:
+            return p.name, value
+    return None
+
+
+def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how):
+    """Raises where a JAX module called in training mode (``trained(params)``, the bias as the
+    graded call shapes it) returns another bias than ``full`` or, pulled back with the same
+    cotangent ``cot``, other gradients than ``grads`` (flattened by path, evaluation's; ``loaded``
+    names them ours). ``how``: the call's flag, said in the message. [grad.vjp]"""
+    try:
+        once, twice = trained(params), trained(params)
+        if twin_differs(np.asarray(once, dtype=np.float64), np.asarray(twice, dtype=np.float64), dtype):
+            return
+        bias, pullback = jax.vjp(trained, params)
+        (got,) = pullback(cot)
+    except Exception:  # a training path that fails tells the graded call nothing
+        return
+    if twin_differs(np.asarray(full, dtype=np.float64), np.asarray(bias, dtype=np.float64), dtype):
+        raise differs_in_bias(how)
+    flat = trees.flatten(got)
+    for path, ours in loaded.items():
+        if path not in flat or path not in grads:
+            continue
+        check_gradient("/".join(path), ours, flat[path], grads[path], dtype, how)
