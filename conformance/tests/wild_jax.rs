@@ -807,3 +807,26 @@ fn a_jax_module_is_also_graded_as_training_calls_it() {
     assert!(!failed.is_empty(), "{r:#}");
     assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
 }
+
+/// A JAX module whose call also takes the cache's length (`past_key_values_length=0`) is called
+/// again as a decoding step, the square's first half cached, as the torch glue calls one: the
+/// correct module passes; one that counts its keys over the new tokens alone, which a call
+/// without a cache never shows, fails saying the step's attention spans the cache.
+#[test]
+fn a_jax_module_taking_the_caches_length_is_called_with_a_cache() {
+    if !jax() {
+        return;
+    }
+    let args = [
+        "--run",
+        "fire/random-params/*",
+        "--run",
+        "fire/default-init/*",
+    ];
+    passes_in(&jax_fake("PastLength"), 8, &args);
+    every_failure_says(
+        &jax_fake("PastLengthKeysFromZero"),
+        &args,
+        "a decoding step's attention spans the cache too",
+    );
+}

@@ -57,11 +57,12 @@ PAST_NAMES = ("past_key_values_length", "past_key_value_length", "past_length", 
 PAST_LAYOUTS = ("x", "hidden", "ids", "sequence", "mask")
 
 
-def past_name(m):
-    """The name of the keyword parameter of ``m``'s forward (``forward_of``) that takes the cache's
-    length (``PAST_NAMES``), or None."""
+def past_name(m, call=None):
+    """The name of the keyword parameter of ``m``'s forward (``forward_of``; ``call`` where given:
+    a JAX module's ``__call__`` or ``apply``) that takes the cache's length (``PAST_NAMES``), or
+    None."""
     try:
-        params = inspect.signature(forward_of(m)).parameters
+        params = inspect.signature(call if call is not None else forward_of(m)).parameters
     except (TypeError, ValueError):
         return None
     return next((p for p in params if p.lower() in PAST_NAMES), None)

@@ -482,6 +482,8 @@ class JaxGlue:
                                   np.asarray(outputs.squeeze(square, heads, cols_n, cols_n, batch=plan.batch),
                                              dtype=np.float64),
                                   self.dtype, plan.style)
+        if small:
+            self.past_agrees(m, variables, params, args, plan, heads, as_numpy(full))
         always = calls.may_read_tokens(parameter_names(m), self.call, plan.style)
         counting = calls.counted(plan.args[0], always) if plan.style in calls.POSITION_LAYOUTS else None
         if counting is not None:
@@ -548,6 +550,28 @@ class JaxGlue:
         if case.encoding["threshold"] != "learnable":
             out.pop("L_multiplier", None)
         return out
+
+    def past_agrees(self, m, variables, params, args, plan, heads, full):
+        """``decoding.check_past`` where ``m``'s call takes the cache's length
+        (``decoding.past_name``): called on the last half of the square ``full`` ([H, T, T], its
+        own bias) with the first half cached, it must return the square's last rows."""
+        target = getattr(m, "call_target", m)
+        past = decoding.past_name(m, target if callable(target) else m.apply)
+        rows, cols = plan.shape
+        if past is None or plan.style not in decoding.PAST_LAYOUTS or rows != cols or rows < 2:
+            return
+        jnp = self.jnp
+        before = rows // 2
+        shape = decoding.with_length(args[0].shape, plan.style, rows - before)
+        given = jnp.ones(shape, dtype=jnp.int32) if plan.style == "mask" else \
+            jnp.zeros(shape, dtype=jnp.int32 if plan.style == "ids" else self.dt)
+        raw = m.apply({**variables, "params": params}, given, **{past: before})
+        try:
+            decoded = np.asarray(outputs.squeeze(raw, heads, rows - before, cols, batch=plan.batch),
+                                 dtype=np.float64)
+        except Exception:  # its shape is not a bias of the new rows over every key
+            decoded = None
+        decoding.check_past(decoded, full, before, past, self.dtype, list(getattr(raw, "shape", [])) or None)
 
     def train_mode_agrees(self, m, variables, params, args, plan, heads, full, grads, cot, loaded):
         """``train_mode.check_jax``: ``m`` called with its training flag

@@ -70,17 +70,19 @@ class FIRE:
         return {}
 
     def apply(self, variables, x):
+        positions = jnp.arange(x.shape[2], dtype=x.dtype)
+        return self.bias(variables, positions, positions)
+
+    def bias(self, variables, queries, keys):
         p = variables["params"]
         init_L = p["init_L"] if self.init_L_trainable else variables["constants"]["init_L"]
         c = p["c"].reshape(())
         L_multiplier = (p["L_multiplier"].reshape(()) if self.has_multiplier
                         else variables.get("constants", {}).get("L_mult", 1.0))
         init_L = init_L.reshape(())
-        seq_length = x.shape[2]
-        positions = jnp.arange(seq_length, dtype=x.dtype)
-        rel_distance = positions[:, None] - positions[None, :]
+        rel_distance = queries[:, None] - keys[None, :]
         threshold = jnp.abs(L_multiplier * init_L)
-        pos_normalizer = jnp.maximum(positions, threshold)[:, None]
+        pos_normalizer = jnp.maximum(queries, threshold)[:, None]
         rel_distance = self.psi_of_distances(c, rel_distance)
         pos_normalizer = jnp.log(jnp.abs(c * pos_normalizer) + 1) + self.eps
         h = (rel_distance / pos_normalizer)[..., None]
@@ -693,3 +695,24 @@ class DetachedInTraining(TrainingFlag):
     def psi_of_distances(self, c, rel_distance):
         psi = super().psi_of_distances(c, rel_distance)
         return jax.lax.stop_gradient(psi) if self.training else psi
+
+
+class PastLength(FIRE):
+    """Correct, Hugging Face's decoding step in JAX: ``apply(variables, hidden_states,
+    past_key_values_length=0)``, the new tokens at past..past+T-1 over every key 0..past+T-1.
+    ``keys_from_zero``: the keys counted over the new tokens alone."""
+
+    keys_from_zero = False
+
+    def apply(self, variables, hidden_states, past_key_values_length=0):
+        T, past = hidden_states.shape[1], past_key_values_length
+        queries = jnp.arange(past, past + T, dtype=jnp.float32)
+        keys = jnp.arange(T if self.keys_from_zero else past + T, dtype=jnp.float32)
+        return self.bias(variables, queries, keys)
+
+
+class PastLengthKeysFromZero(PastLength):
+    """With a cache, the keys counted from the new tokens: the offset never reaches the keys,
+    which a call without a cache cannot show."""
+
+    keys_from_zero = True
