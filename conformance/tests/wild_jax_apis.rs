@@ -353,20 +353,32 @@ fn haiku_mistakes_are_named() {
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
 }
 
-/// An NNX module whose call takes `deterministic=True` is also run as training calls it
-/// (`deterministic=False`, through the bridge) on each gradient case: one whose threshold is
-/// detached only in training fails naming the multiplier and the flag.
+/// An NNX module whose call takes `deterministic=True`, and a Haiku one taking `is_training`,
+/// are also run as training calls them (through their bridges) on each gradient case: one
+/// detached only in training fails naming the parameter and the flag (a Haiku dropout in
+/// training, which changes from call to call, is not compared: `TrainingFlagAndDropout`
+/// passes above).
 #[test]
-fn an_nnx_module_detached_only_in_training_fails() {
-    if !flax() {
-        return;
+fn nnx_and_haiku_modules_detached_only_in_training_fail() {
+    let mut runs = Vec::new();
+    if flax() {
+        runs.push((
+            nnx_fake("DetachedInTraining"),
+            "`deterministic=False`",
+            "L_multiplier",
+        ));
     }
-    let (code, r) = run(&nnx_fake("DetachedInTraining"), &JAX_GRAD);
-    assert_eq!(code, 1, "{r:#}");
-    let failed = failed_saying(
-        &r,
-        "in training mode (`deterministic=False`, as a training loop calls it) the gradient of `L_multiplier`",
-    );
-    assert!(!failed.is_empty(), "{r:#}");
-    assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+    if haiku() {
+        runs.push((haiku_fake("DetachedInTraining"), "`is_training=True`", "c"));
+    }
+    for (cmd, flag, param) in runs {
+        let (code, r) = run(&cmd, &JAX_GRAD);
+        assert_eq!(code, 1, "{r:#}");
+        let says =
+            format!("in training mode ({flag}, as a training loop calls it) the gradient of `");
+        let failed = failed_saying(&r, &says);
+        assert!(!failed.is_empty(), "{r:#}");
+        assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+        assert!(r.to_string().contains(&format!("({param})")), "{r:#}");
+    }
 }

@@ -113,6 +113,9 @@ def as_linen(cls):
         # Whose constructor's arguments the glue names (`construction.signature_of`).
         constructs = cls
         call_target = signature_of(cls)
+        # The keyword ``apply`` takes to call the module as training does
+        # (``jax_glue.JaxGlue.train_mode_agrees``), or None where its ``__call__`` takes none.
+        training_flag = (training, True) if training else None
 
         def __init__(self, **kwargs):
             def construct():
@@ -121,10 +124,14 @@ def as_linen(cls):
             hk.transform(construct).init(jax.random.PRNGKey(0))
             flags = {training: False} if training else {}
             self.transformed = hk.transform_with_state(lambda *args: cls(**kwargs)(*args, **flags))
+            # The same, training (``apply(..., is_training=True)``).
+            self.training = hk.transform_with_state(
+                lambda *args: cls(**kwargs)(*args, **{training: True})) if training else None
             self.shape = tuple(sorted((k, repr(v)) for k, v in kwargs.items()
                                       if k not in construction.INITIAL_ARGS))
             self.made = ({}, {})
             self.state = {}
+            self.calls = 0
 
         def init(self, rng, *args):
             """Haiku's params and state as linen's variables tree. A module that made parameters
@@ -146,9 +153,21 @@ def as_linen(cls):
                     "would read the first bias; recompute it from the parameters [fire.bias]")
             return trees.unflatten({**as_variables("params", params), **as_variables("state", state)})
 
-        def apply(self, variables, *args):
+        def apply(self, variables, *args, **flags):
             """The module called on ``args`` holding ``variables``' params, with the state its
-            last concrete call returned (module docstring)."""
+            last concrete call returned (module docstring); given its training argument as
+            ``training_flag`` says (``flags``), as training calls it, which leaves that state
+            as it was."""
+            if flags:
+                if flags != dict([self.training_flag or (None, None)]):
+                    raise TypeError(f"the bridge calls a Haiku module with {self.training_flag} only, not {flags}")
+                params, made = self.made
+                # A key of its own per call, as training's steps have: a dropout shows as a
+                # bias that changes from call to call.
+                self.calls += 1
+                out, _ = self.training.apply(as_haiku(variables, "params", params), self.state,
+                                             jax.random.PRNGKey(self.calls), *args)
+                return out
             params, made = self.made
             state = {module: {name: leaf if leaf is not made[module][name] else self.state[module][name]
                               for name, leaf in leaves.items()}

@@ -386,16 +386,18 @@ class JaxGlue:
         one, against the graded call's bias ``full`` and gradients ``grads`` for the same
         cotangent ``cot``. A Flax linen module is given a ``dropout`` key as training gives one."""
         target = getattr(m, "call_target", m)
-        flag = train_mode.jax_flag(target if callable(target) else m.apply)
+        flag = getattr(m, "training_flag", None) or train_mode.jax_flag(target if callable(target) else m.apply)
         if flag is None:
             return
         name, value = flag
-        given = {name: value}
-        if any(k.__module__.startswith("flax.linen") for k in type(m).__mro__):
-            given["rngs"] = {"dropout": self.jax.random.PRNGKey(1)}
+        linen = any(k.__module__.startswith("flax.linen") for k in type(m).__mro__)
         rows, cols = plan.shape
+        keys = iter(range(1, 1 << 30))
 
         def trained(p):
+            # A dropout key of its own per call, as training's steps have: a dropout shows as a
+            # bias that changes from call to call (`train_mode.check_jax`).
+            given = {name: value, **({"rngs": {"dropout": self.jax.random.PRNGKey(next(keys))}} if linen else {})}
             out = m.apply({**variables, "params": p}, *args, **given)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
 

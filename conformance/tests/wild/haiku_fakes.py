@@ -161,3 +161,17 @@ class BiasModules(FIRE):
         h = hk.Linear(self.mlp_width, with_bias=False)(x)
         h = jax.nn.relu(hk.Bias(bias_dims=[-1])(h))
         return hk.Bias(bias_dims=[-1])(hk.Linear(self.num_heads, with_bias=False)(h))
+
+
+class DetachedInTraining(FIRE):
+    """Right in evaluation; given ``is_training=True``, as training calls it, its ψ is kept out
+    of the gradient (``jax.lax.stop_gradient``): c's gradient is wrong only where the model
+    learns."""
+
+    def __call__(self, x, is_training):
+        self.is_training = is_training
+        return super().__call__(x)
+
+    def psi(self, c, x):
+        psi = super().psi(c, x)
+        return jax.lax.stop_gradient(psi) if self.is_training else psi
