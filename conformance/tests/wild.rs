@@ -720,11 +720,13 @@ fn token_ids_scores_read_for_their_shape_and_config_constructors_are_told_how_to
 /// refused on every case, told to write a build(case) glue (audit 30; audit 32 met it as most
 /// of its LIMITs). The glue now builds the config from each case: every attribute the module
 /// reads is answered with the case's value of the argument its name says (`num_attention_heads`,
-/// `fire_mlp_width`, `fire_hidden_size`, `fire_epsilon`, a `getattr` with a default included),
-/// and the run's name says which it read as which. A name that says nothing certain of FIRE
+/// `fire_mlp_width`, `fire_hidden_size`, `fire_epsilon`, a `getattr` with a default included,
+/// or FIRE's own entry read as a dict, `config.position_encoding["mlp_width"]`), and the run's
+/// name says which it read as which. A name that says nothing certain of FIRE
 /// (`hidden_size`, most configs' model width) is refused naming the `--map-arg` that answers it,
-/// and passes once given; an ε read from elsewhere (the model's layer-norm ε, from the config
-/// class's defaults) skips the cases at another ε, naming the attribute.
+/// and passes once given; an ε read from elsewhere (the model's layer-norm ε) skips the cases at
+/// another ε, naming the attribute, where the config holds no ε of FIRE's, and fails them where
+/// its class declares one the module never reads.
 #[test]
 fn a_constructor_taking_one_config_object_is_given_one_built_from_each_case() {
     if !numpy() {
@@ -742,6 +744,12 @@ fn a_constructor_taking_one_config_object_is_given_one_built_from_each_case() {
             "(num_heads ← config.num_attention_heads, mlp_width ← config.fire_hidden_size, \
              init_c ← config.fire_init_c, init_L ← config.fire_init_L, eps ← config.fire_epsilon)",
         ),
+        (
+            "ConfigNested",
+            "(num_heads ← config.num_attention_heads, mlp_width ← config.position_encoding.mlp_width, \
+             init_c ← config.position_encoding.init_c, init_L ← config.position_encoding.init_L, \
+             eps ← config.position_encoding.eps)",
+        ),
     ] {
         let r = passes_in(&appendix(class, "f32"), 20, &args);
         let name = r["implementation"].as_str().unwrap();
@@ -752,7 +760,7 @@ fn a_constructor_taking_one_config_object_is_given_one_built_from_each_case() {
         // The ε cases are graded, not skipped: the module read its ε from the config.
         assert!(passed_with(&r, "fire/epsilon/").len() >= 3, "{class}: {r:#}");
     }
-    let r = passes_in(&appendix("ConfigLayerNormEps", "f32"), 10, &args);
+    let r = passes_in(&appendix("ConfigNoFireEps", "f32"), 10, &args);
     let name = r["implementation"].as_str().unwrap();
     assert!(
         name.contains("reads no eps (cases at ε ≠ 1e-06 skipped); it read config.layer_norm_eps"),
@@ -762,6 +770,19 @@ fn a_constructor_taking_one_config_object_is_given_one_built_from_each_case() {
     assert!(
         r.to_string()
             .contains("the module read no ε from the config the glue built"),
+        "{r:#}"
+    );
+    // Where its config class declares FIRE's ε (`fire_epsilon`) and it normalises with the
+    // layer norms' all the same, it ignores FIRE's: the cases at another ε fail (audit 33).
+    let r = every_failure_says(
+        &appendix("ConfigLayerNormEps", "f32"),
+        &args,
+        "variant `eps-missing`",
+    );
+    assert!(
+        failed_saying(&r, "")
+            .iter()
+            .all(|id| id.starts_with("fire/epsilon/")),
         "{r:#}"
     );
     let (code, r) = run(&appendix("ConfigHiddenSize", "f32"), &args);

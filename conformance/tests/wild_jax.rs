@@ -241,7 +241,8 @@ fn a_jax_module_whose_constructor_ignores_its_width_is_refused_not_skipped() {
         return;
     }
     let (code, r) = run(&jax_fake("WidthIgnored"), &JAX_BIAS);
-    assert_ne!(code, 0, "{r:#}");
+    // The module's mistake, not the glue's: a failure (exit 1), not "adapter broken" (audit 33).
+    assert_eq!(code, 1, "{r:#}");
     assert!(count(&r, "values", "failed") > 0, "{r:#}");
     assert!(
         r.to_string().contains("ignores num_heads or mlp_width"),
@@ -681,6 +682,18 @@ fn a_jax_threshold_kept_as_an_attribute_is_checked_through_the_constructor() {
         &JAX_BIAS,
         "keeps a threshold of its own",
     );
+    // A threshold taken as min(i, L), the same bias for every L past the positions, takes the
+    // argument: named by its values, never as keeping a threshold of its own (audit 33).
+    let (code, r) = run(&jax_fake("ThresholdAttributeMin"), &DEFAULT_AND_RANDOM);
+    assert_eq!(code, 1, "{r:#}");
+    assert!(
+        !r.to_string().contains("keeps a threshold of its own"),
+        "{r:#}"
+    );
+    assert!(
+        overall(&r).iter().any(|l| l.contains("threshold-as-min")),
+        "{r:#}"
+    );
 }
 
 /// A JAX `apply(variables, idx)` unpacking token ids `[B, T]` is called with token ids, not
@@ -782,7 +795,7 @@ fn a_jax_module_reading_its_config_when_initialised_is_given_one_and_graded() {
     assert_eq!(code, 1, "{r:#}");
     let failed = failed_saying(
         &r,
-        "it reads `config.fire_init_L` and starts init_L at its own value",
+        "it starts init_L at a value of its own whatever `config.fire_init_L` holds",
     );
     assert_eq!(failed, ["fire/random-params/seed-1-square-16"], "{r:#}");
 }

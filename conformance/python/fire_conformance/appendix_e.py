@@ -126,7 +126,6 @@ import sys
 import numpy as np
 
 from fire_conformance import calls
-from fire_conformance import construction
 from fire_conformance import decoding
 from fire_conformance import equinox_bridge
 from fire_conformance import haiku_bridge
@@ -368,14 +367,13 @@ class Glue:
         unchanged: its threshold is its own, whatever it is given [fire.params]."""
         if self.own or "init_L" in names.values():
             return
-        moved = construction.threshold_moved(case, self.kwargs.untaken(self.cls))
-        if moved is None:
-            return
-        if not steps.threshold_shows(case, moved, got, self.dtype):
-            return
-        again = self.built_again(case, heads, dt, init_L=moved)
-        if again is not None and not steps.twin_differs(got, plan.pick(as_numpy(again)), self.dtype):
-            raise construction.keeps_own_threshold(case, moved, self.kwargs.given_as(self.cls, "init_L"))
+
+        def built_with(l_init):
+            again = self.built_again(case, heads, dt, init_L=l_init)
+            return None if again is None else plan.pick(as_numpy(again))
+
+        steps.check_own_threshold(case, got, built_with, self.dtype, self.kwargs.untaken(self.cls),
+                                  self.kwargs.given_as(self.cls, "init_L"))
 
     def anew(self, cls, case, heads, dt):
         """The bias of a module of ``cls`` (the class imported afresh, ``fresh``) built for

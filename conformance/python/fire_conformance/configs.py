@@ -111,6 +111,38 @@ def annotation(cls, param):
     return hint if isinstance(hint, type) and hint not in (int, float, str, bool, dict, list) else None
 
 
+def declared(cls, param, names=None):
+    """Ours -> the attribute of the config class ``param`` is annotated with that holds it: its
+    fields (a dataclass's, a linen ``struct``'s, else its constructor's parameters and what an
+    instance built on its defaults holds), each named as ``ours_for`` or ``names``
+    (``--map-arg``: ours -> the attribute) says. Empty where it is not annotated. A module
+    whose config declares an argument it never reads ignores it."""
+    import dataclasses
+
+    kind = annotation(cls, param)
+    if kind is None:
+        return {}
+    if dataclasses.is_dataclass(kind):
+        attrs = [f.name for f in dataclasses.fields(kind)]
+    else:
+        try:
+            attrs = [p for p in inspect.signature(kind).parameters if p not in ("self", "kwargs", "args")]
+        except (TypeError, ValueError):
+            attrs = []
+        attrs += [a for a in vars(default_of(cls, param) or object()) if not a.startswith("_")]
+    mapped = {theirs: ours for ours, theirs in (names or {}).items()}
+    out = {}
+    for attr in attrs:
+        ours = mapped.get(attr) or ours_for(attr)
+        # A plain `eps` in a model's config is as likely its layer norms' ε: FIRE's only where
+        # the module reads it (or --map-arg says so).
+        if ours == "eps" and attr not in mapped and attr.lower() in NAMES["eps"]["plain"]:
+            continue
+        if ours is not None:
+            out.setdefault(ours, attr)
+    return out
+
+
 def default_of(cls, param):
     """An instance of the config class ``param`` is annotated with, built on its own defaults,
     or None where it has none (not annotated, or it requires arguments)."""
@@ -123,11 +155,31 @@ def default_of(cls, param):
         return None
 
 
+# Names of a config entry holding FIRE's own settings (``config.fire.mlp_width``,
+# ``config.position_encoding["c"]``), lower-cased: inside it FIRE's names are answered without
+# their prefix (``hidden_size`` there is f_θ's).
+SCOPES = {"fire", "fire_config", "fire_cfg", "fire_params", "fire_args", "fire_kwargs", "rpe",
+          "rpe_config", "pos_bias", "position_bias", "relative_position_bias", "rel_pos_bias",
+          "rel_pos", "positional_encoding", "position_encoding", "pos_encoding", "pe_config",
+          "positional_bias", "relative_bias", "bias_config"}
+
+
+def ours_within(key):
+    """Our argument a key named ``key`` holds inside one of ``SCOPES``: any name FIRE's
+    arguments go by, with or without a prefix."""
+    low = key.lower()
+    for ours, names in NAMES.items():
+        if low in names["plain"] or low in names["prefixed"]:
+            return ours
+    return ours_for(key)
+
+
 class CaseConfig:
     """What a config-constructed module reads its arguments from: ``values`` (ours -> the
     case's value), each answered under the names a config gives it (``ours_for``) or the one
     ``names`` (``--map-arg``: ours -> the attribute) says; ``extra`` (``--kwargs``) by its own
-    names; anything else from ``base`` (the annotated config class's defaults), else an
+    names; an entry named as one of ``SCOPES`` by a view of the same values (``Scope``);
+    anything else from ``base`` (the annotated config class's defaults), else an
     ``AttributeError``. ``read`` records ours -> the attribute each was read as, ``unanswered``
     the attributes read that nothing answered, ``from_base`` those the defaults answered."""
 
@@ -147,6 +199,8 @@ class CaseConfig:
         if ours is not None and ours in s["values"]:
             s["read"].setdefault(ours, attr)
             return s["values"][ours]
+        if ours is None and attr.lower() in SCOPES:
+            return Scope(s, attr, getattr(s["base"], attr, None))
         if s["base"] is not None and hasattr(s["base"], attr):
             if attr not in s["from_base"]:
                 s["from_base"].append(attr)
@@ -160,8 +214,10 @@ class CaseConfig:
         raise AttributeError(
             f"the config object the glue built holds no {attr!r}: it answers the names FIRE's "
             f"arguments go by in configs (num_attention_heads, fire_mlp_width, fire_init_c, "
-            f"fire_init_L, fire_eps, …); {which} its value with --kwargs '{{\"{attr}\": …}}', or "
-            "annotate the constructor's config parameter with a config class whose defaults hold it")
+            f"fire_init_L, fire_eps, …, or inside an entry `fire`, `rpe`, `position_encoding`); "
+            f"{which} its value with --kwargs '{{\"{attr}\": …}}', annotate the constructor's config "
+            "parameter with a config class whose defaults hold it, or write a build(case) glue "
+            "that builds the module's config from the case (conformance/README.md)")
 
     def __setattr__(self, attr, value):
         # A module that writes into its config (``config.head_dim = …``) reads it back.
@@ -175,6 +231,55 @@ class CaseConfig:
     def __repr__(self):
         s = object.__getattribute__(self, "_state")
         return f"CaseConfig({s['values']!r}, extra={s['extra']!r})"
+
+
+class Scope:
+    """The entry ``name`` of a ``CaseConfig`` that holds FIRE's own settings, read as attributes
+    or as a dict's keys (``config.fire.c``, ``config.rpe["mlp_width"]``, ``.get(key,
+    default)``): FIRE's names answered without their prefix (``ours_within``), anything else from
+    the same entry of the config class's defaults (``base``), recorded in the config's state."""
+
+    def __init__(self, state, name, base):
+        object.__setattr__(self, "_scope", (state, name, base))
+
+    def answer(self, key, missing):
+        state, name, base = object.__getattribute__(self, "_scope")
+        ours = ours_within(key)
+        if ours is not None and ours in state["values"]:
+            state["read"].setdefault(ours, f"{name}.{key}")
+            return state["values"][ours]
+        if isinstance(base, dict) and key in base:
+            return base[key]
+        if base is not None and not isinstance(base, dict) and hasattr(base, key):
+            return getattr(base, key)
+        where = f"{name}.{key}"
+        if where not in state["unanswered"]:
+            state["unanswered"].append(where)
+        raise missing(
+            f"the config object the glue built holds no {key!r} in `{name}`: inside it, it answers "
+            "the names FIRE's arguments go by (num_heads, mlp_width, hidden_size, c, init_c, L, "
+            "init_L, eps, …); write a build(case) glue that builds the module's config from the "
+            "case (conformance/README.md)")
+
+    def __getattr__(self, key):
+        if key.startswith("__") and key.endswith("__"):
+            raise AttributeError(key)
+        return self.answer(key, AttributeError)
+
+    def __getitem__(self, key):
+        return self.answer(key, KeyError)
+
+    def get(self, key, default=None):
+        try:
+            return self.answer(key, KeyError)
+        except KeyError:
+            return default
+
+    def __contains__(self, key):
+        return self.get(key, self) is not self
+
+    def __repr__(self):
+        return f"Scope({object.__getattribute__(self, '_scope')[1]!r})"
 
 
 def record(config):

@@ -149,13 +149,16 @@ def check_arguments(held, case, dtype, rebuild=None, untaken=(), given_as=None):
                     "into; write a build(case) glue that converts (conformance/README.md) "
                     "[fire.params]")
             if via != arg:
+                # Held as the value of another argument it was given: a slip of names.
+                same = [given_as(FROM_ARGUMENT[k]) for k, v in given.items() if k != name
+                        and held_as.size == 1 and abs(float(held_as.reshape(-1)[0]) - v) <= F32_SLACK * abs(v)]
                 raise IgnoredArgument(
-                    f"built with {via} = {want!r}, the module holds {name} = {shown!r} before any "
-                    f"case value is loaded: it "
-                    f"reads `{via}` and starts {name} at its own value, where [fire.params] starts "
-                    f"{name} at the value it is given (the glue loads the case's {name} over it, so "
-                    "only the module as built shows it); where another attribute is its "
-                    f"{arg}, --map-arg {arg}=ATTRIBUTE")
+                    f"built with {via} = {want!r}, the module holds {name} = {shown!r}"
+                    f"{f' (the value of {same[0]})' if same else ''} before any case value is "
+                    f"loaded: it starts {name} at a value of its own whatever `{via}` holds, where "
+                    f"[fire.params] starts {name} at the value it is given (the glue loads the "
+                    f"case's {name} over it, so only the module as built shows it); where another "
+                    f"attribute is its {arg}, --map-arg {arg}=ATTRIBUTE")
             raise IgnoredArgument(
                 f"built with {arg}={want!r}, the module holds {name} = {shown!r} before any case "
                 f"value is loaded: its constructor ignores `{arg}` (it starts {name} at its own "
@@ -275,12 +278,29 @@ class Arguments:
 
     def given_as(self, cls, ours):
         """How a module of ``cls`` is given our argument ``ours``: the config attribute it read
-        it as (``config.fire_init_c``), or the constructor's argument."""
+        it as (``config.fire_init_c``) or that its config class declares (``takes_from``), or
+        the constructor's argument."""
         if self.config_of(cls) is not None:
-            attr = self.config_reads(cls)[0].get(ours)
+            attr = self.takes_from(cls).get(ours)
             if attr is not None:
                 return f"config.{attr}"
         return self.theirs(ours)
+
+    def takes_from(self, cls):
+        """Ours -> the attribute of its config a config-constructed ``cls`` takes it from: the
+        one it read, or else the one its annotated config class declares
+        (``configs.declared``), which it then ignores if it never reads it."""
+        param = self.config_of(cls)
+        return {**configs.declared(cls, param, self.names), **self.config_reads(cls)[0]}
+
+    def claims_shape(self, cls):
+        """Whether the constructor of ``cls`` is given the shape, so claims to build what it is
+        given: it names ``num_heads`` and ``mlp_width`` among its parameters, or takes a config
+        that holds both (read, or declared by its class: ``takes_from``)."""
+        if self.config_of(cls) is not None:
+            return all(a in self.takes_from(cls) for a in SHAPE_ARGS)
+        params = signature_of(cls) or ()
+        return all(self.theirs(a) in params for a in SHAPE_ARGS)
 
     def config_reads(self, cls):
         """What a config-constructed ``cls`` has read from the configs built for it: ours -> the
@@ -339,8 +359,8 @@ class Arguments:
         the spec's is not one it can be given). Empty where the constructor's arguments cannot
         be read (``signature_of``)."""
         if self.config_of(cls) is not None:
-            read = self.config_reads(cls)[0]
-            return frozenset(a for a in INITIAL_ARGS if a not in read and a not in self.extra)
+            taken = self.takes_from(cls)
+            return frozenset(a for a in INITIAL_ARGS if a not in taken and a not in self.extra)
         names = signature_of(cls)
         if names is None:
             return frozenset()

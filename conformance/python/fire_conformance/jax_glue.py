@@ -500,16 +500,15 @@ class JaxGlue:
         L = |m·L_init| past every position, applied to the same values, returns the case's bias
         ``full`` unchanged: its threshold is its own, whatever it is given [fire.params]
         (``appendix_e.Glue.keeps_own_threshold``). One that cannot be built tells nothing."""
-        moved = construction.threshold_moved(case, self.kwargs.untaken(self.cls))
-        if moved is None or not steps.threshold_shows(case, moved, plan.pick(full), self.dtype):
-            return
-        try:
-            again = plan.pick(self.anew(self.cls, case, heads, width, float(case.encoding["c"]), params,
-                                        kept, unset, args, plan, l_init=moved))
-        except Exception:
-            return
-        if not steps.twin_differs(plan.pick(full), again, self.dtype):
-            raise construction.keeps_own_threshold(case, moved, self.kwargs.given_as(self.cls, "init_L"))
+        def built_with(l_init):
+            try:
+                return plan.pick(self.anew(self.cls, case, heads, width, float(case.encoding["c"]), params,
+                                           kept, unset, args, plan, l_init=l_init))
+            except Exception:
+                return None
+
+        steps.check_own_threshold(case, plan.pick(full), built_with, self.dtype,
+                                  self.kwargs.untaken(self.cls), self.kwargs.given_as(self.cls, "init_L"))
 
     def anew(self, cls, case, heads, width, init_c, params, kept, unset, args, plan, own=False,
              l_init=None):

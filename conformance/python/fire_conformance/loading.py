@@ -206,9 +206,12 @@ class Built:
     given (one that takes them through ``**kwargs`` may have one architecture by design)."""
 
     def __init__(self, cls, heads, width, arguments):
-        self.text = f"built with num_heads={heads}, mlp_width={width}"
-        params = construction.signature_of(cls) or ()
-        self.claims = all(arguments.theirs(a) in params for a in construction.SHAPE_ARGS)
+        if arguments.config_of(cls) is not None:
+            heads_as, width_as = (arguments.given_as(cls, a).removeprefix("config.") for a in construction.SHAPE_ARGS)
+            self.text = f"built from a config with {heads_as}={heads}, {width_as}={width}"
+        else:
+            self.text = f"built with num_heads={heads}, mlp_width={width}"
+        self.claims = arguments.claims_shape(cls)
 
     def __str__(self):
         return self.text
@@ -221,6 +224,11 @@ class ParamsMismatch(ValueError):
 
 class ExtraLayer(fire_kit.Mistake, ParamsMismatch):
     """A layer after f_θ's output: a module that is not FIRE's, not one the glue cannot load."""
+
+
+class IgnoresShape(fire_kit.Mistake, ParamsMismatch):
+    """A module built with the case's number of heads and MLP width whose layers are of others:
+    its constructor ignores them, where a model built with them would get another f_θ."""
 
 
 class SharedAcrossHeads(fire_kit.Mistake, ParamsMismatch):
@@ -269,10 +277,10 @@ def assign_layers(ours, layers, own, missing, built, unordered=None):
                                 f"{describe(want)}: one output shared by the {heads} heads, where "
                                 "f_θ: ℝ → ℝ^H gives each head its own bias [fire.mlp]")
     if own != want and len(own) == len(want) and is_chain(own) and built.claims:
-        raise ParamsMismatch(f"the module was built for the case's MLP, {describe(want)} ({built}), "
-                             f"but its layers are {describe(own)}: its constructor ignores num_heads "
-                             "or mlp_width; honour them, or write a build(case) glue that skips "
-                             "what the module cannot build")
+        raise IgnoresShape(f"the module was built for the case's MLP, {describe(want)} ({built}), "
+                           f"but its layers are {describe(own)}: its constructor ignores num_heads "
+                           "or mlp_width; honour them, or write a build(case) glue that skips "
+                           "what the module cannot build")
     if not is_chain(own):
         # No case can be loaded, whatever its depth: a layer the glue did not recognise (a
         # weight under a name of its own) is missing from what it found. Refused, not skipped,

@@ -264,6 +264,48 @@ def threshold_shows(case, moved, got, dtype):
     return bool(np.any(np.abs(ref[kept] - other[kept]) > ROUNDING[dtype] * scale))
 
 
+def moves_anywhere(got, other, dtype):
+    """Whether any entry of ``other`` differs from ``got``'s beyond rounding of its own size, or
+    is masked (``unmasked``) where ``got``'s is not, or the reverse."""
+    got, other = np.asarray(got, dtype=np.float64), np.asarray(other, dtype=np.float64)
+    if got.shape != other.shape:
+        return True
+    kept = unmasked(got)
+    if not np.array_equal(kept, unmasked(other)):
+        return True
+    size = np.maximum(1.0, np.abs(got[kept]))
+    return bool(np.any(np.abs(got[kept] - other[kept]) > ROUNDING[dtype] * size))
+
+
+def check_own_threshold(case, got, built_with, dtype, untaken, theirs):
+    """Raises ``construction.keeps_own_threshold`` where a module whose ``init_L`` nothing the
+    glue loads holds, built again with an ``init_L`` that moves the threshold past every position
+    (``built_with(l_init)``: its bias then, picked as ``got``, or None where it cannot be built),
+    returns the case's bias ``got`` unchanged: its threshold is its own [fire.params]. Not where,
+    built with a lower ``init_L``, its bias changes: it takes the argument, and its bias unmoved
+    by a higher one is another mistake (a threshold taken as min(L, i), which a threshold past
+    every position leaves as i), which its values name. ``untaken``: the arguments its
+    constructor does not take; ``theirs``: how it is given ``init_L``, for the message."""
+    from fire_conformance import construction
+
+    moved = construction.threshold_moved(case, untaken)
+    if moved is None or not threshold_shows(case, moved, got, dtype):
+        return
+    again = built_with(moved)
+    if again is None or twin_differs(got, again, dtype):
+        return
+    # A threshold of 1/2, below every position but 0 (threshold_moved has m > 0), and below the
+    # case's.
+    lowered = min(float(case.encoding["l_init"]) / 4, 0.5 / float(case.encoding["l_multiplier"]))
+    if threshold_shows(case, lowered, got, dtype):
+        below = built_with(lowered)
+        # Entry by entry: a module taking min(L, i) has huge values in query 0's row (ψ(0) over
+        # ε), which would make the rest's change look like rounding at their scale.
+        if below is not None and moves_anywhere(got, below, dtype):
+            return
+    raise construction.keeps_own_threshold(case, moved, theirs)
+
+
 # How much nearer the case's bias one of two differing biases must be to be called the case's.
 NEARER = 10.0
 

@@ -552,10 +552,31 @@ class ConfigDataclass(Correct):
 
 class ConfigLayerNormEps(Correct):
     """Normalises with the model's layer-norm ε (``config.layer_norm_eps``, 10⁻⁵ in its config
-    class) rather than FIRE's own: within float32's tolerance at the spec's ε, not elsewhere."""
+    class) rather than FIRE's own, which the class declares (``fire_epsilon``): within float32's
+    tolerance at the spec's ε, not elsewhere."""
 
     def __init__(self, config: FireConfig):
         super().__init__(config.num_attention_heads, config.fire_hidden_size, eps=config.layer_norm_eps)
+
+
+class ConfigNoFireEps(Correct):
+    """Built from a config that holds no ε of FIRE's (not annotated), normalising with the
+    model's layer-norm ε where the config has one: an ε of its own, graded at the spec's."""
+
+    def __init__(self, config):
+        super().__init__(config.num_attention_heads, config.fire_mlp_width,
+                         eps=getattr(config, "layer_norm_eps", 1e-6))
+
+
+class ConfigNested(Correct):
+    """Correct, FIRE's settings in an entry of the model's config read as a dict
+    (``config.position_encoding["mlp_width"]``, ``.get("eps", 1e-6)``), as configs that name
+    their position encoding by type hold them."""
+
+    def __init__(self, config):
+        fire = config.position_encoding
+        super().__init__(config.num_attention_heads, fire["mlp_width"], fire.get("init_c", 0.1),
+                         fire.get("init_L", 512.0), fire.get("eps", 1e-6))
 
 
 class ConfigHiddenSize(Correct):

@@ -82,7 +82,7 @@ class FIRE:
         init_L = init_L.reshape(())
         rel_distance = queries[:, None] - keys[None, :]
         threshold = jnp.abs(L_multiplier * init_L)
-        pos_normalizer = jnp.maximum(queries, threshold)[:, None]
+        pos_normalizer = self.thresholded(queries, threshold)[:, None]
         rel_distance = self.psi_of_distances(c, rel_distance)
         pos_normalizer = jnp.log(jnp.abs(c * pos_normalizer) + 1) + self.eps
         h = (rel_distance / pos_normalizer)[..., None]
@@ -93,6 +93,9 @@ class FIRE:
             if n < len(names) - 1:
                 h = self.activation(h)
         return self.finish(jnp.transpose(h, (2, 0, 1))[None], p)
+
+    def thresholded(self, queries, threshold):
+        return jnp.maximum(queries, threshold)
 
     def layer_bias(self, p, n, name):
         return p[name].get("bias", 0.0)
@@ -649,6 +652,16 @@ class ThresholdAttributeIgnored(ThresholdAttributeGiven):
 
     def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
         super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
+
+
+class ThresholdAttributeMin(ThresholdAttributeGiven):
+    """``ThresholdAttributeGiven`` normalising by min(i, L) (the catalogue's
+    ``threshold-as-min``): with L past every position its bias is the same whatever L, yet it
+    takes the argument (a lower L changes it), so it is named by its values, not as keeping a
+    threshold of its own (audit 33)."""
+
+    def thresholded(self, queries, threshold):
+        return jnp.minimum(queries, threshold)
 
 
 class FromConfig(FIRE):

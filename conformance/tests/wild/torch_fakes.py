@@ -954,3 +954,21 @@ class FromConfigIgnoresC(FIRE):
         super().__init__(config.num_attention_heads, config.fire_mlp_width, 0.1,
                          config.fire_init_L, config.fire_eps)
         self.unused = config.fire_init_c
+
+
+class FromConfigFixedWidth(FIRE):
+    """Built from a model's config, whose ``fire_mlp_width`` it reads for nothing: f_θ is 32 wide
+    whatever the config says."""
+
+    def __init__(self, config):
+        super().__init__(config.num_attention_heads, 32 + 0 * config.fire_mlp_width,
+                         config.fire_init_c, config.fire_init_L, config.fire_eps)
+
+
+class FromConfigCUnread(FIRE):
+    """Built from a model's config (``ModelConfig``, which declares ``fire_init_c``) without
+    reading ``fire_init_c``: c starts at 0.1 whatever the config says."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__(config.num_attention_heads, config.fire_mlp_width, 0.1,
+                         config.fire_init_L, config.fire_eps)
