@@ -813,35 +813,26 @@ fn a_torch_module_built_from_a_config_is_given_one_and_graded() {
         &["--run", "fire-grad/vjp/random-square-12"],
     );
     assert_eq!(count(&r, "values", "passed"), 1, "{r:#}");
-    let (code, r) = run(
-        &torch_fake("FromConfigIgnoresC", "f32"),
-        &DEFAULT_AND_RANDOM,
-    );
-    assert_eq!(code, 1, "{r:#}");
-    let failed = failed_saying(
-        &r,
-        "it starts c at a value of its own whatever `config.fire_init_c` holds",
-    );
-    assert_eq!(failed, ["fire/random-params/seed-1-square-16"], "{r:#}");
+    // The case at the defaults passes, the one off them fails saying `says`.
+    let fails_off_the_defaults = |class: &str, says: &str| {
+        let (code, r) = run(&torch_fake(class, "f32"), &DEFAULT_AND_RANDOM);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        let failed = failed_saying(&r, says);
+        assert_eq!(
+            failed,
+            ["fire/random-params/seed-1-square-16"],
+            "{class}: {r:#}"
+        );
+    };
+    let c_ignored = "it starts c at a value of its own whatever `config.fire_init_c` holds";
+    fails_off_the_defaults("FromConfigIgnoresC", c_ignored);
     // Its config class declares `fire_init_c`, which it never reads: ignored all the same, where
     // it had been taken for a module that makes c its own way (audit 33).
-    let (code, r) = run(&torch_fake("FromConfigCUnread", "f32"), &DEFAULT_AND_RANDOM);
-    assert_eq!(code, 1, "{r:#}");
-    let failed = failed_saying(
-        &r,
-        "it starts c at a value of its own whatever `config.fire_init_c` holds",
-    );
-    assert_eq!(failed, ["fire/random-params/seed-1-square-16"], "{r:#}");
+    fails_off_the_defaults("FromConfigCUnread", c_ignored);
     // Built 32 wide whatever `fire_mlp_width` says: failed on every case of another width, not
     // skipped as another architecture (audit 33: it had passed on the cases 32 wide).
-    let (code, r) = run(
-        &torch_fake("FromConfigFixedWidth", "f32"),
-        &DEFAULT_AND_RANDOM,
-    );
-    assert_eq!(code, 1, "{r:#}");
-    let failed = failed_saying(
-        &r,
+    fails_off_the_defaults(
+        "FromConfigFixedWidth",
         "(built from a config with num_attention_heads=4, fire_mlp_width=8), but its layers are",
     );
-    assert_eq!(failed, ["fire/random-params/seed-1-square-16"], "{r:#}");
 }

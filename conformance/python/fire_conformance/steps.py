@@ -228,18 +228,21 @@ def check_repeated(first, again, dtype):
             "build(case) glue that resets it for each case [fire.bias]")
 
 
-def twin_differs(got, twin, dtype):
+def twin_differs(got, twin, dtype, entrywise=False):
     """Whether two biases of the same values differ beyond rounding: in the entries a ``masked``
     module masks (non-finite, or ≤ −1e3: ``unmasked``), or beyond rounding of the largest value
     elsewhere — a mask of ``finfo.min`` is no scale for the bias (every bias would be the same
-    to its rounding)."""
+    to its rounding). ``entrywise``: beyond rounding of each entry's own size (at least 1), for
+    whether a bias moved at all where a few huge entries (a row over ε alone) would make every
+    other change look like rounding."""
     got, twin = np.asarray(got, dtype=np.float64), np.asarray(twin, dtype=np.float64)
     if got.shape != twin.shape:
         return True
     kept = unmasked(got)
     if not np.array_equal(kept, unmasked(twin)):
         return True
-    scale = max(1.0, float(np.max(np.abs(got[kept]), initial=0.0)))
+    scale = np.maximum(1.0, np.abs(got[kept])) if entrywise else \
+        max(1.0, float(np.max(np.abs(got[kept]), initial=0.0)))
     return bool(np.any(np.abs(got[kept] - twin[kept]) > ROUNDING[dtype] * scale))
 
 
@@ -262,19 +265,6 @@ def threshold_shows(case, moved, got, dtype):
     kept = unmasked(got) & causal[None]
     scale = max(1.0, float(np.max(np.abs(ref[kept]), initial=0.0)))
     return bool(np.any(np.abs(ref[kept] - other[kept]) > ROUNDING[dtype] * scale))
-
-
-def moves_anywhere(got, other, dtype):
-    """Whether any entry of ``other`` differs from ``got``'s beyond rounding of its own size, or
-    is masked (``unmasked``) where ``got``'s is not, or the reverse."""
-    got, other = np.asarray(got, dtype=np.float64), np.asarray(other, dtype=np.float64)
-    if got.shape != other.shape:
-        return True
-    kept = unmasked(got)
-    if not np.array_equal(kept, unmasked(other)):
-        return True
-    size = np.maximum(1.0, np.abs(got[kept]))
-    return bool(np.any(np.abs(got[kept] - other[kept]) > ROUNDING[dtype] * size))
 
 
 def check_own_threshold(case, got, built_with, dtype, untaken, theirs):
@@ -301,7 +291,7 @@ def check_own_threshold(case, got, built_with, dtype, untaken, theirs):
         below = built_with(lowered)
         # Entry by entry: a module taking min(L, i) has huge values in query 0's row (ψ(0) over
         # ε), which would make the rest's change look like rounding at their scale.
-        if below is not None and moves_anywhere(got, below, dtype):
+        if below is not None and twin_differs(got, below, dtype, entrywise=True):
             return
     raise construction.keeps_own_threshold(case, moved, theirs)
 
