@@ -740,6 +740,10 @@ fn a_constructor_taking_one_config_object_is_given_one_built_from_each_case() {
             "(num_heads ← config.num_attention_heads, mlp_width ← config.fire_mlp_width, eps ← config.fire_eps)",
         ),
         (
+            "ConfigAny",
+            "(num_heads ← config.num_attention_heads, mlp_width ← config.fire_mlp_width, eps ← config.fire_eps)",
+        ),
+        (
             "ConfigDataclass",
             "(num_heads ← config.num_attention_heads, mlp_width ← config.fire_hidden_size, \
              init_c ← config.fire_init_c, init_L ← config.fire_init_L, eps ← config.fire_epsilon)",

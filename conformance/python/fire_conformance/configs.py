@@ -108,7 +108,9 @@ def annotation(cls, param):
     args = [a for a in getattr(hint, "__args__", ()) or () if a is not type(None)]
     if typing.get_origin(hint) is typing.Union and len(args) == 1:
         hint = args[0]
-    return hint if isinstance(hint, type) and hint not in (int, float, str, bool, dict, list) else None
+    # Not a plain type, nor `Any` (a class since Python 3.11) or `object`, which say nothing.
+    plain = (int, float, str, bool, dict, list, object, typing.Any)
+    return hint if isinstance(hint, type) and hint not in plain else None
 
 
 def declared(cls, param, names=None):
@@ -129,7 +131,9 @@ def declared(cls, param, names=None):
             attrs = [p for p in inspect.signature(kind).parameters if p not in ("self", "kwargs", "args")]
         except (TypeError, ValueError):
             attrs = []
-        attrs += [a for a in vars(default_of(cls, param) or object()) if not a.startswith("_")]
+        # An instance on its defaults (none where it requires arguments; `__slots__` hold none).
+        held = getattr(default_of(cls, param), "__dict__", {})
+        attrs += [a for a in held if not a.startswith("_")]
     mapped = {theirs: ours for ours, theirs in (names or {}).items()}
     out = {}
     for attr in attrs:

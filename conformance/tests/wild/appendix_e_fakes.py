@@ -5,6 +5,7 @@ correct module in exactly the way its docstring says. ``tests/wild.rs`` drives e
 """
 
 import dataclasses
+import typing
 
 import numpy as np
 
@@ -528,6 +529,14 @@ class ConfigConstructor(Correct):
     def __init__(self, config):
         super().__init__(config.num_attention_heads, config.fire_mlp_width,
                          eps=getattr(config, "fire_eps", 1e-6))
+
+
+class ConfigAny(ConfigConstructor):
+    """``ConfigConstructor`` with its config annotated ``typing.Any``, as Flax code declares a
+    ``config: Any`` field: no config class to read defaults from (it had crashed the glue)."""
+
+    def __init__(self, config: typing.Any):
+        super().__init__(config)
 
 
 @dataclasses.dataclass
