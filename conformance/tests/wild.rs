@@ -721,8 +721,9 @@ fn token_ids_scores_read_for_their_shape_and_config_constructors_are_told_how_to
 /// of its LIMITs). The glue now builds the config from each case: every attribute the module
 /// reads is answered with the case's value of the argument its name says (`num_attention_heads`,
 /// `fire_mlp_width`, `fire_hidden_size`, `fire_epsilon`, a `getattr` with a default included,
-/// or FIRE's own entry read as a dict, `config.position_encoding["mlp_width"]`), and the run's
-/// name says which it read as which. A name that says nothing certain of FIRE
+/// or FIRE's own entry read as a dict, `config.position_encoding["mlp_width"]`; an ε taken as an
+/// argument of its own beside the config is given as one), and the run's name says which it
+/// read as which. A name that says nothing certain of FIRE
 /// (`hidden_size`, most configs' model width) is refused naming the `--map-arg` that answers it,
 /// and passes once given; an ε read from elsewhere (the model's layer-norm ε) skips the cases at
 /// another ε, naming the attribute, where the config holds no ε of FIRE's, and fails them where
@@ -738,6 +739,10 @@ fn a_constructor_taking_one_config_object_is_given_one_built_from_each_case() {
         (
             "ConfigConstructor",
             "(num_heads ← config.num_attention_heads, mlp_width ← config.fire_mlp_width, eps ← config.fire_eps)",
+        ),
+        (
+            "ConfigAndEps",
+            "(num_heads ← config.num_attention_heads, mlp_width ← config.fire_mlp_width), and reads no init_c",
         ),
         (
             "ConfigAny",

@@ -74,15 +74,18 @@ def ours_for(attr):
     return None
 
 
-def config_parameter(cls, params, claimed, framework):
+def config_parameter(cls, params, shape, framework):
     """The one parameter of the constructor of ``cls`` (``params``, as
     ``construction.parameters_of`` reads them) that is a config object, or None: the
     constructor's only required parameter besides the framework's (``framework``: NNX's
-    ``rngs``, linen's ``parent``), not one of the names our arguments go by (``claimed``), named
-    as a config is or annotated with a class."""
+    ``rngs``, linen's ``parent``), named as a config is or annotated with a class, where the
+    constructor does not take the shape itself (``shape``: the names of our ``num_heads`` and
+    ``mlp_width`` under which it would). It may take others of ours beside it
+    (``__init__(self, config, eps=1e-6)``)."""
     if not params:
         return None
-    if any(p.name in claimed for p in params):
+    names = {p.name for p in params}
+    if all(n in names for n in shape):
         return None
     required = [p for p in params if p.default is p.empty and p.name not in framework]
     if len(required) != 1:

@@ -273,14 +273,20 @@ class Arguments:
     def config_of(self, cls):
         """The parameter of the constructor of ``cls`` that takes one config object
         (``configs.config_parameter``), or None where it takes our arguments."""
-        claimed = {self.theirs(a) for a in SHAPE_ARGS + INITIAL_ARGS}
-        return configs.config_parameter(cls, parameters_of(cls), claimed, FRAMEWORK_ARGS)
+        shape = [self.theirs(a) for a in SHAPE_ARGS]
+        return configs.config_parameter(cls, parameters_of(cls), shape, FRAMEWORK_ARGS)
+
+    def beside_config(self, cls):
+        """Our arguments a config-constructed ``cls`` takes as constructor arguments of their own
+        beside the config (``__init__(self, config, eps=1e-6)``), under its names."""
+        names = {p.name for p in parameters_of(cls) or ()}
+        return [a for a in SHAPE_ARGS + INITIAL_ARGS if self.theirs(a) in names]
 
     def given_as(self, cls, ours):
         """How a module of ``cls`` is given our argument ``ours``: the config attribute it read
         it as (``config.fire_init_c``) or that its config class declares (``takes_from``), or
         the constructor's argument."""
-        if self.config_of(cls) is not None:
+        if self.config_of(cls) is not None and ours not in self.beside_config(cls):
             attr = self.takes_from(cls).get(ours)
             if attr is not None:
                 return f"config.{attr}"
@@ -298,7 +304,7 @@ class Arguments:
         given: it names ``num_heads`` and ``mlp_width`` among its parameters, or takes a config
         that holds both (read, or declared by its class: ``takes_from``)."""
         if self.config_of(cls) is not None:
-            return all(a in self.takes_from(cls) for a in SHAPE_ARGS)
+            return all(a in self.takes_from(cls) or a in self.beside_config(cls) for a in SHAPE_ARGS)
         params = signature_of(cls) or ()
         return all(self.theirs(a) in params for a in SHAPE_ARGS)
 
@@ -310,11 +316,11 @@ class Arguments:
         to report; a module that reads its config only when it is first called (a Flax linen
         module's ``setup``) adds its reads as each case's module is initialised."""
         if cls not in self.configs:
-            trial = self.case_config(cls, self.config_of(cls), {
-                "num_heads": 2, "mlp_width": 4, "init_c": DEFAULTS["c"], "init_L": DEFAULTS["l_init"],
-                "eps": DEFAULTS["eps"]})
+            given = {"num_heads": 2, "mlp_width": 4, "init_c": DEFAULTS["c"], "init_L": DEFAULTS["l_init"],
+                     "eps": DEFAULTS["eps"]}
+            trial = self.case_config(cls, self.config_of(cls), given)
             try:
-                self.construct_from(cls, trial)
+                self.construct_from(cls, trial, given)
             except Exception:
                 pass
         read, others = {}, []
@@ -342,12 +348,14 @@ class Arguments:
         self.configs.setdefault(cls, []).append(config)
         return config
 
-    def construct_from(self, cls, config):
-        """``cls`` built from ``config`` (``case_config``) and the ``--kwargs`` entries that are
-        arguments of its constructor."""
+    def construct_from(self, cls, config, given):
+        """``cls`` built from ``config`` (``case_config``), our arguments ``given`` that it takes
+        beside the config (``beside_config``) and the ``--kwargs`` entries that are arguments of
+        its constructor."""
         param = self.config_of(cls)
         taken = {p.name for p in parameters_of(cls) or ()}
         kwargs = {k: v for k, v in self.extra.items() if k in taken and k != param.name}
+        kwargs.update({self.theirs(a): given[a] for a in self.beside_config(cls) if a in given})
         if param.kind == param.POSITIONAL_ONLY:
             return cls(config, **kwargs)
         return cls(**{param.name: config}, **kwargs)
@@ -359,7 +367,7 @@ class Arguments:
         the spec's is not one it can be given). Empty where the constructor's arguments cannot
         be read (``signature_of``)."""
         if self.config_of(cls) is not None:
-            taken = self.takes_from(cls)
+            taken = set(self.takes_from(cls)) | set(self.beside_config(cls))
             return frozenset(a for a in INITIAL_ARGS if a not in taken and a not in self.extra)
         names = signature_of(cls)
         if names is None:
@@ -374,7 +382,7 @@ class Arguments:
         (``config_of``)."""
         param = self.config_of(cls)
         if param is not None:
-            return self.construct_from(cls, self.case_config(cls, param, given))
+            return self.construct_from(cls, self.case_config(cls, param, given), given)
         untaken = self.untaken(cls)
         args = {self.theirs(k): v for k, v in {**self.extra, **given}.items() if k not in untaken}
         positional = []

@@ -568,6 +568,14 @@ class ConfigLayerNormEps(Correct):
         super().__init__(config.num_attention_heads, config.fire_hidden_size, eps=config.layer_norm_eps)
 
 
+class ConfigAndEps(Correct):
+    """Correct, its shape read from a config and its ε an argument of its own beside it
+    (``__init__(self, config, eps=1e-6)``)."""
+
+    def __init__(self, config, eps=1e-6):
+        super().__init__(config.num_attention_heads, config.fire_mlp_width, eps=eps)
+
+
 class ConfigNoFireEps(Correct):
     """Built from a config that holds no ε of FIRE's (not annotated), normalising with the
     model's layer-norm ε where the config has one: an ε of its own, graded at the spec's."""
