@@ -11,6 +11,7 @@ names the attribute and the ``--map-arg`` that answers it (a ``getattr(config, n
 takes its default, as it would from a real config without the attribute).
 """
 
+import dataclasses
 import inspect
 import typing
 
@@ -122,8 +123,6 @@ def declared(cls, param, names=None):
     instance built on its defaults holds), each named as ``ours_for`` or ``names``
     (``--map-arg``: ours -> the attribute) says. Empty where it is not annotated. A module
     whose config declares an argument it never reads ignores it."""
-    import dataclasses
-
     kind = annotation(cls, param)
     if kind is None:
         return {}
@@ -299,12 +298,3 @@ def record(config):
 def describe(read):
     """The run's words for where a config-constructed module read our arguments."""
     return ", ".join(f"{ours} ← config.{attr}" for ours, attr in read.items())
-
-
-def signature_text(cls):
-    """``(config: FireConfig)`` as the constructor of ``cls`` is written, for messages."""
-    target = getattr(cls, "constructs", cls)
-    try:
-        return str(inspect.signature(target))
-    except (TypeError, ValueError):
-        return "(config)"

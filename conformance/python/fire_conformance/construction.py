@@ -150,8 +150,8 @@ def check_arguments(held, case, dtype, rebuild=None, untaken=(), given_as=None):
                     "[fire.params]")
             if via != arg:
                 # Held as the value of another argument it was given: a slip of names.
-                same = [given_as(FROM_ARGUMENT[k]) for k, v in given.items() if k != name
-                        and held_as.size == 1 and abs(float(held_as.reshape(-1)[0]) - v) <= F32_SLACK * abs(v)]
+                same = [given_as(FROM_ARGUMENT[k]) for k, v in given.items()
+                        if k != name and held_as.size == 1 and abs(shown - v) <= F32_SLACK * abs(v)]
                 raise IgnoredArgument(
                     f"built with {via} = {want!r}, the module holds {name} = {shown!r}"
                     f"{f' (the value of {same[0]})' if same else ''} before any case value is "
@@ -265,6 +265,9 @@ class Arguments:
         # The configs built for each config-constructed class (`case_config`), whose reads say
         # which of our arguments it takes (`config_reads`).
         self.configs = {}
+        # By class: its config parameter (`config_of`) and what its config class declares
+        # (`takes_from`), read once: every case asks for them several times.
+        self.config_params, self.declared = {}, {}
 
     def theirs(self, ours):
         """The constructor's name for our argument ``ours``."""
@@ -273,8 +276,10 @@ class Arguments:
     def config_of(self, cls):
         """The parameter of the constructor of ``cls`` that takes one config object
         (``configs.config_parameter``), or None where it takes our arguments."""
-        shape = [self.theirs(a) for a in SHAPE_ARGS]
-        return configs.config_parameter(cls, parameters_of(cls), shape, FRAMEWORK_ARGS)
+        if cls not in self.config_params:
+            shape = [self.theirs(a) for a in SHAPE_ARGS]
+            self.config_params[cls] = configs.config_parameter(cls, parameters_of(cls), shape, FRAMEWORK_ARGS)
+        return self.config_params[cls]
 
     def beside_config(self, cls):
         """Our arguments a config-constructed ``cls`` takes as constructor arguments of their own
@@ -296,8 +301,9 @@ class Arguments:
         """Ours -> the attribute of its config a config-constructed ``cls`` takes it from: the
         one it read, or else the one its annotated config class declares
         (``configs.declared``), which it then ignores if it never reads it."""
-        param = self.config_of(cls)
-        return {**configs.declared(cls, param, self.names), **self.config_reads(cls)[0]}
+        if cls not in self.declared:
+            self.declared[cls] = configs.declared(cls, self.config_of(cls), self.names)
+        return {**self.declared[cls], **self.config_reads(cls)[0]}
 
     def claims_shape(self, cls):
         """Whether the constructor of ``cls`` is given the shape, so claims to build what it is

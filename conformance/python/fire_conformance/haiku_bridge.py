@@ -159,9 +159,9 @@ def as_linen(cls):
             ``training_flag`` says (``flags``), as training calls it, which leaves that state
             as it was."""
             if flags:
-                if flags != dict([self.training_flag or (None, None)]):
+                if self.training is None or flags != {training: True}:
                     raise TypeError(f"the bridge calls a Haiku module with {self.training_flag} only, not {flags}")
-                params, made = self.made
+                params = self.made[0]
                 # A key of its own per call, as training's steps have: a dropout shows as a
                 # bias that changes from call to call.
                 self.calls += 1

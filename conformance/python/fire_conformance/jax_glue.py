@@ -41,6 +41,7 @@ Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future
 ``--max-len``, ``--kwargs``). ``--dtype f64`` turns on ``jax_enable_x64``.
 """
 
+import itertools
 import math
 import sys
 
@@ -86,6 +87,13 @@ def parameter_names(m):
     if callable(m):
         return calls.parameter_names(m)
     return calls.positional(m.apply, 1) or []
+
+
+def call_of(m):
+    """The callable whose signature says how ``m`` is called: ``__call__`` (Flax; the module
+    behind a bridge, ``call_target``), or else ``apply`` (a plain-JAX class)."""
+    target = getattr(m, "call_target", m)
+    return target if callable(target) else m.apply
 
 
 def call_style(m):
@@ -362,8 +370,7 @@ class JaxGlue:
         """``decoding.check_past`` where ``m``'s call takes the cache's length
         (``decoding.past_name``): called on the last half of the square ``full`` ([H, T, T], its
         own bias) with the first half cached, it must return the square's last rows."""
-        target = getattr(m, "call_target", m)
-        past = decoding.past_name(m, target if callable(target) else m.apply)
+        past = decoding.past_name(m, call_of(m))
         rows, cols = plan.shape
         if past is None or plan.style not in decoding.PAST_LAYOUTS or rows != cols or rows < 2:
             return
@@ -385,14 +392,13 @@ class JaxGlue:
         (``train_mode.jax_flag``: ``deterministic=False``, ``train=True``), where its call takes
         one, against the graded call's bias ``full`` and gradients ``grads`` for the same
         cotangent ``cot``. A Flax linen module is given a ``dropout`` key as training gives one."""
-        target = getattr(m, "call_target", m)
-        flag = getattr(m, "training_flag", None) or train_mode.jax_flag(target if callable(target) else m.apply)
+        flag = getattr(m, "training_flag", None) or train_mode.jax_flag(call_of(m))
         if flag is None:
             return
         name, value = flag
         linen = any(k.__module__.startswith("flax.linen") for k in type(m).__mro__)
         rows, cols = plan.shape
-        keys = iter(range(1, 1 << 30))
+        keys = itertools.count(1)
 
         def trained(p):
             # A dropout key of its own per call, as training's steps have: a dropout shows as a
