@@ -143,6 +143,10 @@ fn an_equinox_module_shaped_like_appendix_e_passes() {
         "PositionsCachedGlobally",
         // Audit 31: one sequence [T, D], no batch (the glue's `sequence` layout).
         "OneSequence",
+        // An `inference` field eqx.nn.inference_mode cannot set (the module graded as built),
+        // and a dropout on the bias (off in inference, where the bias is graded).
+        "InferenceField",
+        "DropoutInTraining",
     ] {
         passes_in(&equinox_fake(class), 8, &JAX_GRAD);
     }
@@ -353,14 +357,26 @@ fn haiku_mistakes_are_named() {
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
 }
 
-/// An NNX module whose call takes `deterministic=True`, and a Haiku one taking `is_training`,
-/// are also run as training calls them (through their bridges) on each gradient case: one
-/// detached only in training fails naming the parameter and the flag (a Haiku dropout in
-/// training, which changes from call to call, is not compared: `TrainingFlagAndDropout`
-/// passes above).
+/// An NNX module whose call takes `deterministic=True`, a Haiku one taking `is_training`, and
+/// Equinox ones with an `inference` field or call argument are also run as training calls them
+/// (through their bridges) on each gradient case: one detached only in training fails naming
+/// the parameter and the switch (a dropout in training, which changes from call to call, is
+/// not compared: `TrainingFlagAndDropout` and `DropoutInTraining` pass above).
 #[test]
-fn nnx_and_haiku_modules_detached_only_in_training_fail() {
+fn nnx_haiku_and_equinox_modules_detached_only_in_training_fail() {
     let mut runs = Vec::new();
+    if equinox() {
+        runs.push((
+            equinox_fake("DetachedInTrainingField"),
+            "eqx.nn.inference_mode(module, False)",
+            "c",
+        ));
+        runs.push((
+            equinox_fake("DetachedInTrainingArgument"),
+            "`inference=False`",
+            "c",
+        ));
+    }
     if flax() {
         runs.push((
             nnx_fake("DetachedInTraining"),

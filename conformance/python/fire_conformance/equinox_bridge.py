@@ -17,10 +17,17 @@ instances have ``init(rng, *args) -> variables`` and ``apply(variables, *args)``
 - ``apply`` rebuilds the module with the given leaves and calls it. An Equinox module cannot
   change itself between calls; what a program keeps between them (a module-level cache) the
   glue's step shows (``steps.jax_step``).
+- Inference and training: the graded call is inference's, as a model reads its bias (every
+  ``inference`` field set by ``eqx.nn.inference_mode``; a ``__call__`` taking ``inference``
+  given ``inference=True``). ``apply(..., inference=False)`` is the call as training makes it
+  (the fields unset, ``inference=False``, and a fresh ``key`` per call where ``__call__`` takes
+  one), which ``train_mode`` compares with the graded one.
 """
 
 import copy
 import dataclasses
+import inspect
+import itertools
 import numbers
 
 from fire_conformance import construction
@@ -77,13 +84,42 @@ def with_static(module, values):
 
 def build(cls, jax, kwargs):
     """The Equinox module, given ``key=jax.random.PRNGKey(0)`` where its constructor may take it
-    (``construction.with_seed``), in inference mode (``eqx.nn.inference_mode``: an
-    ``eqx.nn.Dropout`` off), as a model is when its bias is read."""
+    (``construction.with_seed``), in inference mode (``inference_of``: an ``eqx.nn.Dropout``
+    off), as a model is when its bias is read."""
+    module = construction.with_seed(cls, kwargs, "key", lambda: jax.random.PRNGKey(0))
+    return inference_of(module, True, jax)
+
+
+def has_inference_fields(module, jax):
+    """Whether ``module`` or a module inside it has an ``inference`` attribute, the switch
+    ``eqx.nn.inference_mode`` sets (``eqx.nn.Dropout``'s, or a module's own)."""
+    inside = jax.tree_util.tree_leaves(module, is_leaf=lambda x: hasattr(x, "inference"))
+    return any(hasattr(x, "inference") for x in inside)
+
+
+def inference_of(module, value, jax):
+    """``module`` with its ``inference`` fields set to ``value`` (``eqx.nn.inference_mode``);
+    as built where it has none, or where Equinox cannot set them (a field left at its class
+    default by a custom ``__init__`` is no leaf of the module, and ``inference_mode`` refuses
+    it): the module is then called as built, as its own program would have to."""
     import equinox as eqx
 
-    module = construction.with_seed(cls, kwargs, "key", lambda: jax.random.PRNGKey(0))
     inference = getattr(eqx.nn, "inference_mode", None)
-    return module if inference is None else inference(module, True)
+    if inference is None or not has_inference_fields(module, jax):
+        return module
+    try:
+        return inference(module, value)
+    except (TypeError, ValueError):
+        return module
+
+
+def keywords(module):
+    """The names ``module.__call__`` takes by keyword."""
+    try:
+        params = inspect.signature(type(module).__call__).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
 def as_linen(cls):
@@ -108,6 +144,17 @@ def as_linen(cls):
                           for path, leaf in leaves]
             self.leaves = [leaf for _, leaf in leaves]
             self.static = static_scalars(self.module)
+            # Inference against training (module docstring): what the calls are given.
+            takes = keywords(self.module)
+            self.takes_inference, self.takes_key = "inference" in takes, "key" in takes
+            self.switches = has_inference_fields(self.module, jax)
+            trains = self.takes_inference or self.switches
+            # The keyword ``apply`` takes to call the module as training does
+            # (``jax_glue.JaxGlue.train_mode_agrees``), and how its message says so.
+            self.training_flag = ("inference", False) if trains else None
+            self.training_how = ("`inference=False`" if self.takes_inference
+                                 else "eqx.nn.inference_mode(module, False)")
+            self.keys = itertools.count(1)
 
         def init(self, rng, *args):
             """The module's leaves as linen's variables tree."""
@@ -116,12 +163,20 @@ def as_linen(cls):
             flat.update({("static", name): value for name, value in self.static.items()})
             return trees.unflatten(flat)
 
-        def apply(self, variables, *args):
+        def apply(self, variables, *args, inference=True):
             given = [None if where is None else trees.lookup(variables, where) for where in self.where]
             leaves = [leaf if g is None else g for g, leaf in zip(given, self.leaves)]
             module = jax.tree_util.tree_unflatten(self.treedef, leaves)
             static = {name: trees.lookup(variables, ("static", name)) for name in self.static}
-            return with_static(module, {k: v for k, v in static.items() if v is not None})(*args)
+            module = with_static(module, {k: v for k, v in static.items() if v is not None})
+            flags = {"inference": inference} if self.takes_inference else {}
+            if not inference:
+                module = inference_of(module, False, jax) if self.switches else module
+                if self.takes_key:
+                    # A key of its own per call, as training's steps have: a dropout then shows
+                    # as a bias that changes from call to call (``train_mode.check_jax``).
+                    flags["key"] = jax.random.PRNGKey(next(self.keys))
+            return module(*args, **flags)
 
     Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")
     return Bridged

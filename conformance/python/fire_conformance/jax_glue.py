@@ -407,8 +407,8 @@ class JaxGlue:
             out = m.apply({**variables, "params": p}, *args, **given)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
 
-        train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax,
-                             f"`{name}={value}`")
+        how = getattr(m, "training_how", None) or f"`{name}={value}`"
+        train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax, how)
 
     def check_held(self, case, heads, width, args, flat, others, loaded, outside, ours, own):
         """Checks the c and L_init the module holds as built, wherever it keeps them

@@ -88,8 +88,9 @@ def check_torch(m, call, full, g, names, graded, dtype):
 
 # A JAX module's training flag, by the name its call takes it under: the value that means
 # training (Flax's `deterministic`, the `train`/`training` of linen examples, Haiku's
-# `is_training`).
-TRAINING_FLAGS = {"deterministic": False, "train": True, "training": True, "is_training": True}
+# `is_training`, Equinox's `inference`).
+TRAINING_FLAGS = {"deterministic": False, "train": True, "training": True, "is_training": True,
+                  "inference": False}
 
 
 def jax_flag(call):

@@ -2,7 +2,9 @@
 directly, every floating array trained): Appendix E with ``eqx.nn.MLP`` (PyTorch's ``[out, in]``
 weights) and an ``init_L`` kept as a Python float, and the mistakes Equinox invites: a ``c``
 kept as a Python float (never trained), a ψ table made in ``__init__`` from ``init_c`` (a
-floating array, so it trains as a parameter no case value reaches), positions counted from 1.
+floating array, so it trains as a parameter no case value reaches), positions counted from 1,
+and Equinox's two inference switches (an ``inference`` field, which ``eqx.nn.inference_mode``
+sets, and an ``inference`` call argument) with a path only training takes.
 Driven by tests/wild_jax.rs through the Appendix E glue, which hands Equinox modules to
 ``fire_conformance.jax_glue`` (``equinox_bridge``).
 """
@@ -190,3 +192,55 @@ class PositionsCachedGlobally(FIRE):
         if seq_length not in _POSITIONS:
             _POSITIONS[seq_length] = jnp.arange(seq_length, dtype=jnp.float32)
         return _POSITIONS[seq_length]
+
+
+class InferenceField(FIRE):
+    """Correct, with an ``inference`` field left at its class default by the constructor (so
+    ``eqx.nn.inference_mode`` refuses it: no leaf) and a call taking ``key``: graded as built
+    (the glue had stopped on every case with inference_mode's TypeError)."""
+
+    inference: bool = False
+
+    def __call__(self, x, *, key=None):
+        return super().__call__(x)
+
+
+class DetachedInTrainingField(FIRE):
+    """An ``inference`` field its constructor sets, and the MLP's input detached in training
+    (``inference`` False): right in inference mode, where the bias is graded; c and the
+    multiplier never learn."""
+
+    inference: bool
+
+    def __init__(self, *args, inference=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.inference = inference
+
+    def normalized(self, x):
+        out = super().normalized(x)
+        return out if self.inference else jax.lax.stop_gradient(out)
+
+
+class DetachedInTrainingArgument(FIRE):
+    """``inference=True`` by default in its call, and the MLP's input detached when called with
+    ``inference=False``, as training calls it."""
+
+    def __call__(self, x, *, key=None, inference=True):
+        normalized = self.normalized(x)
+        if not inference:
+            normalized = jax.lax.stop_gradient(normalized)
+        return jnp.transpose(self.mlp_of(normalized), (2, 0, 1))[None]
+
+
+class DropoutInTraining(FIRE):
+    """Correct: an ``eqx.nn.Dropout`` on the bias, off in inference mode (the graded call), a
+    fresh mask per training call (not compared)."""
+
+    dropout: eqx.nn.Dropout
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dropout = eqx.nn.Dropout(0.1)
+
+    def __call__(self, x, *, key=None):
+        return self.dropout(super().__call__(x), key=key)
