@@ -144,9 +144,11 @@ fn an_equinox_module_shaped_like_appendix_e_passes() {
         // Audit 31: one sequence [T, D], no batch (the glue's `sequence` layout).
         "OneSequence",
         // An `inference` field eqx.nn.inference_mode cannot set (the module graded as built),
-        // and a dropout on the bias (off in inference, where the bias is graded).
+        // and a dropout on the bias (off in inference, where the bias is graded), its call
+        // taking a key or requiring one.
         "InferenceField",
         "DropoutInTraining",
+        "DropoutKeyRequired",
     ] {
         passes_in(&equinox_fake(class), 8, &JAX_GRAD);
     }

@@ -19,7 +19,8 @@ instances have ``init(rng, *args) -> variables`` and ``apply(variables, *args)``
   glue's step shows (``steps.jax_step``).
 - Inference and training: the graded call is inference's, as a model reads its bias (every
   ``inference`` field set by ``eqx.nn.inference_mode``; a ``__call__`` taking ``inference``
-  given ``inference=True``). ``apply(..., inference=False)`` is the call as training makes it
+  given ``inference=True``; one requiring a ``key`` given a fixed one).
+  ``apply(..., inference=False)`` is the call as training makes it
   (the fields unset, ``inference=False``, and a fresh ``key`` per call where ``__call__`` takes
   one), which ``train_mode`` compares with the graded one.
 """
@@ -114,12 +115,14 @@ def inference_of(module, value, jax):
 
 
 def keywords(module):
-    """The names ``module.__call__`` takes by keyword."""
+    """``{name: required}`` of what ``module.__call__`` takes by keyword (``required``: no
+    default)."""
     try:
         params = inspect.signature(type(module).__call__).parameters.values()
     except (TypeError, ValueError):
-        return set()
-    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        return {}
+    return {p.name: p.default is p.empty for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
 def as_linen(cls):
@@ -147,6 +150,9 @@ def as_linen(cls):
             # Inference against training (module docstring): what the calls are given.
             takes = keywords(self.module)
             self.takes_inference, self.takes_key = "inference" in takes, "key" in takes
+            # A call that requires a key (a model with a dropout passes one every call) is
+            # given a fixed one in the graded call, where inference mode turns the dropout off.
+            self.needs_key = takes.get("key", False)
             self.switches = has_inference_fields(self.module, jax)
             trains = self.takes_inference or self.switches
             # The keyword ``apply`` takes to call the module as training does
@@ -170,6 +176,8 @@ def as_linen(cls):
             static = {name: trees.lookup(variables, ("static", name)) for name in self.static}
             module = with_static(module, {k: v for k, v in static.items() if v is not None})
             flags = {"inference": inference} if self.takes_inference else {}
+            if self.needs_key:
+                flags["key"] = jax.random.PRNGKey(0)
             if not inference:
                 module = inference_of(module, False, jax) if self.switches else module
                 if self.takes_key:

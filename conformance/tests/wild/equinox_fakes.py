@@ -244,3 +244,11 @@ class DropoutInTraining(FIRE):
 
     def __call__(self, x, *, key=None):
         return self.dropout(super().__call__(x), key=key)
+
+
+class DropoutKeyRequired(DropoutInTraining):
+    """Correct: the same dropout, the call requiring its ``key`` as a model with a dropout has
+    it (every case had stopped on the missing argument)."""
+
+    def __call__(self, x, *, key):
+        return self.dropout(FIRE.__call__(self, x), key=key)
