@@ -52,6 +52,7 @@ from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import decoding
 from fire_conformance import equinox_bridge
+from fire_conformance import forward_call
 from fire_conformance import fresh
 from fire_conformance import haiku_bridge
 from fire_conformance import kit as fire_kit
@@ -182,7 +183,7 @@ class JaxGlue:
                 return out
             except (outputs.NotABias, loading.ParamsMismatch, fire_kit.Mistake):
                 raise
-            except (*appendix_e.LAYOUT_ERRORS, AttributeError) as e:
+            except (*forward_call.LAYOUT_ERRORS, AttributeError) as e:
                 if style in calls.LENGTH_STYLES and not self.call:
                     raise calls.as_lengths_failed(style, parameter_names(m), e) from e
                 beyond = calls.past_context(style, case, self.max_len, e)
