@@ -821,6 +821,27 @@ fn a_jax_module_is_also_graded_as_training_calls_it() {
     assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
 }
 
+/// A `flax.linen` module with an `nn.Dropout` on the bias under Flax's `deterministic` flag:
+/// the correct one passes; one that detaches its normaliser only in training fails naming the
+/// flag, where its training output, random with the dropout on, had not been compared (audit
+/// 34): the glue's training call now turns linen's dropouts off.
+#[test]
+fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
+    if !flax() {
+        return;
+    }
+    let grad = ["--run", "fire-grad/vjp/*", "--run", "fire-grad/kinks/*"];
+    passes_in(&linen_fake("FIRE"), 3, &grad);
+    let (code, r) = run(&linen_fake("DetachedInTraining"), &grad);
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(
+        &r,
+        "in training mode (`deterministic=False`, as a training loop calls it) the gradient of `c`",
+    );
+    assert!(!failed.is_empty(), "{r:#}");
+    assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+}
+
 /// A JAX module whose call also takes the cache's length (`past_key_values_length=0`) is called
 /// again as a decoding step, the square's first half cached, as the torch glue calls one: the
 /// correct module passes; one that counts its keys over the new tokens alone, which a call

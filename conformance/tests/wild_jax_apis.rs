@@ -362,12 +362,34 @@ fn haiku_mistakes_are_named() {
 /// An NNX module whose call takes `deterministic=True`, a Haiku one taking `is_training`, and
 /// Equinox ones with an `inference` field or call argument are also run as training calls them
 /// (through their bridges) on each gradient case: one detached only in training fails naming
-/// the parameter and the switch (a dropout in training, which changes from call to call, is
-/// not compared: `TrainingFlagAndDropout` and `DropoutInTraining` pass above).
+/// the parameter and the switch, with the module's dropouts turned off in the training call (a
+/// correct module with one passes above: `TrainingFlagAndDropout`, `DropoutInTraining`; one
+/// detached in training fails here with its dropout on, where its random training output had
+/// not been compared, audit 34).
 #[test]
 fn nnx_haiku_and_equinox_modules_detached_only_in_training_fail() {
     let mut runs = Vec::new();
+    if flax() {
+        // With a dropout on (audit 34): its training output, random, had not been compared.
+        runs.push((
+            nnx_fake("DetachedInTrainingWithDropout"),
+            "`deterministic=False`",
+            "L_multiplier",
+        ));
+    }
+    if haiku() {
+        runs.push((
+            haiku_fake("DetachedInTrainingWithDropout"),
+            "`is_training=True`",
+            "c",
+        ));
+    }
     if equinox() {
+        runs.push((
+            equinox_fake("DetachedInTrainingWithDropout"),
+            "eqx.nn.inference_mode(module, False)",
+            "c",
+        ));
         runs.push((
             equinox_fake("DetachedInTrainingField"),
             "eqx.nn.inference_mode(module, False)",

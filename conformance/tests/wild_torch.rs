@@ -760,8 +760,8 @@ fn a_bias_deaf_to_c_and_m_is_not_called_a_cache() {
 
 /// A mistake on the path only `.train()` takes (the normaliser detached under `if
 /// self.training`) fails the gradient cases, which are also run in train mode and compared
-/// (audit 32: it passed, the graded call being eval mode's); a dropout, whose train-mode output
-/// changes from call to call, is not compared.
+/// (audit 32: it passed, the graded call being eval mode's); torch's dropouts are turned off in
+/// the train-mode call, so a dropout neither fails a correct module nor hides a detach.
 #[test]
 fn a_path_only_training_takes_is_compared_with_eval_mode() {
     if !torch() {
@@ -786,6 +786,23 @@ fn a_path_only_training_takes_is_compared_with_eval_mode() {
         "{r:#}"
     );
     passes_in(&torch_fake("DropoutInTraining", "f32"), 20, &[]);
+    // With a dropout on the path (an `nn.Dropout`, or `F.dropout(training=self.training)`) the
+    // train-mode output is random: the glue turns torch's dropouts off for the comparison,
+    // where the detached normaliser had passed (audit 34).
+    for class in [
+        "DetachedInTrainingWithDropout",
+        "DetachedInTrainingFunctionalDropout",
+    ] {
+        let (code, r) = run(&torch_fake(class, "f32"), &["--fail-on", "values"]);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        assert!(
+            r["glue_found"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("in training mode (module.train()"),
+            "{class}: {r:#}"
+        );
+    }
 }
 
 /// A torch module built from a model's config (`__init__(self, config: ModelConfig, layer_idx=None)`)

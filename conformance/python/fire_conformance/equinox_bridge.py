@@ -22,7 +22,9 @@ instances have ``init(rng, *args) -> variables`` and ``apply(variables, *args)``
   given ``inference=True``; one requiring a ``key`` given a fixed one).
   ``apply(..., inference=False)`` is the call as training makes it
   (the fields unset, ``inference=False``, and a fresh ``key`` per call where ``__call__`` takes
-  one), which ``train_mode`` compares with the graded one.
+  one), which ``train_mode`` compares with the graded one. In every call its ``eqx.nn.Dropout``s
+  are at ``p = 0`` (``without_dropout``): inference's are off anyway, and training's would make
+  the bias random.
 """
 
 import copy
@@ -114,6 +116,21 @@ def inference_of(module, value, jax):
         return module
 
 
+def without_dropout(module, jax):
+    """``module`` with every ``eqx.nn.Dropout`` in it at ``p = 0``, which Equinox's dropout
+    takes as inference: training's call without its one random path (``train_mode``)."""
+    import equinox as eqx
+
+    def off(node):
+        if not isinstance(node, eqx.nn.Dropout):
+            return node
+        node = copy.copy(node)
+        object.__setattr__(node, "p", 0.0)
+        return node
+
+    return jax.tree_util.tree_map(off, module, is_leaf=lambda x: isinstance(x, eqx.nn.Dropout))
+
+
 def keywords(module):
     """``{name: required}`` of what ``module.__call__`` takes by keyword (``required``: no
     default)."""
@@ -178,6 +195,9 @@ def as_linen(cls):
             flags = {"inference": inference} if self.takes_inference else {}
             if self.needs_key:
                 flags["key"] = jax.random.PRNGKey(0)
+            # Its dropouts off in every call: inference's are already, and a module whose
+            # `inference` field inference_mode cannot set (`inference_of`) is graded without them.
+            module = without_dropout(module, jax)
             if not inference:
                 module = inference_of(module, False, jax) if self.switches else module
                 if self.takes_key:

@@ -29,6 +29,7 @@ import inspect
 
 from fire_conformance import construction
 from fire_conformance import trees
+from fire_conformance import train_mode
 from fire_conformance.repeats import StaleBias
 
 
@@ -162,11 +163,13 @@ def as_linen(cls):
                 if self.training is None or flags != {training: True}:
                     raise TypeError(f"the bridge calls a Haiku module with {self.training_flag} only, not {flags}")
                 params = self.made[0]
-                # A key of its own per call, as training's steps have: a dropout shows as a
+                # A key of its own per call, as training's steps have, and `hk.dropout` off
+                # (`train_mode.haiku_dropouts_off`): randomness of the module's own shows as a
                 # bias that changes from call to call.
                 self.calls += 1
-                out, _ = self.training.apply(as_haiku(variables, "params", params), self.state,
-                                             jax.random.PRNGKey(self.calls), *args)
+                with train_mode.haiku_dropouts_off():
+                    out, _ = self.training.apply(as_haiku(variables, "params", params), self.state,
+                                                 jax.random.PRNGKey(self.calls), *args)
                 return out
             params, made = self.made
             state = {module: {name: leaf if leaf is not made[module][name] else self.state[module][name]

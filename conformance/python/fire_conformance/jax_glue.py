@@ -41,6 +41,7 @@ Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future
 ``--max-len``, ``--kwargs``). ``--dtype f64`` turns on ``jax_enable_x64``.
 """
 
+import contextlib
 import itertools
 import math
 import sys
@@ -402,10 +403,12 @@ class JaxGlue:
         keys = itertools.count(1)
 
         def trained(p):
-            # A dropout key of its own per call, as training's steps have: a dropout shows as a
-            # bias that changes from call to call (`train_mode.check_jax`).
+            # A dropout key of its own per call, as training's steps have, and linen's
+            # `nn.Dropout` layers off (`train_mode.linen_dropouts_off`): randomness of the
+            # module's own shows as a bias that changes from call to call (`train_mode.check_jax`).
             given = {name: value, **({"rngs": {"dropout": self.jax.random.PRNGKey(next(keys))}} if linen else {})}
-            out = m.apply({**variables, "params": p}, *args, **given)
+            with train_mode.linen_dropouts_off() if linen else contextlib.nullcontext():
+                out = m.apply({**variables, "params": p}, *args, **given)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
 
         how = getattr(m, "training_how", None) or f"`{name}={value}`"

@@ -21,6 +21,7 @@ its constructor takes ``rngs``, the module then put in evaluation mode) whose in
 
 from fire_conformance import construction
 from fire_conformance import trees
+from fire_conformance import train_mode
 
 # The collection of JAX arrays an NNX module holds as plain attributes (not in a Variable).
 ARRAYS = "arrays"
@@ -132,17 +133,22 @@ def as_linen(cls):
             merged from the one built with the given values in, else the one built with them
             written in (module docstring)."""
             changed = self.changed(variables)
+            module = self.module
             if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(changed)):
                 graphdef, state = nnx.split(self.module)
                 flat = [(p, holding(leaf, changed[tuple(p)], nnx) if tuple(p) in changed else leaf)
                         for p, leaf in state.flat_state()]
-                return nnx.merge(graphdef, nnx.State.from_flat_path(flat))(*args, **flags)
-            if changed:
+                module = nnx.merge(graphdef, nnx.State.from_flat_path(flat))
+            elif changed:
                 _, state = nnx.split(self.module)
                 now = {tuple(p): leaf for p, leaf in state.flat_state()}
                 nnx.update(self.module, nnx.State.from_flat_path(
                     [(p, holding(now[p], v, nnx)) for p, v in changed.items() if p in now]))
-            return self.module(*args, **flags)
+            if not flags:
+                return module(*args)
+            # Training's call with its dropouts off (``train_mode.nnx_dropouts_off``).
+            with train_mode.nnx_dropouts_off(module):
+                return module(*args, **flags)
 
     Bridged.__name__ = Bridged.__qualname__ = getattr(cls, "__name__", "Bridged")
     return Bridged

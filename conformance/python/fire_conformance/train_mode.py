@@ -6,11 +6,17 @@ train-only path [fire.bias]: no dropout, no batch statistics. A path only traini
 ``.detach()`` or ``jax.lax.stop_gradient`` under ``if self.training`` / ``if not
 deterministic``, a cache kept only then) changes what the model learns while every graded
 value passes. So on small squares each gradient case is run again in training mode with the
-same cotangent, and the bias and every gradient must be evaluation's. A module whose
-training-mode output changes from call to call (a dropout) is not compared: its bias is no
-longer a function of the case.
+same cotangent, and the bias and every gradient must be evaluation's.
+
+A dropout is training's one legitimate difference, and it is random: in the training call each
+framework's dropouts are made the identity (``torch_dropouts_off``, ``linen_dropouts_off``,
+``nnx_dropouts_off``, ``haiku_dropouts_off``; the Equinox bridge sets its ``eqx.nn.Dropout``s'
+``p`` to 0), so what else training takes is compared. A module whose training-mode output
+still changes from call to call (randomness of its own) is not compared: its bias is no longer
+a function of the case.
 """
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -53,6 +59,75 @@ def check_gradient(name, ours, got, want, dtype, how):
             "changes what training learns; the graded gradients are evaluation mode's [grad.vjp]")
 
 
+# torch's dropouts, by their name in torch.nn.functional (`nn.Dropout` and its kin call them).
+TORCH_DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                  "feature_alpha_dropout")
+
+
+def unchanged(x, *args, **kwargs):
+    """A dropout that keeps everything: its input."""
+    return x
+
+
+@contextlib.contextmanager
+def torch_dropouts_off():
+    """torch's dropouts (``F.dropout`` and its kin, which ``nn.Dropout`` calls) the identity
+    while it lasts."""
+    import torch.nn.functional as F
+
+    saved = {name: getattr(F, name) for name in TORCH_DROPOUTS if hasattr(F, name)}
+    try:
+        for name in saved:
+            setattr(F, name, unchanged)
+        yield
+    finally:
+        for name, f in saved.items():
+            setattr(F, name, f)
+
+
+@contextlib.contextmanager
+def linen_dropouts_off():
+    """Flax linen's ``nn.Dropout`` layers the identity while it lasts (``nn.intercept_methods``)."""
+    import flax.linen as nn
+
+    def interceptor(next_fun, args, kwargs, context):
+        if isinstance(context.module, nn.Dropout) and context.method_name == "__call__":
+            return args[0] if args else kwargs.get("inputs")
+        return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(interceptor):
+        yield
+
+
+@contextlib.contextmanager
+def nnx_dropouts_off(module):
+    """``module``'s ``nnx.Dropout`` layers at rate 0 (their identity) while it lasts."""
+    from flax import nnx
+
+    dropouts = [node for _, node in nnx.iter_graph(module) if isinstance(node, nnx.Dropout)]
+    rates = [d.rate for d in dropouts]
+    try:
+        for d in dropouts:
+            d.rate = 0.0
+        yield
+    finally:
+        for d, rate in zip(dropouts, rates):
+            d.rate = rate
+
+
+@contextlib.contextmanager
+def haiku_dropouts_off():
+    """Haiku's ``hk.dropout`` the identity while it lasts."""
+    import haiku as hk
+
+    saved = hk.dropout
+    try:
+        hk.dropout = lambda rng, rate, x, *args, **kwargs: x
+        yield
+    finally:
+        hk.dropout = saved
+
+
 def check_torch(m, call, full, g, names, graded, dtype):
     """Raises where the torch module ``m`` in train mode (``m.train()``) returns another bias than
     ``full`` or sends other gradients than ``graded`` (ours by name, the eval-mode call's) for the
@@ -63,9 +138,10 @@ def check_torch(m, call, full, g, names, graded, dtype):
         p.grad = None
     try:
         m.train()
-        with torch.no_grad():
-            again = call()
-        trained = call()
+        with torch_dropouts_off():
+            with torch.no_grad():
+                again = call()
+            trained = call()
         if twin_differs(as_numpy(again), as_numpy(trained), dtype) or not trained.requires_grad:
             return
         (trained * g).sum().backward()

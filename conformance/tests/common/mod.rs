@@ -263,6 +263,12 @@ pub fn haiku_fake(class: &str) -> String {
     fake("haiku_fakes.py", class, "f32")
 }
 
+/// The glue command for a class of `tests/wild/linen_fakes.py` (`flax.linen` modules, handed to
+/// the JAX glue).
+pub fn linen_fake(class: &str) -> String {
+    fake("linen_fakes.py", class, "f32")
+}
+
 /// The glue command for a class of `tests/wild/jax_fakes.py` (the Appendix E adapter hands a
 /// module with `init`/`apply` to the JAX glue).
 pub fn jax_fake(class: &str) -> String {

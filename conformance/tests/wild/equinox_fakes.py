@@ -252,3 +252,18 @@ class DropoutKeyRequired(DropoutInTraining):
 
     def __call__(self, x, *, key):
         return self.dropout(FIRE.__call__(self, x), key=key)
+
+
+class DetachedInTrainingWithDropout(DetachedInTrainingField):
+    """``DetachedInTrainingField`` with an ``eqx.nn.Dropout`` on the bias, on in training (a key
+    per call): training's output then changes from call to call, which had kept the detached
+    normaliser from being compared (audit 34)."""
+
+    dropout: eqx.nn.Dropout
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dropout = eqx.nn.Dropout(0.1)
+
+    def __call__(self, x, *, key=None):
+        return self.dropout(super().__call__(x), key=key, inference=self.inference)

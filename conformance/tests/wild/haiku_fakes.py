@@ -175,3 +175,15 @@ class DetachedInTraining(FIRE):
     def psi(self, c, x):
         psi = super().psi(c, x)
         return jax.lax.stop_gradient(psi) if self.is_training else psi
+
+
+class DetachedInTrainingWithDropout(DetachedInTraining):
+    """``DetachedInTraining`` with ``hk.dropout`` on f_θ's hidden layer in training: training's
+    output then changes from call to call, which had kept the detached ψ from being compared
+    (audit 34)."""
+
+    def mlp(self, x):
+        h = jax.nn.relu(hk.Linear(self.mlp_width)(x))
+        if self.is_training:
+            h = hk.dropout(hk.next_rng_key(), 0.1, h)
+        return hk.Linear(self.num_heads)(h)

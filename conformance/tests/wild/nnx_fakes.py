@@ -239,3 +239,17 @@ class DetachedInTraining(FIRE):
     def __call__(self, x, deterministic: bool = True):
         self.training = not deterministic
         return super().__call__(x)
+
+
+class DetachedInTrainingWithDropout(DetachedInTraining):
+    """``DetachedInTraining`` with an ``nnx.Dropout`` on the bias, on when the call is given
+    ``deterministic=False``: training's output then changes from call to call, which had kept the
+    detached threshold from being compared (audit 34)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.dropout = nnx.Dropout(0.1, rngs=rngs)
+
+    def __call__(self, x, deterministic: bool = True):
+        return self.dropout(super().__call__(x, deterministic), deterministic=deterministic)

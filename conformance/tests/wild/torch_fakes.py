@@ -972,3 +972,21 @@ class FromConfigCUnread(FIRE):
     def __init__(self, config: ModelConfig):
         super().__init__(config.num_attention_heads, config.fire_mlp_width, 0.1,
                          config.fire_init_L, config.fire_eps)
+
+
+class DetachedInTrainingWithDropout(DetachedInTraining):
+    """``DetachedInTraining`` with a dropout on f_θ's hidden layer: its train-mode output changes
+    from call to call, which had kept the detached normaliser from being compared (audit 34);
+    the glue's training call turns torch's dropouts off, and the rest is compared."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        first, act, out = self.mlp
+        self.mlp = nn.Sequential(first, act, nn.Dropout(0.1), out)
+
+
+class DetachedInTrainingFunctionalDropout(DetachedInTraining):
+    """The same with ``F.dropout(..., training=self.training)`` on the bias, no ``nn.Dropout``."""
+
+    def forward(self, x: torch.Tensor):
+        return torch.nn.functional.dropout(super().forward(x), p=0.1, training=self.training)

@@ -1,0 +1,46 @@
+"""FIRE written as a ``flax.linen`` module (``nn.compact``, ``self.param``, ``nn.Dense``) whose
+call takes Flax's training flag and puts an ``nn.Dropout`` on the bias, as Flax models do:
+correct, and detached only in training. Driven by tests/wild_jax.rs through the JAX glue.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+
+class FIRE(nn.Module):
+    """Appendix E in linen, with a dropout on the bias that ``deterministic=True`` turns off."""
+
+    num_heads: int = 12
+    mlp_width: int = 32
+    init_c: float = 0.1
+    init_L: float = 512.0
+    eps: float = 1e-6
+
+    def normaliser(self, c, L_multiplier, init_L, positions, deterministic):
+        threshold = jnp.abs(L_multiplier * init_L)
+        return jnp.log(jnp.abs(c * jnp.maximum(positions, threshold)) + 1) + self.eps
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        c = self.param("c", lambda _: jnp.asarray(self.init_c))
+        L_multiplier = self.param("L_multiplier", lambda _: jnp.asarray(1.0))
+        init_L = self.variable("constants", "init_L", lambda: jnp.asarray(self.init_L)).value
+        positions = jnp.arange(x.shape[2], dtype=x.dtype)
+        rel_distance = jnp.log(jnp.abs(c * (positions[:, None] - positions[None, :])) + 1)
+        normaliser = self.normaliser(c, L_multiplier, init_L, positions, deterministic)
+        normalized = (rel_distance / normaliser[:, None])[..., None]
+        hidden = nn.relu(nn.Dense(self.mlp_width, param_dtype=x.dtype)(normalized))
+        bias = nn.Dense(self.num_heads, param_dtype=x.dtype)(hidden)
+        bias = nn.Dropout(0.1)(bias, deterministic=deterministic)
+        return jnp.transpose(bias, (2, 0, 1))[None]
+
+
+class DetachedInTraining(FIRE):
+    """The normaliser kept out of the gradient (``jax.lax.stop_gradient``) when training
+    (``deterministic=False``): right in evaluation, where the bias is graded; with the dropout,
+    training's output changed from call to call and had not been compared (audit 34)."""
+
+    def normaliser(self, c, L_multiplier, init_L, positions, deterministic):
+        out = super().normaliser(c, L_multiplier, init_L, positions, deterministic)
+        return out if deterministic else jax.lax.stop_gradient(out)
