@@ -821,7 +821,8 @@ fn a_jax_module_is_also_graded_as_training_calls_it() {
     assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
 }
 
-/// A `flax.linen` module with an `nn.Dropout` on the bias under Flax's `deterministic` flag:
+/// A `flax.linen` module with an `nn.Dropout` on the bias under Flax's `deterministic` flag
+/// (defaulting to evaluation, required as `train`, or merged from a field by `nn.merge_param`):
 /// the correct one passes; one that detaches its normaliser only in training fails naming the
 /// flag, where its training output, random with the dropout on, had not been compared (audit
 /// 34): the glue's training call now turns linen's dropouts off.
@@ -831,15 +832,27 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
         return;
     }
     let grad = ["--run", "fire-grad/vjp/*", "--run", "fire-grad/kinks/*"];
-    passes_in(&linen_fake("FIRE"), 3, &grad);
-    let (code, r) = run(&linen_fake("DetachedInTraining"), &grad);
-    assert_eq!(code, 1, "{r:#}");
-    let failed = failed_saying(
-        &r,
-        "in training mode (`deterministic=False`, as a training loop calls it) the gradient of `c`",
-    );
-    assert!(!failed.is_empty(), "{r:#}");
-    assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+    // A flag the call requires (`train: bool`) or leaves to None (`nn.merge_param`) is given
+    // evaluation's value in the graded call, where every case had stopped on it (audit 34).
+    for (class, flag) in [
+        ("FIRE", "deterministic=False"),
+        ("TrainRequired", "train=True"),
+        ("MergedFlag", "deterministic=False"),
+    ] {
+        passes_in(&linen_fake(class), 3, &grad);
+        let mistaken = if class == "FIRE" {
+            "DetachedInTraining".to_string()
+        } else {
+            format!("{class}Detached")
+        };
+        let (code, r) = run(&linen_fake(&mistaken), &grad);
+        assert_eq!(code, 1, "{mistaken}: {r:#}");
+        let says =
+            format!("in training mode (`{flag}`, as a training loop calls it) the gradient of `c`");
+        let failed = failed_saying(&r, &says);
+        assert!(!failed.is_empty(), "{mistaken}: {r:#}");
+        assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+    }
 }
 
 /// A JAX module whose call also takes the cache's length (`past_key_values_length=0`) is called

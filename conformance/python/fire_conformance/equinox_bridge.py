@@ -179,9 +179,9 @@ def as_linen(cls):
                                  else "eqx.nn.inference_mode(module, False)")
             self.keys = itertools.count(1)
 
-        def init(self, rng, *args):
+        def init(self, rng, *args, **flags):
             """The module's leaves as linen's variables tree."""
-            del rng, args  # built in __init__, from key
+            del rng, args, flags  # built in __init__, from key
             flat = {where: leaf for where, leaf in zip(self.where, self.leaves) if where is not None}
             flat.update({("static", name): value for name, value in self.static.items()})
             return trees.unflatten(flat)

@@ -134,11 +134,12 @@ def as_linen(cls):
             self.state = {}
             self.calls = 0
 
-        def init(self, rng, *args):
+        def init(self, rng, *args, **flags):
             """Haiku's params and state as linen's variables tree. A module that made parameters
             once and, initialised again with the same shape, makes fewer has returned before
             reaching them: a result kept from an earlier call (``StaleBias``), which the glue
             would otherwise report as a module without its layers."""
+            del flags  # its training argument is the bridge's to give (``training_flag``)
             self.made = self.transformed.init(rng, *args)
             params, state = self.made
             self.state = state

@@ -98,6 +98,18 @@ def call_of(m):
     return target if callable(target) else m.apply
 
 
+def apply(m, variables, *args, **kwargs):
+    """``m.apply`` given evaluation's value of each training flag its call requires or leaves to
+    ``None`` (``train_mode.eval_flags``: a required ``train``, linen's ``nn.merge_param``), as a
+    program reading its bias passes it; ``kwargs`` (training's value) take precedence."""
+    return m.apply(variables, *args, **{**train_mode.eval_flags(call_of(m)), **kwargs})
+
+
+def init(m, rng, *args):
+    """``m.init`` given evaluation's training flags as ``apply`` gives them."""
+    return m.init(rng, *args, **train_mode.eval_flags(call_of(m)))
+
+
 def call_style(m):
     """As ``calls.call_style``, from ``__call__`` (Flax) or else ``apply`` less ``variables``."""
     return calls.style_of(parameter_names(m))
@@ -209,7 +221,7 @@ class JaxGlue:
         keeps)."""
         jax, jnp = self.jax, self.jnp
         args = self.args(plan, heads)
-        variables = dict(m.init(jax.random.PRNGKey(0), *args))
+        variables = dict(init(m, jax.random.PRNGKey(0), *args))
         flat = trees.flatten(variables.get("params", {}))
         others = {(coll,) + path: leaf for coll, tree in variables.items() if coll != "params"
                   for path, leaf in trees.flatten(dict(tree)).items()}
@@ -254,7 +266,7 @@ class JaxGlue:
             raise unreached(unset, ours)
 
         def bias(p, check=True, given=args):
-            out = m.apply({**variables, "params": p}, *given)
+            out = apply(m, {**variables, "params": p}, *given)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=check)
 
         small = width is not None and case.encoding.get("type") == "fire" and rows * cols <= steps.FULL_LIMIT
@@ -294,7 +306,7 @@ class JaxGlue:
         rows_n, cols_n = plan.shape
         if plan.style in calls.DECODING_STYLES and self.query_rows == "last" and rows_n < cols_n:
             whole = (args[1], args[1]) if plan.style == "qk_states" else (cols_n, cols_n) + args[2:]
-            square = m.apply({**variables, "params": params}, *whole)
+            square = apply(m, {**variables, "params": params}, *whole)
             decoding.check_last_rows(np.asarray(full, dtype=np.float64),
                                   np.asarray(outputs.squeeze(square, heads, cols_n, cols_n, batch=plan.batch),
                                              dtype=np.float64),
@@ -306,7 +318,7 @@ class JaxGlue:
         if counting is not None:
             given = jnp.asarray(counting) if plan.style == "positions" else jnp.asarray(counting)[None]
             try:
-                again = as_numpy(outputs.squeeze(m.apply({**variables, "params": params}, given),
+                again = as_numpy(outputs.squeeze(apply(m, {**variables, "params": params}, given),
                                                     heads, rows, cols))
             except Exception:  # a probe past the module's own bounds tells nothing
                 again = None
@@ -315,22 +327,22 @@ class JaxGlue:
         if plan.style in calls.VALUE_FREE:
             x_dt = jnp.int32 if plan.style == "ids" else self.dt
             probe = calls.probe_for(plan.style, args[0].shape)
-            probed = m.apply({**variables, "params": params}, jnp.asarray(probe, dtype=x_dt))
+            probed = apply(m, {**variables, "params": params}, jnp.asarray(probe, dtype=x_dt))
             calls.check_x(as_numpy(full), as_numpy(outputs.squeeze(probed, heads, rows, cols, batch=plan.batch)),
                           probe, self.dtype)
             if plan.batch > 1:
                 varied = calls.probe_for(plan.style, args[0].shape, varied=True)
-                probed = m.apply({**variables, "params": params}, jnp.asarray(varied, dtype=x_dt))
+                probed = apply(m, {**variables, "params": params}, jnp.asarray(varied, dtype=x_dt))
                 if hasattr(probed, "shape"):
                     calls.check_x_varied(as_numpy(full), as_numpy(probed), varied, heads, self.dtype)
         if plan.style == "qk_states":
             q, k = logits.states_probe(*plan.states(heads))
-            probed = m.apply({**variables, "params": params}, jnp.asarray(q, dtype=self.dt),
+            probed = apply(m, {**variables, "params": params}, jnp.asarray(q, dtype=self.dt),
                              jnp.asarray(k, dtype=self.dt))
             logits.check_states(as_numpy(full), as_numpy(probed), q, k, self.dtype)
         if plan.style in calls.SCORES_STYLES:
             scores = jnp.asarray(logits.scores_probe(args[0].shape), dtype=self.dt)
-            probed = m.apply({**variables, "params": params}, scores)
+            probed = apply(m, {**variables, "params": params}, scores)
             named = plan.style == "scores" and calls.takes_scores(parameter_names(m))
             logits.check_scores(full, probed, scores, self.dtype, named, to_numpy=as_numpy)
         kept = {p: others[p] for p in outside}
@@ -381,7 +393,7 @@ class JaxGlue:
         shape = decoding.with_length(args[0].shape, plan.style, rows - before)
         given = jnp.ones(shape, dtype=jnp.int32) if plan.style == "mask" else \
             jnp.zeros(shape, dtype=jnp.int32 if plan.style == "ids" else self.dt)
-        raw = m.apply({**variables, "params": params}, given, **{past: before})
+        raw = apply(m, {**variables, "params": params}, given, **{past: before})
         try:
             decoded = np.asarray(outputs.squeeze(raw, heads, rows - before, cols, batch=plan.batch),
                                  dtype=np.float64)
@@ -408,7 +420,7 @@ class JaxGlue:
             # module's own shows as a bias that changes from call to call (`train_mode.check_jax`).
             given = {name: value, **({"rngs": {"dropout": self.jax.random.PRNGKey(next(keys))}} if linen else {})}
             with train_mode.linen_dropouts_off() if linen else contextlib.nullcontext():
-                out = m.apply({**variables, "params": p}, *args, **given)
+                out = apply(m, {**variables, "params": p}, *args, **given)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
 
         how = getattr(m, "training_how", None) or f"`{name}={value}`"
@@ -429,7 +441,7 @@ class JaxGlue:
 
         def holds(enc):
             again = construction.construct(self.cls, heads, width, enc, self.kwargs)
-            return dict(again.init(jax.random.PRNGKey(0), *args))
+            return dict(init(again, jax.random.PRNGKey(0), *args))
 
         def rebuild(name, arg, value):
             # The module built again with another value of the argument: what it then holds.
@@ -465,7 +477,7 @@ class JaxGlue:
 
         def weighted(part):
             p = trees.unflatten({**flat, **part})
-            out = outputs.squeeze(m.apply({**variables, "params": p}, *args), heads, rows, cols,
+            out = outputs.squeeze(apply(m, {**variables, "params": p}, *args), heads, rows, cols,
                                   batch=plan.batch, check=False)
             return jnp.sum(jnp.asarray(out, dtype=self.dt) * cot)
 
@@ -533,7 +545,7 @@ class JaxGlue:
             enc["l_init"] = l_init
         m = own and construction.construct_own(cls, heads, width, self.kwargs, case.encoding)
         m = m or construction.construct(cls, heads, width, enc, self.kwargs)
-        variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(m.init(jax.random.PRNGKey(0), *args)).items()}
+        variables = {coll: trees.flatten(dict(tree)) for coll, tree in dict(init(m, jax.random.PRNGKey(0), *args)).items()}
         for path, value in kept.items():
             variables[path[0]][path[1:]] = value
         # Its own constants (``constants``: a table made from init_c and read through
@@ -541,7 +553,7 @@ class JaxGlue:
         given = trees.flatten(params)
         given.update({p: variables["params"][p] for p in unset if p in variables.get("params", {})})
         variables = {coll: trees.unflatten(flat) for coll, flat in variables.items()}
-        out = outputs.squeeze(m.apply({**variables, "params": trees.unflatten(given)}, *args),
+        out = outputs.squeeze(apply(m, {**variables, "params": trees.unflatten(given)}, *args),
                               heads, rows, cols, batch=plan.batch)
         return np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"
                                       else jnp.float32), dtype=np.float64)

@@ -106,10 +106,10 @@ def as_linen(cls):
             self.module = self.call_target = build(cls, nnx, kwargs)
             self.given = {}
 
-        def init(self, rng, *args):
+        def init(self, rng, *args, **flags):
             """The module's state as linen's variables tree, keys as strings; what each leaf
             was, to tell the values ``apply`` is given apart from those it returned."""
-            del rng, args  # built in __init__, from rngs
+            del rng, args, flags  # built in __init__, from rngs
             _, state = nnx.split(self.module)
             flat, self.given = {}, {}
             for path, leaf in state.flat_state():

@@ -169,21 +169,36 @@ TRAINING_FLAGS = {"deterministic": False, "train": True, "training": True, "is_t
                   "inference": False}
 
 
-def jax_flag(call):
-    """The keyword and value that put a JAX module's call in training mode (``TRAINING_FLAGS``)
-    where ``call`` (its ``__call__``, or ``apply`` for a plain-JAX class) takes one with a
-    default, the default being evaluation's; None otherwise (no flag, or one the caller must
-    give, which the graded call already does not)."""
+def flag_parameters(call):
+    """``[(parameter, training's value)]`` of the training flags ``call`` takes by keyword
+    (``TRAINING_FLAGS``)."""
     try:
         params = inspect.signature(call).parameters.values()
     except (TypeError, ValueError):
-        return None
-    for p in params:
-        value = TRAINING_FLAGS.get(p.name)
-        if value is not None and p.default is not p.empty and p.default is (not value) \
-                and p.kind != p.POSITIONAL_ONLY:
+        return []
+    return [(p, TRAINING_FLAGS[p.name]) for p in params
+            if p.name in TRAINING_FLAGS and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def jax_flag(call):
+    """The keyword and value that put a JAX module's call in training mode (``TRAINING_FLAGS``)
+    where ``call`` (its ``__call__``, or ``apply`` for a plain-JAX class) takes one whose
+    default is evaluation's, or that has none or a ``None`` one (the graded call then gives
+    evaluation's, ``eval_flags``); None otherwise (no flag, or one defaulting to training's,
+    which the graded call already is)."""
+    for p, value in flag_parameters(call):
+        if p.default is p.empty or p.default is None or p.default is (not value):
             return p.name, value
     return None
+
+
+def eval_flags(call):
+    """``{name: evaluation's value}`` of the training flags ``call`` requires or defaults to
+    ``None`` (a required ``train``; linen's ``nn.merge_param``, which raises where neither the
+    field nor the call gives it): what the graded call passes, as a program reading its bias
+    does."""
+    return {p.name: not value for p, value in flag_parameters(call)
+            if p.default is p.empty or p.default is None}
 
 
 def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how):
