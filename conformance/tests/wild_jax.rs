@@ -838,6 +838,8 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
         ("FIRE", "deterministic=False"),
         ("TrainRequired", "train=True"),
         ("MergedFlag", "deterministic=False"),
+        // An rng stream of its own (`make_rng("noise")`) is given a key in training.
+        ("NoiseStream", "deterministic=False"),
     ] {
         passes_in(&linen_fake(class), 3, &grad);
         let mistaken = if class == "FIRE" {
@@ -853,6 +855,14 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
         assert!(!failed.is_empty(), "{mistaken}: {r:#}");
         assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
     }
+    // A noise in training makes its output random: not compared, and the run says so.
+    let r = passes_in(&linen_fake("NoisyInTraining"), 3, &grad);
+    assert!(
+        r.to_string().contains(
+            "training mode not compared (`deterministic=False`): its output there changes from call to call"
+        ),
+        "{r:#}"
+    );
 }
 
 /// A JAX module whose call also takes the cache's length (`past_key_values_length=0`) is called

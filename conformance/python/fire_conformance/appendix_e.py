@@ -532,9 +532,12 @@ class Glue(ForwardCall):
 
     def train_mode_agrees(self, m, heads, case, full, g, names, graded):
         """``train_mode.check_torch`` of ``m`` called as the graded call was, for the same
-        cotangent ``g``, against its eval-mode bias ``full`` and gradients ``graded``."""
-        train_mode.check_torch(m, lambda: self.forward(m, heads, case, True, probes=False)[0], full, g,
-                               names, graded, self.dtype)
+        cotangent ``g``, against its eval-mode bias ``full`` and gradients ``graded``; the case
+        notes where it could not be compared."""
+        note = train_mode.check_torch(m, lambda: self.forward(m, heads, case, True, probes=False)[0],
+                                      full, g, names, graded, self.dtype)
+        if note is not None:
+            case.note(note)
 
 
 def numpy_output(autodiff):

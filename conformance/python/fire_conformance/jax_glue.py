@@ -368,8 +368,10 @@ class JaxGlue:
         # case fails on the missing output.
         gflat = trees.flatten(grads)
         if small:
-            self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
-                                   jnp.asarray(plan.cotangent(cot), dtype=full.dtype), loaded)
+            note = self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
+                                          jnp.asarray(plan.cotangent(cot), dtype=full.dtype), loaded)
+            if note is not None:
+                case.note(note)
         out = {}
         for path, name in loaded.items():
             g_leaf = np.asarray(gflat[path], dtype=np.float64)
@@ -405,26 +407,38 @@ class JaxGlue:
         """``train_mode.check_jax``: ``m`` called with its training flag
         (``train_mode.jax_flag``: ``deterministic=False``, ``train=True``), where its call takes
         one, against the graded call's bias ``full`` and gradients ``grads`` for the same
-        cotangent ``cot``. A Flax linen module is given a ``dropout`` key as training gives one."""
+        cotangent ``cot``. A Flax linen module is given a key per call for each rng stream it
+        asks for (``dropout``, and any other its ``make_rng`` names). Returns the case's note
+        where it could not be compared, else None."""
         flag = getattr(m, "training_flag", None) or train_mode.jax_flag(call_of(m))
         if flag is None:
-            return
+            return None
         name, value = flag
         linen = any(k.__module__.startswith("flax.linen") for k in type(m).__mro__)
         rows, cols = plan.shape
         keys = itertools.count(1)
+        # The rng streams training gives a linen module: dropout's, and those it asked for.
+        streams = ["dropout"]
 
         def trained(p):
-            # A dropout key of its own per call, as training's steps have, and linen's
-            # `nn.Dropout` layers off (`train_mode.linen_dropouts_off`): randomness of the
-            # module's own shows as a bias that changes from call to call (`train_mode.check_jax`).
-            given = {name: value, **({"rngs": {"dropout": self.jax.random.PRNGKey(next(keys))}} if linen else {})}
-            with train_mode.linen_dropouts_off() if linen else contextlib.nullcontext():
-                out = apply(m, {**variables, "params": p}, *args, **given)
+            # Keys of its own per call, as training's steps have, and linen's `nn.Dropout`
+            # layers off (`train_mode.linen_dropouts_off`): randomness of the module's own shows
+            # as a bias that changes from call to call (`train_mode.check_jax`).
+            while True:
+                rngs = {"rngs": {s: self.jax.random.PRNGKey(next(keys)) for s in streams}} if linen else {}
+                try:
+                    with train_mode.linen_dropouts_off() if linen else contextlib.nullcontext():
+                        out = apply(m, {**variables, "params": p}, *args, **{name: value}, **rngs)
+                    break
+                except Exception as e:
+                    stream = train_mode.missing_stream(e)
+                    if not linen or stream is None or stream in streams or len(streams) > 8:
+                        raise
+                    streams.append(stream)
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
 
         how = getattr(m, "training_how", None) or f"`{name}={value}`"
-        train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax, how)
+        return train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax, how)
 
     def check_held(self, case, heads, width, args, flat, others, loaded, outside, ours, own):
         """Checks the c and L_init the module holds as built, wherever it keeps them

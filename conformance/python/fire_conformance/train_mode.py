@@ -18,6 +18,7 @@ a function of the case.
 
 import contextlib
 import inspect
+import re
 
 import numpy as np
 
@@ -128,11 +129,40 @@ def haiku_dropouts_off():
         hk.dropout = saved
 
 
+def not_compared(how, why):
+    """The case's note where training mode could not be compared (``why``), so that the run
+    says what it did not check."""
+    return (f"training mode not compared ({how}): {why}; a path only training takes is not "
+            "checked on this case [grad.vjp]")
+
+
+def random_output(how):
+    """``not_compared`` for an output that changes from call to call."""
+    return not_compared(how, "its output there changes from call to call with the glue's "
+                             "dropouts off (randomness of its own)")
+
+
+def raised(how, e):
+    """``not_compared`` for a training call that raised ``e``."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return not_compared(how, f"called so, it raised {type(e).__name__}: {text}"[:300])
+
+
+def no_gradient(how):
+    """The ``TrainMode`` of a bias that carries no gradient in training mode, where evaluation
+    mode's has one."""
+    return TrainMode(f"in training mode ({how}, as a training loop calls it) its bias carries no "
+                     "gradient (detached or computed without autograd) where evaluation mode's "
+                     "does: nothing of FIRE would learn; the graded gradients are evaluation "
+                     "mode's [grad.vjp]")
+
+
 def check_torch(m, call, full, g, names, graded, dtype):
     """Raises where the torch module ``m`` in train mode (``m.train()``) returns another bias than
     ``full`` or sends other gradients than ``graded`` (ours by name, the eval-mode call's) for the
     same cotangent ``g`` (``call()``: the glue's forward, returning the bias; ``names``: ours by
-    the module's, ``Loaded``). [grad.vjp]"""
+    the module's, ``Loaded``). Returns None once compared, else the note saying why it could not
+    be (``not_compared``). [grad.vjp]"""
     how = "module.train()"
     for p in m.parameters():
         p.grad = None
@@ -142,11 +172,19 @@ def check_torch(m, call, full, g, names, graded, dtype):
             with torch.no_grad():
                 again = call()
             trained = call()
-        if twin_differs(as_numpy(again), as_numpy(trained), dtype) or not trained.requires_grad:
-            return
+        if twin_differs(as_numpy(again), as_numpy(trained), dtype):
+            return random_output(how)
+        if not trained.requires_grad:
+            if twin_differs(as_numpy(full), as_numpy(trained), dtype):
+                raise differs_in_bias(how)
+            if any(np.any(as_numpy(v) != 0) for v in graded.values()):
+                raise no_gradient(how)
+            return None
         (trained * g).sum().backward()
-    except Exception:  # a train-mode path that fails tells the graded call nothing
-        return
+    except TrainMode:
+        raise
+    except Exception as e:  # a train-mode path that fails tells the graded call nothing
+        return raised(how, e)
     finally:
         m.eval()
     if twin_differs(as_numpy(full), as_numpy(trained.detach()), dtype):
@@ -160,6 +198,7 @@ def check_torch(m, call, full, g, names, graded, dtype):
         check_gradient(n, ours, got, as_numpy(graded[ours]), dtype, how)
     for p in m.parameters():
         p.grad = None
+    return None
 
 
 # A JAX module's training flag, by the name its call takes it under: the value that means
@@ -201,19 +240,27 @@ def eval_flags(call):
             if p.default is p.empty or p.default is None}
 
 
+def missing_stream(e):
+    """The rng stream a Flax linen module asked for and was not given (``make_rng("noise")``
+    raises ``InvalidRngError``: '... needs PRNG for "noise"'), or None."""
+    found = re.search(r'needs PRNG for "([^"]+)"', str(e))
+    return found.group(1) if found and type(e).__name__ == "InvalidRngError" else None
+
+
 def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how):
     """Raises where a JAX module called in training mode (``trained(params)``, the bias as the
     graded call shapes it) returns another bias than ``full`` or, pulled back with the same
     cotangent ``cot``, other gradients than ``grads`` (flattened by path, evaluation's; ``loaded``
-    names them ours). ``how``: the call's flag, said in the message. [grad.vjp]"""
+    names them ours). ``how``: the call's flag, said in the message. Returns None once compared,
+    else the note saying why it could not be (``not_compared``). [grad.vjp]"""
     try:
         once, twice = trained(params), trained(params)
         if twin_differs(np.asarray(once, dtype=np.float64), np.asarray(twice, dtype=np.float64), dtype):
-            return
+            return random_output(how)
         bias, pullback = jax.vjp(trained, params)
         (got,) = pullback(cot)
-    except Exception:  # a training path that fails tells the graded call nothing
-        return
+    except Exception as e:  # a training path that fails tells the graded call nothing
+        return raised(how, e)
     if twin_differs(np.asarray(full, dtype=np.float64), np.asarray(bias, dtype=np.float64), dtype):
         raise differs_in_bias(how)
     flat = trees.flatten(got)
@@ -221,3 +268,4 @@ def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how):
         if path not in flat or path not in grads:
             continue
         check_gradient("/".join(path), ours, flat[path], grads[path], dtype, how)
+    return None

@@ -85,3 +85,39 @@ class MergedFlagDetached(DetachedInTraining):
     def __call__(self, x, deterministic: bool | None = None):
         deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
         return FIRE.__call__(self, x, deterministic=deterministic)
+
+
+class NoiseStream(FIRE):
+    """Correct, drawing from an rng stream of its own (``make_rng("noise")``) in training, its
+    noise scaled by ``noise_std`` (0 here, so training's bias is evaluation's)."""
+
+    noise_std: float = 0.0
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        bias = FIRE.__call__(self, x, deterministic=deterministic)
+        if not deterministic:
+            bias = bias + self.noise_std * jax.random.normal(self.make_rng("noise"), bias.shape)
+        return bias
+
+
+class NoiseStreamDetached(DetachedInTraining):
+    """``DetachedInTraining`` drawing from the ``noise`` stream in training as ``NoiseStream``
+    does: the training call had failed for want of the stream, and nothing was compared (audit
+    34)."""
+
+    noise_std: float = 0.0
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        bias = FIRE.__call__(self, x, deterministic=deterministic)
+        if not deterministic:
+            bias = bias + self.noise_std * jax.random.normal(self.make_rng("noise"), bias.shape)
+        return bias
+
+
+class NoisyInTraining(NoiseStream):
+    """Correct, with a real noise on the bias in training: its training output changes from
+    call to call, which the glue cannot compare and says so."""
+
+    noise_std: float = 0.1

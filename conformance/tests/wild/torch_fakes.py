@@ -990,3 +990,13 @@ class DetachedInTrainingFunctionalDropout(DetachedInTraining):
 
     def forward(self, x: torch.Tensor):
         return torch.nn.functional.dropout(super().forward(x), p=0.1, training=self.training)
+
+
+class DetachedWholeInTraining(FIRE):
+    """The whole bias ``.detach()``-ed in train mode: right in eval mode, where the glue grades,
+    and nothing of FIRE learns in training (its train-mode output carries no gradient, which the
+    comparison had taken for a path it could not run)."""
+
+    def forward(self, x: torch.Tensor):
+        bias = super().forward(x)
+        return bias.detach() if self.training else bias
