@@ -146,19 +146,27 @@ pub fn render(r: &Report, verbose: bool) -> String {
 }
 
 /// Why the skipped cases of `question` were skipped: the reason most of them give, with how
-/// many, where one reason accounts for at least half (a module computing only in float64, run
-/// at f32, skips every case for the same reason), else a pointer to `-v`.
+/// many (a module computing only in float64, run at f32, skips every case for the same reason;
+/// one returning bfloat16 skips all it is asked beside the cases the suite itself skips, for
+/// other reasons each), and a pointer to `-v` for the others where it accounts for less than
+/// half.
 fn skip_reason(r: &Report, question: Question) -> String {
+    most_given(
+        r.outcomes
+            .iter()
+            .filter(|o| o.question == question && o.status == Status::Skipped)
+            .map(|o| o.details.first().map(String::as_str)),
+    )
+}
+
+/// [`skip_reason`] over each skipped case's first detail line (`None`: it gave none).
+fn most_given<'a>(skips: impl Iterator<Item = Option<&'a str>>) -> String {
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
-    let skipped = r
-        .outcomes
-        .iter()
-        .filter(|o| o.question == question && o.status == Status::Skipped);
     let mut total = 0;
-    for o in skipped {
+    for reason in skips {
         total += 1;
-        if let Some(d) = o.details.first() {
-            *reasons.entry(d.as_str()).or_default() += 1;
+        if let Some(d) = reason {
+            *reasons.entry(d).or_default() += 1;
         }
     }
     match reasons.iter().max_by_key(|(_, n)| **n) {
@@ -169,6 +177,9 @@ fn skip_reason(r: &Report, question: Question) -> String {
                 format!("{n} of {total}")
             };
             format!("{share}: {reason}")
+        }
+        Some((reason, &n)) if n > 1 => {
+            format!("{n} of {total}, the most for one reason: {reason}; -v lists the others")
         }
         _ => "-v lists why".to_owned(),
     }
@@ -446,4 +457,41 @@ pub fn run_lines(r: &Report) -> String {
 /// The first 12 hex digits of a hash, enough to tell suites apart in a report line.
 pub fn short(hash: &str) -> String {
     format!("manifest {}", &hash[..hash.len().min(12)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::most_given;
+
+    /// The reason most skipped cases give is named with its count: alone where it is at least
+    /// half, as the most for one reason where the suite's own skips (each for a reason of its
+    /// own) outnumber it, and not at all where no reason repeats.
+    #[test]
+    fn the_commonest_skip_reason_is_named_with_its_count() {
+        let bf16 = "the module returns bfloat16 but --dtype f32 was given";
+        assert_eq!(
+            most_given([Some(bf16), Some(bf16)].into_iter()),
+            format!("every one: {bf16}")
+        );
+        assert_eq!(
+            most_given([Some(bf16), Some(bf16), Some("profile f64")].into_iter()),
+            format!("2 of 3: {bf16}")
+        );
+        let mixed = [
+            Some(bf16),
+            Some(bf16),
+            Some("a"),
+            Some("b"),
+            Some("c"),
+            None,
+        ];
+        assert_eq!(
+            most_given(mixed.into_iter()),
+            format!("2 of 6, the most for one reason: {bf16}; -v lists the others")
+        );
+        assert_eq!(
+            most_given([Some("a"), Some("b"), Some("c")].into_iter()),
+            "-v lists why"
+        );
+    }
 }
