@@ -87,18 +87,24 @@ class MergedFlagDetached(DetachedInTraining):
         return FIRE.__call__(self, x, deterministic=deterministic)
 
 
+def noisy(module, x, deterministic):
+    """FIRE's bias and, in training, a noise from the module's own rng stream
+    (``make_rng("noise")``) scaled by its ``noise_std``."""
+    bias = FIRE.__call__(module, x, deterministic=deterministic)
+    if deterministic:
+        return bias
+    return bias + module.noise_std * jax.random.normal(module.make_rng("noise"), bias.shape)
+
+
 class NoiseStream(FIRE):
-    """Correct, drawing from an rng stream of its own (``make_rng("noise")``) in training, its
-    noise scaled by ``noise_std`` (0 here, so training's bias is evaluation's)."""
+    """Correct, drawing from an rng stream of its own in training, its noise scaled by
+    ``noise_std`` (0 here, so training's bias is evaluation's)."""
 
     noise_std: float = 0.0
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True):
-        bias = FIRE.__call__(self, x, deterministic=deterministic)
-        if not deterministic:
-            bias = bias + self.noise_std * jax.random.normal(self.make_rng("noise"), bias.shape)
-        return bias
+        return noisy(self, x, deterministic)
 
 
 class NoiseStreamDetached(DetachedInTraining):
@@ -110,10 +116,7 @@ class NoiseStreamDetached(DetachedInTraining):
 
     @nn.compact
     def __call__(self, x, deterministic: bool = True):
-        bias = FIRE.__call__(self, x, deterministic=deterministic)
-        if not deterministic:
-            bias = bias + self.noise_std * jax.random.normal(self.make_rng("noise"), bias.shape)
-        return bias
+        return noisy(self, x, deterministic)
 
 
 class NoisyInTraining(NoiseStream):
