@@ -855,6 +855,21 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
         assert!(!failed.is_empty(), "{mistaken}: {r:#}");
         assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
     }
+    // The flag given by the field instead (`--kwargs '{"deterministic": true}'`, what Flax's
+    // own error advises): not given at call time too, which `nn.merge_param` refuses; training's
+    // value set on a clone of the module.
+    let by_field = r#" --kwargs '{"deterministic": true}'"#;
+    passes_in(&(linen_fake("MergedFlag") + by_field), 3, &grad);
+    let (code, r) = run(&(linen_fake("MergedFlagDetached") + by_field), &grad);
+    assert_eq!(code, 1, "{r:#}");
+    assert!(
+        !failed_saying(
+            &r,
+            "in training mode (`deterministic=False`, as a training loop calls it)"
+        )
+        .is_empty(),
+        "{r:#}"
+    );
     // A noise in training makes its output random: not compared, and the run says so.
     let r = passes_in(&linen_fake("NoisyInTraining"), 3, &grad);
     assert!(
