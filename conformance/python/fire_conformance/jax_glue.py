@@ -98,29 +98,16 @@ def call_of(m):
     return target if callable(target) else m.apply
 
 
-def eval_flags(m):
-    """``train_mode.eval_flags`` of ``m``'s call, less those a field of the same name already
-    gives (a linen ``deterministic`` field set, which ``nn.merge_param`` refuses to be given
-    twice)."""
-    return {name: value for name, value in train_mode.eval_flags(call_of(m)).items()
-            if not field_gives(m, name)}
-
-
-def field_gives(m, name):
-    """Whether ``m`` (a linen module) holds the flag ``name`` as a field that is set."""
-    return name in getattr(type(m), "__dataclass_fields__", {}) and getattr(m, name, None) is not None
-
-
 def apply(m, variables, *args, **kwargs):
     """``m.apply`` given evaluation's value of each training flag its call requires or leaves to
-    ``None`` (``eval_flags``: a required ``train``, linen's ``nn.merge_param``), as a program
-    reading its bias passes it; ``kwargs`` (training's value) take precedence."""
-    return m.apply(variables, *args, **{**eval_flags(m), **kwargs})
+    ``None`` (``train_mode.eval_flags``: a required ``train``, linen's ``nn.merge_param``), as a
+    program reading its bias passes it; ``kwargs`` (training's value) take precedence."""
+    return m.apply(variables, *args, **{**train_mode.eval_flags(call_of(m), m), **kwargs})
 
 
 def init(m, rng, *args):
     """``m.init`` given evaluation's training flags as ``apply`` gives them."""
-    return m.init(rng, *args, **eval_flags(m))
+    return m.init(rng, *args, **train_mode.eval_flags(call_of(m), m))
 
 
 def call_style(m):
@@ -429,7 +416,7 @@ class JaxGlue:
         name, value = flag
         linen = any(k.__module__.startswith("flax.linen") for k in type(m).__mro__)
         # A flag its field gives (`--kwargs '{"deterministic": true}'`) is changed there.
-        target, given = (m.clone(**{name: value}), {}) if linen and field_gives(m, name) \
+        target, given = (m.clone(**{name: value}), {}) if linen and train_mode.field_gives(m, name) \
             else (m, {name: value})
         rows, cols = plan.shape
         keys = itertools.count(1)

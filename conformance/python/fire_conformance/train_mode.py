@@ -231,13 +231,21 @@ def jax_flag(call):
     return None
 
 
-def eval_flags(call):
+def eval_flags(call, module=None):
     """``{name: evaluation's value}`` of the training flags ``call`` requires or defaults to
     ``None`` (a required ``train``; linen's ``nn.merge_param``, which raises where neither the
     field nor the call gives it): what the graded call passes, as a program reading its bias
-    does."""
+    does — less those a field of ``module`` already gives (``field_gives``), which
+    ``nn.merge_param`` refuses to be given twice."""
     return {p.name: not value for p, value in flag_parameters(call)
-            if p.default is p.empty or p.default is None}
+            if (p.default is p.empty or p.default is None) and not field_gives(module, p.name)}
+
+
+def field_gives(module, name):
+    """Whether ``module`` (a linen module) holds the flag ``name`` as a field that is set
+    (``--kwargs '{"deterministic": true}'``)."""
+    return name in getattr(type(module), "__dataclass_fields__", {}) \
+        and getattr(module, name, None) is not None
 
 
 def missing_stream(e):
