@@ -786,12 +786,15 @@ fn a_path_only_training_takes_is_compared_with_eval_mode() {
         "{r:#}"
     );
     passes_in(&torch_fake("DropoutInTraining", "f32"), 20, &[]);
-    // With a dropout on the path (an `nn.Dropout`, or `F.dropout(training=self.training)`) the
-    // train-mode output is random: the glue turns torch's dropouts off for the comparison,
-    // where the detached normaliser had passed (audit 34).
+    // With a dropout on the path (an `nn.Dropout`, `F.dropout(training=self.training)` under any
+    // name, `torch.dropout`) the train-mode output is random: the glue turns torch's dropouts
+    // off for the comparison, where the detached normaliser had passed (audit 34).
     for class in [
         "DetachedInTrainingWithDropout",
         "DetachedInTrainingFunctionalDropout",
+        // The dropout imported by a name of its own, or `torch.dropout` itself.
+        "DetachedInTrainingImportedDropout",
+        "DetachedInTrainingTorchDropout",
         // No gradient at all in train mode: had been taken for a path the glue could not run.
         "DetachedWholeInTraining",
     ] {

@@ -60,9 +60,14 @@ def check_gradient(name, ours, got, want, dtype, how):
             "changes what training learns; the graded gradients are evaluation mode's [grad.vjp]")
 
 
-# torch's dropouts, by their name in torch.nn.functional (`nn.Dropout` and its kin call them).
+# torch's dropouts, by their name in torch.nn.functional (`nn.Dropout` and its kin call them),
+# in `torch` and in `torch._VF`, which the functional ones call: a module that imported one by
+# its own name (`from torch.nn.functional import dropout`) or calls `torch.dropout` reaches it
+# there.
 TORCH_DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
                   "feature_alpha_dropout")
+TORCH_OPS = ("dropout", "dropout_", "feature_dropout", "feature_dropout_", "alpha_dropout",
+             "alpha_dropout_", "feature_alpha_dropout", "feature_alpha_dropout_")
 
 
 def unchanged(x, *args, **kwargs):
@@ -72,18 +77,25 @@ def unchanged(x, *args, **kwargs):
 
 @contextlib.contextmanager
 def torch_dropouts_off():
-    """torch's dropouts (``F.dropout`` and its kin, which ``nn.Dropout`` calls) the identity
-    while it lasts."""
+    """torch's dropouts (``F.dropout`` and its kin, which ``nn.Dropout`` calls, and the ops
+    under them) the identity while it lasts."""
     import torch.nn.functional as F
 
-    saved = {name: getattr(F, name) for name in TORCH_DROPOUTS if hasattr(F, name)}
+    places = [(F, TORCH_DROPOUTS), (torch, TORCH_OPS), (torch._VF, TORCH_OPS)]
+    # `torch._VF` answers from torch's ops, holding none itself: what is set there only shadows
+    # them, and is removed again.
+    saved = [(where, name, vars(where).get(name)) for where, names in places for name in names
+             if hasattr(where, name)]
     try:
-        for name in saved:
-            setattr(F, name, unchanged)
+        for where, name, _ in saved:
+            setattr(where, name, unchanged)
         yield
     finally:
-        for name, f in saved.items():
-            setattr(F, name, f)
+        for where, name, f in reversed(saved):
+            if f is None:
+                delattr(where, name)
+            else:
+                setattr(where, name, f)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ import math
 
 import torch
 import torch.nn as nn
+from torch.nn.functional import dropout as imported_dropout
 
 
 class FIRE(nn.Module):
@@ -990,6 +991,21 @@ class DetachedInTrainingFunctionalDropout(DetachedInTraining):
 
     def forward(self, x: torch.Tensor):
         return torch.nn.functional.dropout(super().forward(x), p=0.1, training=self.training)
+
+
+class DetachedInTrainingImportedDropout(DetachedInTraining):
+    """The same with the dropout imported by a name of the module's own (``from
+    torch.nn.functional import dropout``), which patching ``torch.nn.functional`` misses."""
+
+    def forward(self, x: torch.Tensor):
+        return imported_dropout(super().forward(x), p=0.1, training=self.training)
+
+
+class DetachedInTrainingTorchDropout(DetachedInTraining):
+    """The same with the op itself, ``torch.dropout(bias, p, train)``."""
+
+    def forward(self, x: torch.Tensor):
+        return torch.dropout(super().forward(x), 0.1, self.training)
 
 
 class DetachedWholeInTraining(FIRE):
