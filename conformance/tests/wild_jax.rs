@@ -825,7 +825,8 @@ fn a_jax_module_is_also_graded_as_training_calls_it() {
 /// (defaulting to evaluation, required as `train`, or merged from a field by `nn.merge_param`):
 /// the correct one passes; one that detaches its normaliser only in training fails naming the
 /// flag, where its training output, random with the dropout on, had not been compared (audit
-/// 34): the glue's training call now turns linen's dropouts off.
+/// 34): the glue's training call now turns linen's dropouts off. Randomness of the module's own
+/// is fixed by its keys, and its gradients held to its own derivative.
 #[test]
 fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
     if !flax() {
@@ -870,8 +871,25 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
         .is_empty(),
         "{r:#}"
     );
-    // A noise in training makes its output random: not compared, and the run says so.
-    let r = passes_in(&linen_fake("NoisyInTraining"), 3, &grad);
+    // A noise of its own in training makes its output random: with its keys fixed, its
+    // gradients are held to its training call's own derivative. Correct under an additive noise
+    // or a multiplicative mask; detached under the noise, it fails (audit 34: it had passed).
+    for class in ["NoisyInTraining", "MaskedInTraining"] {
+        let r = passes_in(&linen_fake(class), 3, &grad);
+        assert!(
+            !r.to_string().contains("training mode not compared"),
+            "{class}: {r:#}"
+        );
+    }
+    let (code, r) = run(&linen_fake("NoisyInTrainingDetached"), &grad);
+    assert_eq!(code, 1, "{r:#}");
+    let says = "in training mode (`deterministic=False`, as a training loop calls it, its \
+                randomness fixed) the gradient of `c`";
+    let failed = failed_saying(&r, says);
+    assert!(!failed.is_empty(), "{r:#}");
+    assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
+    // Randomness no key fixes (drawn on the host): not compared, and the run says so.
+    let r = passes_in(&linen_fake("HostNoiseInTraining"), 3, &grad);
     assert!(
         r.to_string().contains(
             "training mode not compared (`deterministic=False`): its output there changes from call to call"

@@ -786,6 +786,32 @@ fn a_path_only_training_takes_is_compared_with_eval_mode() {
         "{r:#}"
     );
     passes_in(&torch_fake("DropoutInTraining", "f32"), 20, &[]);
+    // A noise of its own in train mode: under a fixed seed its gradients are held to its own
+    // call's derivative; detached under it, it fails (it had passed, not compared).
+    let r = passes_in(&torch_fake("NoisyInTraining", "f32"), 20, &[]);
+    assert!(
+        !r.to_string().contains("training mode not compared"),
+        "{r:#}"
+    );
+    let (code, r) = run(
+        &torch_fake("NoisyDetachedInTraining", "f32"),
+        &["--fail-on", "values"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert!(
+        r["glue_found"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("in training mode (module.train(), as a training loop calls it, its randomness fixed) the gradient of `c`"),
+        "{r:#}"
+    );
+    // A generator of its own, which no seed of torch's fixes: not compared, and said.
+    let r = passes_in(&torch_fake("GeneratorNoiseInTraining", "f32"), 20, &[]);
+    assert!(
+        r.to_string()
+            .contains("training mode not compared (module.train()): its output there changes"),
+        "{r:#}"
+    );
     // With a dropout on the path (an `nn.Dropout`, `F.dropout(training=self.training)` under any
     // name, `torch.dropout`) the train-mode output is random: the glue turns torch's dropouts
     // off for the comparison, where the detached normaliser had passed (audit 34).

@@ -42,6 +42,7 @@ Options are those of ``appendix_e`` (``--dtype f32|f64``, ``--call``, ``--future
 """
 
 import contextlib
+import functools
 import itertools
 import math
 import sys
@@ -423,12 +424,14 @@ class JaxGlue:
         # The rng streams training gives a linen module: dropout's, and those it asked for.
         streams = ["dropout"]
 
-        def trained(p):
-            # Keys of its own per call, as training's steps have, and linen's `nn.Dropout`
-            # layers off (`train_mode.linen_dropouts_off`): randomness of the module's own shows
-            # as a bias that changes from call to call (`train_mode.check_jax`).
+        def trained(p, fixed=False):
+            # Keys of its own per call, as training's steps have (the same ones each call where
+            # `fixed`), and linen's `nn.Dropout` layers off (`train_mode.linen_dropouts_off`):
+            # randomness of the module's own shows as a bias that changes from call to call
+            # (`train_mode.check_jax`).
             while True:
-                rngs = {"rngs": {s: self.jax.random.PRNGKey(next(keys)) for s in streams}} if linen else {}
+                seeds = itertools.count(calls.SEED) if fixed else keys
+                rngs = {"rngs": {s: self.jax.random.PRNGKey(next(seeds)) for s in streams}} if linen else {}
                 try:
                     with train_mode.linen_dropouts_off() if linen else contextlib.nullcontext():
                         out = apply(target, {**variables, "params": p}, *args, **given, **rngs)
@@ -441,7 +444,10 @@ class JaxGlue:
             return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
 
         how = getattr(m, "training_how", None) or f"`{name}={value}`"
-        return train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax, how)
+        # A linen module's keys can be fixed: its training call is then a function again.
+        fixed = functools.partial(trained, fixed=True) if linen else None
+        return train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax,
+                                    how, fixed)
 
     def check_held(self, case, heads, width, args, flat, others, loaded, outside, ours, own):
         """Checks the c and L_init the module holds as built, wherever it keeps them

@@ -12,8 +12,12 @@ A dropout is training's one legitimate difference, and it is random: in the trai
 framework's dropouts are made the identity (``torch_dropouts_off``, ``linen_dropouts_off``,
 ``nnx_dropouts_off``, ``haiku_dropouts_off``; the Equinox bridge sets its ``eqx.nn.Dropout``s'
 ``p`` to 0), so what else training takes is compared. A module whose training-mode output
-still changes from call to call (randomness of its own) is not compared: its bias is no longer
-a function of the case.
+still changes from call to call (randomness of its own, a noise on the bias) cannot be held to
+evaluation's bias; with its randomness fixed (torch's seed, a linen module's keys) its training
+call is a function again, and the gradient it sends c and L_multiplier must be that function's
+own derivative, which finite differences of the call measure (``own_derivative``): a training-
+only ``.detach()`` under the noise fails there. Where the randomness cannot be fixed the case
+says it was not compared.
 """
 
 import contextlib
@@ -24,7 +28,7 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 from fire_conformance import trees
-from fire_conformance.calls import ROUNDING
+from fire_conformance.calls import ROUNDING, SEED, unmasked
 from fire_conformance.outputs import as_numpy
 from fire_conformance.steps import twin_differs
 
@@ -169,12 +173,98 @@ def no_gradient(how):
                      "mode's [grad.vjp]")
 
 
+# Finite differences of a training call whose randomness is fixed (``own_derivative``): the
+# step, relative to the scalar moved (at least 1e-2 of it), and the dtypes' unit roundoff.
+STEP = 1e-2
+UNIT = {"f64": 2.0**-53, "f32": 2.0**-24}
+# The scalars whose derivative is measured: a training-only detach anywhere upstream of the
+# bias (ψ, the normaliser, x, the hidden layer) takes theirs, and x, which they move, crosses
+# none of f_θ's kinks on the way (a weight of f_θ moved would).
+MEASURED = ("c", "L_multiplier")
+
+
+def loss_of(out, cot):
+    """``(Σ cot·bias, √Σ (cot·bias)²)`` over the entries a masked module does not mask."""
+    out = np.asarray(out, dtype=np.float64)
+    t = np.where(unmasked(out), np.asarray(cot, dtype=np.float64) * out, 0.0)
+    return float(t.sum()), float(np.sqrt(np.sum(t * t)))
+
+
+def own_derivative(loss, scalars, how, dtype):
+    """Raises ``TrainMode`` where the gradient a training call with its randomness fixed sends
+    one of ``scalars`` (``[(key, theirs, ours, value, gradient)]``, the ``MEASURED`` ones,
+    ``key`` what ``loss`` takes) is not the
+    derivative of that call's own loss, ``loss(theirs, delta)`` (``loss_of`` with ``theirs``
+    moved by ``delta``; None: as it is): it must match the central, forward or backward difference
+    (a kink of the threshold's max takes one side, or both halves) within 5 % plus the
+    differences' rounding. [grad.vjp]"""
+    base, size = loss(None, 0.0)
+    for key, theirs, ours, value, gradient in scalars:
+        h = STEP * max(abs(value), 1e-2)
+        plus, minus = loss(key, h)[0], loss(key, -h)[0]
+        slopes = ((plus - minus) / (2 * h), (plus - base) / h, (base - minus) / h)
+        floor = 256 * UNIT[dtype] * size / h
+        if all(abs(gradient - s) > 0.05 * max(abs(gradient), abs(s)) + floor for s in slopes):
+            raise TrainMode(
+                f"in training mode ({how}, as a training loop calls it, its randomness fixed) the "
+                f"gradient of `{theirs}` ({ours}) is {gradient:.4g}, where the training call's own "
+                f"output changes at {slopes[0]:.4g} per unit of it: a path only training takes (a "
+                ".detach() or stop_gradient) keeps part of the derivative from what trains "
+                "[grad.vjp]")
+
+
+def seeded(call):
+    """``call()`` with torch's random numbers drawn from a fixed seed and its dropouts off."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        with torch_dropouts_off():
+            return call()
+
+
+def torch_own_derivative(m, call, g, names, dtype, how):
+    """``own_derivative`` of the torch module ``m`` (in train mode) under a fixed seed; the
+    ``not_compared`` note where that does not fix its output (a generator of its own)."""
+    with torch.no_grad():
+        once, twice = seeded(call), seeded(call)
+    if dtype not in UNIT or twin_differs(as_numpy(once), as_numpy(twice), dtype):
+        return random_output(how)
+    for p in m.parameters():
+        p.grad = None
+    out = seeded(call)
+    if out.requires_grad:
+        (out * g).sum().backward()
+    params = dict(m.named_parameters())
+    cot = as_numpy(g)
+
+    def loss(theirs, delta):
+        if theirs is None:
+            return loss_of(as_numpy(out.detach()), cot)
+        p = params[theirs]
+        saved = p.detach().clone()
+        try:
+            with torch.no_grad():
+                p.copy_(saved + delta)
+                return loss_of(as_numpy(seeded(call)), cot)
+        finally:
+            with torch.no_grad():
+                p.copy_(saved)
+
+    scalars = [(n, n, names[n], float(p.detach().reshape(-1)[0]),
+                0.0 if p.grad is None else float(p.grad.reshape(-1)[0]))
+               for n, p in params.items() if names.get(n) in MEASURED and p.numel() == 1]
+    own_derivative(loss, scalars, how, dtype)
+    for p in m.parameters():
+        p.grad = None
+    return None
+
+
 def check_torch(m, call, full, g, names, graded, dtype):
     """Raises where the torch module ``m`` in train mode (``m.train()``) returns another bias than
     ``full`` or sends other gradients than ``graded`` (ours by name, the eval-mode call's) for the
     same cotangent ``g`` (``call()``: the glue's forward, returning the bias; ``names``: ours by
-    the module's, ``Loaded``). Returns None once compared, else the note saying why it could not
-    be (``not_compared``). [grad.vjp]"""
+    the module's, ``Loaded``); a module whose train-mode output is random, its gradients against
+    its own derivative under a fixed seed (``torch_own_derivative``). Returns None once
+    compared, else the note saying why it could not be (``not_compared``). [grad.vjp]"""
     how = "module.train()"
     for p in m.parameters():
         p.grad = None
@@ -185,7 +275,7 @@ def check_torch(m, call, full, g, names, graded, dtype):
                 again = call()
             trained = call()
         if twin_differs(as_numpy(again), as_numpy(trained), dtype):
-            return random_output(how)
+            return torch_own_derivative(m, call, g, names, dtype, how)
         if not trained.requires_grad:
             if twin_differs(as_numpy(full), as_numpy(trained), dtype):
                 raise differs_in_bias(how)
@@ -267,18 +357,24 @@ def missing_stream(e):
     return found.group(1) if found and type(e).__name__ == "InvalidRngError" else None
 
 
-def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how):
+def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how, fixed=None):
     """Raises where a JAX module called in training mode (``trained(params)``, the bias as the
     graded call shapes it) returns another bias than ``full`` or, pulled back with the same
     cotangent ``cot``, other gradients than ``grads`` (flattened by path, evaluation's; ``loaded``
-    names them ours). ``how``: the call's flag, said in the message. Returns None once compared,
-    else the note saying why it could not be (``not_compared``). [grad.vjp]"""
+    names them ours). ``how``: the call's flag, said in the message. A random training output is
+    held to its own derivative with its keys fixed (``fixed(params)``: the call so, where the
+    glue can fix them; ``jax_own_derivative``). Returns None once compared, else the note saying
+    why it could not be (``not_compared``). [grad.vjp]"""
     try:
         once, twice = trained(params), trained(params)
         if twin_differs(np.asarray(once, dtype=np.float64), np.asarray(twice, dtype=np.float64), dtype):
-            return random_output(how)
+            if fixed is None or dtype not in UNIT:
+                return random_output(how)
+            return jax_own_derivative(fixed, params, cot, loaded, dtype, jax, how)
         bias, pullback = jax.vjp(trained, params)
         (got,) = pullback(cot)
+    except TrainMode:
+        raise
     except Exception as e:  # a training path that fails tells the graded call nothing
         return raised(how, e)
     if twin_differs(np.asarray(full, dtype=np.float64), np.asarray(bias, dtype=np.float64), dtype):
@@ -288,4 +384,27 @@ def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how):
         if path not in flat or path not in grads:
             continue
         check_gradient("/".join(path), ours, flat[path], grads[path], dtype, how)
+    return None
+
+
+def jax_own_derivative(fixed, params, cot, loaded, dtype, jax, how):
+    """``own_derivative`` of a JAX module's training call with its keys fixed (``fixed``); the
+    ``not_compared`` note where that does not fix its output."""
+    once, twice = fixed(params), fixed(params)
+    if twin_differs(np.asarray(once, dtype=np.float64), np.asarray(twice, dtype=np.float64), dtype):
+        return random_output(how)
+    out, pullback = jax.vjp(fixed, params)
+    (got,) = pullback(cot)
+    flat, moved = trees.flatten(got), trees.flatten(params)
+
+    def loss(path, delta):
+        if path is None:
+            return loss_of(out, cot)
+        return loss_of(fixed(trees.unflatten({**moved, path: moved[path] + delta})), cot)
+
+    scalars = [(path, "/".join(path), ours, float(np.ravel(moved[path])[0]),
+                float(np.ravel(flat[path])[0]))
+               for path, ours in loaded.items()
+               if ours in MEASURED and path in flat and np.size(moved[path]) == 1]
+    own_derivative(loss, scalars, how, dtype)
     return None

@@ -234,7 +234,7 @@ class DetachedInTrainingArgument(FIRE):
 
 class DropoutInTraining(FIRE):
     """Correct: an ``eqx.nn.Dropout`` on the bias, off in inference mode (the graded call), a
-    fresh mask per training call (not compared)."""
+    fresh mask per training call, which the glue's training call turns off (``p = 0``)."""
 
     dropout: eqx.nn.Dropout
 

@@ -6,6 +6,7 @@ correct, and detached only in training. Driven by tests/wild_jax.rs through the 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class FIRE(nn.Module):
@@ -121,6 +122,41 @@ class NoiseStreamDetached(DetachedInTraining):
 
 class NoisyInTraining(NoiseStream):
     """Correct, with a real noise on the bias in training: its training output changes from
-    call to call, which the glue cannot compare and says so."""
+    call to call; with its keys fixed, the gradients it sends c and the multiplier are its
+    training call's own derivative."""
 
     noise_std: float = 0.1
+
+
+class NoisyInTrainingDetached(NoiseStreamDetached):
+    """``DetachedInTraining`` under a real noise: its training output random, the detach had
+    passed with a note (audit 34); with the keys fixed, c's gradient is not the derivative of
+    the training call's own output."""
+
+    noise_std: float = 0.1
+
+
+class MaskedInTraining(FIRE):
+    """Correct, a mask of its own in training (``bias * bernoulli / keep`` from the ``noise``
+    stream): multiplicative, so its gradients are not evaluation's, yet they are its own
+    call's derivative."""
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        bias = FIRE.__call__(self, x, deterministic=deterministic)
+        if deterministic:
+            return bias
+        keep = jax.random.bernoulli(self.make_rng("noise"), 0.8, bias.shape)
+        return bias * keep / 0.8
+
+
+class HostNoiseInTraining(FIRE):
+    """Correct, its training noise drawn on the host (``numpy.random``), which no key fixes:
+    not compared, and the run says so."""
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = True):
+        bias = FIRE.__call__(self, x, deterministic=deterministic)
+        if deterministic:
+            return bias
+        return bias + 0.1 * np.random.default_rng().standard_normal(bias.shape)

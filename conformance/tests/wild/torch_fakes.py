@@ -918,14 +918,47 @@ class DetachedInTraining(FIRE):
 
 
 class DropoutInTraining(FIRE):
-    """Correct for what the glue can tell: dropout on f_θ's hidden layer in train mode, eval mode
-    FIRE's. Its train-mode output changes from call to call, so it is not compared with eval
-    mode's (a dropout is the model's choice, not a FIRE mistake)."""
+    """Correct: dropout on f_θ's hidden layer in train mode, eval mode FIRE's. The glue's
+    train-mode call turns the dropout off (a dropout is the model's choice, not a FIRE mistake),
+    and the rest is compared with eval mode's."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         first, act, out = self.mlp
         self.mlp = nn.Sequential(first, act, nn.Dropout(0.5), out)
+
+
+class NoisyInTraining(FIRE):
+    """Correct, a noise on the bias in train mode (``torch.randn_like``): its train-mode output
+    changes from call to call; under a fixed seed the gradients it sends c and the multiplier
+    are its own call's derivative."""
+
+    def forward(self, x: torch.Tensor):
+        bias = super().forward(x)
+        return bias + 0.1 * torch.randn_like(bias) if self.training else bias
+
+
+class NoisyDetachedInTraining(DetachedInTraining):
+    """``DetachedInTraining`` under the same noise: it had passed, not compared."""
+
+    def forward(self, x: torch.Tensor):
+        bias = super().forward(x)
+        return bias + 0.1 * torch.randn_like(bias) if self.training else bias
+
+
+class GeneratorNoiseInTraining(FIRE):
+    """Correct, its train-mode noise from a ``torch.Generator`` of its own, which no seed of
+    torch's fixes: not compared, and the run says so."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.generator = torch.Generator().manual_seed(0)
+
+    def forward(self, x: torch.Tensor):
+        bias = super().forward(x)
+        if not self.training:
+            return bias
+        return bias + 0.1 * torch.randn(bias.shape, generator=self.generator, dtype=bias.dtype)
 
 
 class ModelConfig:
