@@ -282,8 +282,8 @@ fn t5_bucketing_in_binary64_passes_and_is_reported() {
 }
 
 /// A `forward(hidden_states, past_key_values_length=0)` is also called as a decoding step with
-/// a cache: its square's last half as new tokens after the first half, which must give the
-/// square's last rows. Keys counted over the new tokens alone, or the offset ignored, fail saying
+/// a cache: its square's last half as new tokens after the first half, and its last token alone
+/// after the rest, which must give the square's last rows. Keys counted over the new tokens alone, or the offset ignored, fail saying
 /// so (audit 32: the offset was never used, and such a module passed).
 #[test]
 fn a_forward_taking_the_caches_length_is_called_with_a_cache() {
@@ -294,6 +294,12 @@ fn a_forward_taking_the_caches_length_is_called_with_a_cache() {
     for (class, says) in [
         ("PastLengthKeysFromZero", "spans the cache too"),
         ("PastLengthIgnored", "the offset is not applied"),
+        // A generation step's one token alone is off by one (audit 35: only a prefill of half
+        // the square was made, and it passed).
+        (
+            "PastLengthOneTokenBehind",
+            "forward(x of 1 token, past_key_values_length=",
+        ),
     ] {
         the_glue_finds(&appendix(class, "f64"), &["--run", "fire/*"], says);
     }

@@ -821,6 +821,22 @@ fn a_jax_module_is_also_graded_as_training_calls_it() {
     assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
 }
 
+/// A linen module that stops the normaliser's gradient past 1 024 positions (a Python branch on
+/// the static length) fails the once-per-run check at 2 049 positions, naming c.
+#[test]
+fn a_linen_path_taken_only_for_long_sequences_is_checked() {
+    if !flax() {
+        return;
+    }
+    let grad = ["--run", "fire-grad/vjp/*", "--run", "fire-grad/kinks/*"];
+    let (code, r) = run(&linen_fake("LongDetached"), &grad);
+    assert_eq!(code, 1, "{r:#}");
+    let says = "at a long length (2049 positions; the gradient cases are small squares) the \
+                gradient of `c` (off by up to";
+    assert_eq!(failed_saying(&r, says).len(), 1, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 1, "{r:#}");
+}
+
 /// A `flax.linen` module with an `nn.Dropout` on the bias under Flax's `deterministic` flag
 /// (defaulting to evaluation, required as `train`, or merged from a field by `nn.merge_param`):
 /// the correct one passes; one that detaches its normaliser only in training fails naming the

@@ -758,6 +758,35 @@ fn a_bias_deaf_to_c_and_m_is_not_called_a_cache() {
     }
 }
 
+/// A path a module takes only for long sequences, to save memory, is checked once per run at
+/// 2 049 positions against this FIRE's gradients (the gradient cases are small squares, where
+/// it never runs: audit 35, a `torch.no_grad()` past 1 024 positions passed): no gradient there,
+/// or a detached normaliser, fails naming the parameters; f_θ run in chunks of rows passes.
+#[test]
+fn a_path_taken_only_for_long_sequences_is_checked() {
+    if !torch() {
+        return;
+    }
+    let grad = ["--run", "fire-grad/vjp/*", "--run", "fire-grad/kinks/*"];
+    passes_in(&torch_fake("LongInChunks", "f32"), 3, &grad);
+    for (class, says) in [
+        (
+            "LongWithoutGradient",
+            "at a long length (2049 positions; the gradient cases are small squares) no gradient reaches `c`, `L_multiplier`",
+        ),
+        (
+            "LongDetachedNormaliser",
+            "at a long length (2049 positions; the gradient cases are small squares) no gradient reaches `L_multiplier`; the gradient of `c` (off by up to",
+        ),
+    ] {
+        let (code, r) = run(&torch_fake(class, "f32"), &grad);
+        assert_eq!(code, 1, "{class}: {r:#}");
+        // Once per run: one case fails, the rest pass.
+        assert_eq!(failed_saying(&r, says).len(), 1, "{class}: {r:#}");
+        assert_eq!(count(&r, "values", "failed"), 1, "{class}: {r:#}");
+    }
+}
+
 /// A mistake on the path only `.train()` takes (the normaliser detached under `if
 /// self.training`) fails the gradient cases, which are also run in train mode and compared
 /// (audit 32: it passed, the graded call being eval mode's); torch's dropouts are turned off in

@@ -129,7 +129,7 @@ from fire_conformance import equinox_bridge
 from fire_conformance import haiku_bridge
 from fire_conformance import fresh
 from fire_conformance import kit as fire_kit
-from fire_conformance import numpy_fire, repeats, steps, train_mode
+from fire_conformance import long_gradients, numpy_fire, repeats, steps, train_mode
 from fire_conformance.forward_call import TORCH_DTYPES, ForwardCall
 from fire_conformance.outputs import as_numpy
 from fire_conformance.calls import CALLS
@@ -192,6 +192,7 @@ class Glue(ForwardCall):
     def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last", reload=None):
         # `kwargs`: the constructor's `construction.Arguments` besides the case's.
         self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
+        self.long_unchecked = True
         self.call, self.query_rows = call, query_rows
         # The module's file imported afresh where a bias may depend on earlier calls (`fresh`).
         self.fresh = fresh.Fresh(reload)
@@ -526,6 +527,10 @@ class Glue(ForwardCall):
                for k, v in grads.items()}
         if not views and plan.shape[0] * plan.shape[1] <= steps.FULL_LIMIT:
             self.train_mode_agrees(m, heads, case, full.detach(), g, names, out)
+        if not views and self.long_unchecked and with_twin and self.dtype != "bf16":
+            # Once per run (`long_gradients`), on the first FIRE gradient case.
+            self.long_unchecked = False
+            long_gradients.check_torch(self, m, heads, case, names)
         if with_twin:
             self.twin(case, full.detach(), plan, heads, names)
         return out

@@ -19,7 +19,7 @@ def closeness(square, dtype):
     """Whether two parts of a module's bias are the same within ``dtype``'s rounding at the
     scale of its ``square``'s unmasked entries (masks and NaN equal to themselves)."""
     allowed = ROUNDING[dtype] * max(1.0, float(np.max(np.abs(square), initial=0.0, where=unmasked(square))))
-    return lambda a, b: bool(np.all((np.abs(a - b) <= allowed) | (a == b)))
+    return lambda a, b: bool(np.all((np.abs(a - b) <= allowed) | (a == b) | (np.isnan(a) & np.isnan(b))))
 
 
 def check_last_rows(rows, square, dtype, style="lengths"):
@@ -75,6 +75,13 @@ def with_length(shape, style, n):
     return tuple(shape)
 
 
+def cached_lengths(T):
+    """The cache lengths a decoding probe of a ``T``-square takes: its first half (a prefill of
+    the rest) and all but its last token (the step a generation loop makes, where a module may
+    take another path for one new token)."""
+    return sorted({T // 2, T - 1})
+
+
 def check_past(rows, square, past, name, dtype, returned=None):
     """Checks the decoding call of a module taking the cache's length (``past_name``): ``rows``,
     its output for the square's last n tokens with ``name=past`` (squeezed to ``[H, n, C]``, or
@@ -85,7 +92,7 @@ def check_past(rows, square, past, name, dtype, returned=None):
     square = np.asarray(square, dtype=np.float64)
     H, T, _ = square.shape
     n = T - past
-    call = f"forward(x of {n} tokens, {name}={past})"
+    call = f"forward(x of {n} token{'s' if n != 1 else ''}, {name}={past})"
     want = square[:, past:, :]
     if rows is None or np.shape(rows) != want.shape:
         got = list(np.shape(rows)) if rows is not None else returned or "another shape"
@@ -99,10 +106,12 @@ def check_past(rows, square, past, name, dtype, returned=None):
         return
     first = " (they are the first rows of the square: the offset is not applied)" \
         if close(rows, square[:, :n, :]) else ""
+    last, new = (f"the last {n} rows", f"the new tokens are at positions {past}..{T - 1}") if n > 1 \
+        else ("the last row", f"the new token is at position {past}")
     raise PastIgnored(
-        f"{call} returned another bias than the last {n} rows of its own {T} x {T} square{first}: "
-        f"the new tokens are at positions {past}..{T - 1} and the keys at 0..{T - 1}, so a decoding "
-        "step with a cache gets another bias than the same tokens without one")
+        f"{call} returned another bias than {last} of its own {T} x {T} square{first}: {new} and "
+        f"the keys at 0..{T - 1}, so a decoding step with a cache gets another bias than the same "
+        "tokens without one")
 
 
 class PastIgnored(fire_kit.Mistake, ValueError):

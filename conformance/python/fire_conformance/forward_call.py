@@ -138,19 +138,20 @@ class ForwardCall:
             past = decoding.past_name(m)
             if past is not None and style in decoding.PAST_LAYOUTS and rows == cols and rows >= 2 \
                     and rows * cols <= steps.FULL_LIMIT:
-                # The decoding call a cache makes: the square's last half as new tokens.
-                before = rows // 2
-                shape = decoding.with_length(x, style, rows - before)
-                given = mask_ones(shape) if style == "mask" else \
-                    token_zeros(shape) if style == "ids" else zeros(shape)
-                with probing():
-                    raw = m(given, **{past: before})
-                try:
-                    decoded = as_numpy(squeeze(raw, heads, rows - before, cols, batch=p.batch))
-                except Exception:  # its shape is not a bias of the new rows over every key
-                    decoded = None
-                decoding.check_past(decoded, as_numpy(full), before, past, self.dtype,
-                                 list(getattr(raw, "shape", [])) or None)
+                # The decoding calls a cache makes (`decoding.cached_lengths`): the square's
+                # last half as new tokens (a prefill), and its last token alone.
+                for before in decoding.cached_lengths(rows):
+                    shape = decoding.with_length(x, style, rows - before)
+                    given = mask_ones(shape) if style == "mask" else \
+                        token_zeros(shape) if style == "ids" else zeros(shape)
+                    with probing():
+                        raw = m(given, **{past: before})
+                    try:
+                        decoded = as_numpy(squeeze(raw, heads, rows - before, cols, batch=p.batch))
+                    except Exception:  # its shape is not a bias of the new rows over every key
+                        decoded = None
+                    decoding.check_past(decoded, as_numpy(full), before, past, self.dtype,
+                                        list(getattr(raw, "shape", [])) or None)
             if style == "qk_states":
                 q, k = logits.states_probe(*p.states(heads))
                 with probing():

@@ -59,6 +59,7 @@ from fire_conformance import fresh
 from fire_conformance import haiku_bridge
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
+from fire_conformance import long_gradients
 from fire_conformance import logits
 from fire_conformance import nnx_bridge
 from fire_conformance import numpy_fire
@@ -129,6 +130,7 @@ class JaxGlue:
         self.kwargs, self.call, self.query_rows = kwargs, call, query_rows
         # As in appendix_e.Glue: the x layout that worked where the layouts disagree (T != H).
         self.layout = None
+        self.long_unchecked = True
         self.dt = {"f64": self.jnp.float64, "f32": self.jnp.float32, "bf16": self.jnp.bfloat16}[dtype]
 
     def layouts(self, m):
@@ -368,6 +370,10 @@ class JaxGlue:
         # unasked for: the reply shows it. A layer without a bias sends none for it, and the
         # case fails on the missing output.
         gflat = trees.flatten(grads)
+        if small and self.long_unchecked and self.dtype != "bf16":
+            # Once per run (`long_gradients`), on the first FIRE gradient case.
+            self.long_unchecked = False
+            long_gradients.check_jax(self, m, variables, params, plan, heads, case, loaded, in_out, jax)
         if small:
             note = self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
                                           jnp.asarray(plan.cotangent(cot), dtype=full.dtype), loaded)
@@ -386,23 +392,25 @@ class JaxGlue:
     def past_agrees(self, m, variables, params, args, plan, heads, full):
         """``decoding.check_past`` where ``m``'s call takes the cache's length
         (``decoding.past_name``): called on the last half of the square ``full`` ([H, T, T], its
-        own bias) with the first half cached, it must return the square's last rows."""
+        own bias) with the first half cached, and on its last token with the rest cached
+        (``decoding.cached_lengths``), it must return the square's last rows."""
         past = decoding.past_name(m, call_of(m))
         rows, cols = plan.shape
         if past is None or plan.style not in decoding.PAST_LAYOUTS or rows != cols or rows < 2:
             return
         jnp = self.jnp
-        before = rows // 2
-        shape = decoding.with_length(args[0].shape, plan.style, rows - before)
-        given = jnp.ones(shape, dtype=jnp.int32) if plan.style == "mask" else \
-            jnp.zeros(shape, dtype=jnp.int32 if plan.style == "ids" else self.dt)
-        raw = apply(m, {**variables, "params": params}, given, **{past: before})
-        try:
-            decoded = np.asarray(outputs.squeeze(raw, heads, rows - before, cols, batch=plan.batch),
-                                 dtype=np.float64)
-        except Exception:  # its shape is not a bias of the new rows over every key
-            decoded = None
-        decoding.check_past(decoded, full, before, past, self.dtype, list(getattr(raw, "shape", [])) or None)
+        for before in decoding.cached_lengths(rows):
+            shape = decoding.with_length(args[0].shape, plan.style, rows - before)
+            given = jnp.ones(shape, dtype=jnp.int32) if plan.style == "mask" else \
+                jnp.zeros(shape, dtype=jnp.int32 if plan.style == "ids" else self.dt)
+            raw = apply(m, {**variables, "params": params}, given, **{past: before})
+            try:
+                decoded = np.asarray(outputs.squeeze(raw, heads, rows - before, cols, batch=plan.batch),
+                                     dtype=np.float64)
+            except Exception:  # its shape is not a bias of the new rows over every key
+                decoded = None
+            decoding.check_past(decoded, full, before, past, self.dtype,
+                                list(getattr(raw, "shape", [])) or None)
 
     def train_mode_agrees(self, m, variables, params, args, plan, heads, full, grads, cot, loaded):
         """``train_mode.check_jax``: ``m`` called with its training flag

@@ -188,7 +188,7 @@ pub(super) fn negated_gradients(
         .collect();
     (!said.is_empty()).then(|| {
         format!(
-            "the gradient sent is the expected one negated for {}: a sign lost in a hand-written backward [grad.vjp]",
+            "the gradient sent is the expected one negated for {}: a sign lost in the forward (a term subtracted where it is added) or in a hand-written backward [grad.vjp]",
             said.join(", ")
         )
     })

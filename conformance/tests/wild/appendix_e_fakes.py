@@ -222,6 +222,23 @@ class PastLengthIgnored(PastLength):
     offset_ignored = True
 
 
+class PastLengthOneTokenBehind(PastLength):
+    """A generation step's one new token (``T == 1`` with a cache) put at ``past − 1``: right on
+    every prefill, off by one on every token generated (audit 35: it passed, the probe caching
+    half the square)."""
+
+    def __call__(self, hidden_states, past_key_values_length=0):
+        if hidden_states.shape[1] == 1 and past_key_values_length > 0:
+            return self.one_behind(past_key_values_length)
+        return super().__call__(hidden_states, past_key_values_length)
+
+    def one_behind(self, past):
+        keys = np.arange(past + 1, dtype=self.dt)
+        query = np.asarray([past - 1], dtype=self.dt)
+        x = self.numerator(np.abs(query[:, None] - keys[None, :])) / self.normalizer(query)[:, None]
+        return np.transpose(self.mlp(x), (2, 0, 1))[None]
+
+
 class ScoresPlusBias(Correct):
     """Correct, but takes the attention scores [B, H, T, T], reads the length from their last
     dimension and returns scores + bias."""

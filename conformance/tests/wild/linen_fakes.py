@@ -160,3 +160,12 @@ class HostNoiseInTraining(FIRE):
         if deterministic:
             return bias
         return bias + 0.1 * np.random.default_rng().standard_normal(bias.shape)
+
+
+class LongDetached(FIRE):
+    """Past 1 024 positions the normaliser under ``jax.lax.stop_gradient`` (a Python branch on
+    the static length): every gradient case is a small square, and passed."""
+
+    def normaliser(self, c, L_multiplier, init_L, positions, deterministic):
+        out = super().normaliser(c, L_multiplier, init_L, positions, deterministic)
+        return jax.lax.stop_gradient(out) if positions.shape[0] > 1024 else out

@@ -961,6 +961,47 @@ class GeneratorNoiseInTraining(FIRE):
         return bias + 0.1 * torch.randn(bias.shape, generator=self.generator, dtype=bias.dtype)
 
 
+class LongWithoutGradient(FIRE):
+    """Memory saved on long sequences the wrong way: past 1 024 positions the bias is computed
+    under ``torch.no_grad()``. Every gradient case is a small square, and passed."""
+
+    def forward(self, x: torch.Tensor):
+        if x.size(2) > 1024:
+            with torch.no_grad():
+                return super().forward(x)
+        return super().forward(x)
+
+
+class LongDetachedNormaliser(FIRE):
+    """Past 1 024 positions the normaliser is ``.detach()``-ed (its gradient "not needed" at
+    length): c and the multiplier learn through the numerator alone there."""
+
+    def forward(self, x: torch.Tensor):
+        positions = torch.arange(x.size(2), dtype=x.dtype, device=x.device)
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        if x.size(2) > 1024:
+            normalizer = normalizer.detach()
+        z = self.numerator(positions[:, None] - positions[None, :]) / normalizer[:, None]
+        return self.mlp(z.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class LongInChunks(FIRE):
+    """Correct, memory saved on long sequences the right way: past 1 024 positions f_θ runs on
+    256 rows at a time, the graph kept."""
+
+    def forward(self, x: torch.Tensor):
+        T = x.size(2)
+        if T <= 1024:
+            return super().forward(x)
+        positions = torch.arange(T, dtype=x.dtype, device=x.device)
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        z = self.numerator(positions[:, None] - positions[None, :]) / normalizer[:, None]
+        rows = [self.mlp(z[r:r + 256].unsqueeze(-1)) for r in range(0, T, 256)]
+        return torch.cat(rows).unsqueeze(0).permute(0, 3, 1, 2)
+
+
 class ModelConfig:
     """A model's config as Hugging Face's ``PretrainedConfig`` holds one: plain attributes, the
     model's own beside FIRE's."""

@@ -1,0 +1,165 @@
+"""Gradients at a long length, against this FIRE's.
+
+The gradient cases are small squares (at most 12 positions), and the graded values reach the
+longest square the glue computes (``kit.SQUARE_LIMIT``) without a gradient. A path a module
+takes only for long sequences, to save memory (a ``torch.no_grad()``, ``.detach()`` or
+``stop_gradient`` past some length, a normaliser kept out of the graph there), changes what a model trained at its own
+context learns while every graded value and gradient passes. So once per run, on the first
+FIRE gradient case, the module holding that case's values is called over a square of
+``LENGTH`` positions (less where ``--max-len`` says its context is shorter), and the gradients
+of Σ G ⊙ b for a cotangent G on a few of its rows (the keys before each, so that no convention
+of the future keys or of a kink enters) must be this FIRE's (``numpy_fire``). [grad.vjp]
+
+The tolerance is loose (``TOLERANCE`` of the largest gradient, at least 1): what it looks for
+is a path that sends another gradient, or none, not the rounding the small cases grade.
+"""
+
+import copy
+
+import numpy as np
+
+from fire_conformance import kit as fire_kit
+from fire_conformance import numpy_fire
+
+# Past 2 048, the length a memory-saving path is most often cut at (`T > 1024`, `T >= 2048`),
+# and half the longest graded square: Appendix E's hidden layer over it is 4·2 049² floats a
+# hidden unit, a few hundred MiB with its gradient at the cases' width.
+LENGTH = 2049
+TOLERANCE = 1e-3
+
+
+class LongGradient(fire_kit.Mistake, ValueError):
+    """A module whose gradients at a long length are not FIRE's."""
+
+
+def rows_of(length, threshold):
+    """The rows the cotangent covers: two near the start, the middle and the last two, less a
+    row at the threshold L itself, or within a float32 rounding of it (a tie of max(i, L), whose derivative is a convention
+    [grad.kinks], not what this check looks for)."""
+    return sorted(r for r in {1, 2, length // 2, length - 2, length - 1}
+                  if 0 < r < length and abs(r - threshold) > 1e-3 * max(1.0, threshold))
+
+
+def probe_case(case, length):
+    """``case`` asked over ``rows_of(length)`` × every key below ``length``, with a seeded
+    cotangent on each row's keys before it: the diagonal, where x = 0 sits on f_θ's kinks
+    wherever a hidden bias is 0 (a convention again), and the future keys (their convention
+    [conv.future]) have none."""
+    probe = copy.copy(case)
+    enc = case.encoding
+    threshold = abs(float(enc["l_multiplier"]) * float(enc["l_init"]))
+    rows = rows_of(length, threshold)
+    probe.queries, probe.keys = rows, list(range(length))
+    heads = np.shape(case.inputs["cotangent"].array())[0]
+    g = np.random.default_rng(11).standard_normal((heads, len(rows), length))
+    g *= np.arange(length)[None, None, :] < np.asarray(rows)[None, :, None]
+    probe.inputs = {**case.inputs, "queries": rows, "keys": probe.keys}
+    return probe, g
+
+
+def length_for(max_len):
+    """``LENGTH``, or the module's context where ``--max-len`` names a shorter one."""
+    return LENGTH if max_len is None else min(LENGTH, max_len)
+
+
+def check(got, case, probe, g, length):
+    """Raises ``LongGradient`` where ``got`` (ours → the module's gradient, None where it sent
+    none) differs from this FIRE's for ``probe`` and ``g``, naming each such parameter (c and
+    the multiplier first)."""
+    want = numpy_fire.Fire(case.encoding).vjp(probe.queries, probe.keys, g)
+    if case.encoding["threshold"] != "learnable":
+        want.pop("L_multiplier", None)
+    none, off, largest = [], [], 1.0
+    for ours in sorted(want, key=lambda n: (n != "c", n != "L_multiplier", n)):
+        if ours not in got:
+            continue
+        w = np.asarray(want[ours], dtype=np.float64)
+        scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+        if got[ours] is None:
+            none.append(f"`{ours}`")
+            largest = max(largest, scale)
+            continue
+        worst = float(np.max(np.abs(np.asarray(got[ours], dtype=np.float64).reshape(w.shape) - w),
+                             initial=0.0))
+        if not worst <= TOLERANCE * scale:
+            off.append(f"`{ours}` (off by up to {worst:.3g}, FIRE's largest {scale:.3g})")
+    if none or off:
+        said = "; ".join(part for part in (
+            f"no gradient reaches {', '.join(none)}" if none else "",
+            f"the gradient of {', '.join(off)} is not FIRE's" if off else "") if part)
+        raise LongGradient(
+            f"at a long length ({length} positions; the gradient cases are small squares) {said}: "
+            "a path the module takes only for long sequences (a torch.no_grad(), .detach() or "
+            "stop_gradient past some length, a normaliser kept out of the graph there) changes "
+            "what training at that context learns [grad.vjp]")
+
+
+def not_checked(length, e):
+    """The case's note where the module's call at ``length`` raised ``e``."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return (f"gradients at a long length not checked ({length} positions): called so, it raised "
+            f"{type(e).__name__}: {text}"[:300])
+
+
+def check_torch(glue, m, heads, case, names):
+    """``check`` of the torch module ``m`` (holding ``case``'s values, ``names``: ours by the
+    module's) called through ``glue``'s forward at ``length_for(glue.max_len)``; its gradients
+    are cleared before and after."""
+    import torch
+
+    length = length_for(glue.max_len)
+    probe, g = probe_case(case, length)
+    for p in m.parameters():
+        p.grad = None
+    try:
+        try:
+            full, plan = glue.forward(m, heads, probe, True, probes=False)
+        except fire_kit.Mistake:
+            raise
+        except Exception as e:  # a call the module refuses at that length tells nothing here
+            case.note(not_checked(length, e))
+            return
+        if not isinstance(full, torch.Tensor):
+            return
+        if full.requires_grad:
+            cot = torch.as_tensor(plan.cotangent(g), dtype=full.dtype, device=full.device)
+            # The masked entries a module returns as −∞ get no cotangent (0 · ∞ is no number).
+            torch.where(cot != 0, full * cot, torch.zeros_like(full)).sum().backward()
+        got = {names[n]: (None if p.grad is None else p.grad.detach().cpu().numpy().T
+                          if n in getattr(names, "transposed", ()) else p.grad.detach().cpu().numpy())
+               for n, p in m.named_parameters() if p.requires_grad and n in names}
+    finally:
+        for p in m.parameters():
+            p.grad = None
+    check(got, case, probe, g, length)
+
+
+def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax):
+    """``check`` of the JAX module ``m`` (``variables`` with ``params`` holding ``case``'s values;
+    ``loaded``: ours by the path of each leaf, ``in_out`` those kept ``[in, out]``) called as
+    ``plan`` calls it, at ``length_for(glue.max_len)``."""
+    from fire_conformance import calls, jax_glue, outputs, trees
+
+    length = length_for(glue.max_len)
+    probe, g = probe_case(case, length)
+    try:
+        at = calls.plan(plan.style, probe, glue.max_len, glue.query_rows)
+        args = glue.args(at, heads)
+        rows, cols = at.shape
+
+        def bias(p):
+            out = jax_glue.apply(m, {**variables, "params": p}, *args)
+            return outputs.squeeze(out, heads, rows, cols, batch=at.batch, check=False)
+
+        full, pullback = jax.vjp(bias, params)
+    except fire_kit.Mistake:
+        raise
+    except Exception as e:  # a call the module refuses at that length tells nothing here
+        case.note(not_checked(length, e))
+        return
+    (grads,) = pullback(jax.numpy.asarray(at.cotangent(g), dtype=full.dtype))
+    flat = trees.flatten(grads)
+    got = {name: (None if path not in flat else
+                  np.asarray(flat[path]).T if path in in_out else np.asarray(flat[path]))
+           for path, name in loaded.items()}
+    check(got, case, probe, g, length)
