@@ -447,7 +447,7 @@ pub fn run_lines(r: &Report) -> String {
     if r.positions_from_square > 0 {
         let _ = writeln!(
             out,
-            "not checked: the module's own handling of position lists: {} graded case(s) with KV-cache, gapped, unsorted or random positions were computed over the whole square 0..T and their rows and columns picked out by the glue (`positions: square`), so a decoding call given only the new query rows never ran [proto.hello]; a module whose forward takes the query and key positions is run on the lists themselves (the ready-made glue's `--call qk`; in a build(case) glue, hand it `case.queries` and `case.keys` and leave `positions` out of CAPABILITIES)",
+            "not checked: the module's own handling of position lists: {} graded case(s) with KV-cache, gapped, unsorted or random positions were computed over the whole square 0..T and their rows and columns picked out by the glue (`positions: square`), so on those cases the module was never called with only their new query rows (a glue's own decoding probes aside) [proto.hello]; a module whose forward takes the query and key positions is run on the lists themselves (the ready-made glue's `--call qk`; in a build(case) glue, hand it `case.queries` and `case.keys` and leave `positions` out of CAPABILITIES)",
             r.positions_from_square
         );
     }
