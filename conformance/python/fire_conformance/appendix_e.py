@@ -528,9 +528,9 @@ class Glue(ForwardCall):
         if not views and plan.shape[0] * plan.shape[1] <= steps.FULL_LIMIT:
             self.train_mode_agrees(m, heads, case, full.detach(), g, names, out)
         if not views and self.long_unchecked and with_twin and self.dtype != "bf16":
-            # Once per run (`long_gradients`), on the first FIRE gradient case.
-            self.long_unchecked = False
-            long_gradients.check_torch(self, m, heads, case, names)
+            # Once per run (`long_gradients`), on the first FIRE gradient case right itself.
+            self.long_unchecked = False  # a mistake found fails this case alone
+            self.long_unchecked = not long_gradients.check_torch(self, m, heads, case, names)
         if with_twin:
             self.twin(case, full.detach(), plan, heads, names)
         return out

@@ -371,9 +371,10 @@ class JaxGlue:
         # case fails on the missing output.
         gflat = trees.flatten(grads)
         if small and self.long_unchecked and self.dtype != "bf16":
-            # Once per run (`long_gradients`), on the first FIRE gradient case.
-            self.long_unchecked = False
-            long_gradients.check_jax(self, m, variables, params, plan, heads, case, loaded, in_out, jax)
+            # Once per run (`long_gradients`), on the first FIRE gradient case right itself.
+            self.long_unchecked = False  # a mistake found fails this case alone
+            self.long_unchecked = not long_gradients.check_jax(self, m, variables, params, plan, heads,
+                                                               case, loaded, in_out, jax)
         if small:
             note = self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
                                           jnp.asarray(plan.cotangent(cot), dtype=full.dtype), loaded)
