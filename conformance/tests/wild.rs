@@ -283,8 +283,9 @@ fn t5_bucketing_in_binary64_passes_and_is_reported() {
 
 /// A `forward(hidden_states, past_key_values_length=0)` is also called as a decoding step with
 /// a cache: its square's last half as new tokens after the first half, and its last token alone
-/// after the rest, which must give the square's last rows. Keys counted over the new tokens alone, or the offset ignored, fail saying
-/// so (audit 32: the offset was never used, and such a module passed).
+/// after the rest, which must give the square's last rows. Keys counted over the new tokens
+/// alone, the offset ignored, or one new token put a position early fail saying so (audit 32:
+/// the offset was never used, and such a module passed).
 #[test]
 fn a_forward_taking_the_caches_length_is_called_with_a_cache() {
     if !numpy() {

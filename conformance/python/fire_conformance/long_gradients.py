@@ -21,7 +21,7 @@ import copy
 import numpy as np
 
 from fire_conformance import kit as fire_kit
-from fire_conformance import numpy_fire
+from fire_conformance import numpy_fire, train_mode
 from fire_conformance.outputs import as_numpy
 from fire_conformance.steps import twin_differs
 
@@ -43,8 +43,8 @@ class LongGradient(fire_kit.Mistake, ValueError):
 
 def rows_of(length, threshold):
     """The rows the cotangent covers: two near the start, the middle and the last two, less a
-    row at the threshold L itself, or within a float32 rounding of it (a tie of max(i, L), whose derivative is a convention
-    [grad.kinks], not what this check looks for)."""
+    row at the threshold L itself or within a float32 rounding of it (a tie of max(i, L), whose
+    derivative is a convention [grad.kinks], not what this check looks for)."""
     return sorted(r for r in {1, 2, length // 2, length - 2, length - 1}
                   if 0 < r < length and abs(r - threshold) > 1e-3 * max(1.0, threshold))
 
@@ -104,10 +104,11 @@ def before_each(case):
 
 def probed(gradients, case, length):
     """Runs the check: ``gradients(case, g)`` is the module's (ours → gradient, None where it
-    sends none) for a case and a cotangent, and whether a second call returned the same bias. Where the case's own, for ``before_each``, are not
-    this FIRE's (to ``AGREES``) the case fails on its own, and a long length would only say it
-    again: returns False, unchecked. A call the module refuses at ``length`` is noted. Returns
-    True once checked."""
+    sends none) for a case and a cotangent, and whether a second call returned the same bias.
+    Where the case's own, for ``before_each``, are not this FIRE's (to ``AGREES``) the case
+    fails on its own, and a long length would only say it again: returns False, unchecked. A
+    call the module refuses at ``length``, a bias that changes from call to call or gradients
+    that are not finite there are noted (``not_checked``). Returns True once checked."""
     g = before_each(case)
     try:
         small, steady = gradients(case, g)
@@ -123,20 +124,19 @@ def probed(gradients, case, length):
     except fire_kit.Mistake:
         raise
     except Exception as e:  # a call the module refuses at that length tells nothing here
-        case.note(not_checked(length, e))
+        case.note(not_checked(length, train_mode.called_so(e)))
         return True
     if not steady:
         # State kept from call to call (an offset it advances) is the glue's other checks' to
         # name, not a path of length.
-        case.note(f"gradients at a long length not checked ({length} positions): its bias there "
-                  "changes from one call to the next")
+        case.note(not_checked(length, "its bias there changes from one call to the next"))
         return True
     if any(v is not None and not np.all(np.isfinite(v)) for v in got.values()):
         # A NaN in the square (ψ of a negative distance at keys after their query: 0 · NaN is
         # NaN) is the gradient cases' to fail and the report's to name, not a path of length.
-        case.note(f"gradients at a long length not checked ({length} positions): they are not "
-                  "finite there (a NaN anywhere in the square, keys after their query included, "
-                  "reaches every gradient: 0 · NaN is NaN)")
+        case.note(not_checked(length, "they are not finite there (a NaN anywhere in the square, "
+                                      "keys after their query included, reaches every gradient: "
+                                      "0 · NaN is NaN)"))
         return True
     check(got, case, probe, g, length)
     return True
@@ -158,11 +158,9 @@ def check(got, case, probe, g, length):
             "FIRE's [grad.vjp]")
 
 
-def not_checked(length, e):
-    """The case's note where the module's call at ``length`` raised ``e``."""
-    text = str(e).splitlines()[0] if str(e) else ""
-    return (f"gradients at a long length not checked ({length} positions): called so, it raised "
-            f"{type(e).__name__}: {text}"[:300])
+def not_checked(length, why):
+    """The case's note where the gradients at ``length`` could not be checked, and ``why``."""
+    return f"gradients at a long length not checked ({length} positions): {why}"
 
 
 def check_torch(glue, m, heads, case, names):

@@ -158,10 +158,15 @@ def random_output(how):
                              "dropouts off (randomness of its own)")
 
 
+def called_so(e):
+    """What a call the glue made and ``e`` stopped says in a note: its type and first line."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"called so, it raised {type(e).__name__}: {text}"[:300]
+
+
 def raised(how, e):
     """``not_compared`` for a training call that raised ``e``."""
-    text = str(e).splitlines()[0] if str(e) else ""
-    return not_compared(how, f"called so, it raised {type(e).__name__}: {text}"[:300])
+    return not_compared(how, called_so(e))
 
 
 def no_gradient(how):
@@ -192,12 +197,11 @@ def loss_of(out, cot):
 
 def own_derivative(loss, scalars, how, dtype):
     """Raises ``TrainMode`` where the gradient a training call with its randomness fixed sends
-    one of ``scalars`` (``[(key, theirs, ours, value, gradient)]``, the ``MEASURED`` ones,
-    ``key`` what ``loss`` takes) is not the
-    derivative of that call's own loss, ``loss(theirs, delta)`` (``loss_of`` with ``theirs``
-    moved by ``delta``; None: as it is): it must match the central, forward or backward difference
-    (a kink of the threshold's max takes one side, or both halves) within 5 % plus the
-    differences' rounding. [grad.vjp]"""
+    one of ``scalars`` (``[(key, theirs, ours, value, gradient)]``, the ``MEASURED`` ones) is not
+    the derivative of that call's own loss, ``loss(key, delta)`` (``loss_of`` with that scalar
+    moved by ``delta``; key None: as it is): it must match the central, forward or backward
+    difference (a kink of the threshold's max takes one side, or both halves) within 5 % plus
+    the differences' rounding. [grad.vjp]"""
     base, size = loss(None, 0.0)
     for key, theirs, ours, value, gradient in scalars:
         h = STEP * max(abs(value), 1e-2)
