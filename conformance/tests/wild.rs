@@ -230,6 +230,30 @@ fn a_module_right_under_its_declared_convention_passes_bias_and_gradient_cases()
     assert!(grads_passed >= 10, "{grads_passed} gradient cases passed");
 }
 
+/// A `build(case)` glue whose gradients are cut past 1 024 positions (a `no_grad` taken there
+/// "to save memory") passes every gradient case, all small squares: the kit asks it once per run
+/// for a copy of its first right gradient case over 2 049 positions, and that case fails naming
+/// the parameters. A glue that refuses gradients there is noted, not failed.
+#[test]
+fn a_build_glue_taking_another_path_for_long_sequences_is_checked() {
+    if !numpy() {
+        return;
+    }
+    let (code, r) = run(&glue("cut-when-long"), &["--fail-on", "values"]);
+    assert_eq!(code, 1, "{r:#}");
+    let says = "LongGradient: at a long length (2049 positions; the gradient cases are small squares) the gradient of `c` (off by up to";
+    assert_eq!(failed_saying(&r, says).len(), 1, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 1, "{r:#}");
+    assert!(count(&r, "values", "passed") >= 20, "{r:#}");
+    let r = passes_in(&glue("refused-when-long"), 20, &[]);
+    assert_eq!(
+        notes(&r),
+        ["gradients at a long length not checked (2049 positions): called so, it raised \
+          MemoryError: no gradients past 1 024 positions on this machine"],
+        "{r:#}"
+    );
+}
+
 /// A module masking keys after the query with `finfo(float32).min`, as Hugging Face models do,
 /// passes when it declares `masked`, gradients included, through the real JSON path.
 #[test]

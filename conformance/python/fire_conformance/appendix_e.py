@@ -641,7 +641,8 @@ def main(argv=None):
     fire_kit.serve(glue.build, name=a.name or f"appendix-e glue: {a.module}{arguments.note(cls)}",
                    positions=calls.class_positions(cls, a.call, a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
-                   future_keys=a.future_keys, max_len=math.inf)  # the glue bounds its calls itself
+                   future_keys=a.future_keys, max_len=math.inf,  # the glue bounds its calls itself
+                   long_gradients=False)  # made with the module in hand (`Glue.graded`)
 
 
 if __name__ == "__main__":

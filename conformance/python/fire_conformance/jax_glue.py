@@ -628,7 +628,8 @@ def serve(cls, a):
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}{arguments.note(cls)}",
                    positions=positions,
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
-                   future_keys=a.future_keys, max_len=math.inf)  # the glue bounds its calls itself
+                   future_keys=a.future_keys, max_len=math.inf,  # the glue bounds its calls itself
+                   long_gradients=False)  # made with the module in hand (`evaluate`)
 
 
 def main(argv=None):

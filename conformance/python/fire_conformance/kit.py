@@ -12,7 +12,9 @@ requested rows and columns out of such a square, so those modules also run the n
 unsorted and KV-cache cases.
 
 Standard library only; numpy is used when ``build`` returns numpy arrays (anything with
-``.shape`` and ``.tolist()`` works, including torch tensors moved to the CPU).
+``.shape`` and ``.tolist()`` works, including torch tensors moved to the CPU), and by the check
+of gradients at a long length once ``build`` has answered a FIRE gradient case
+(``long_gradients.check_kit``).
 """
 
 import json
@@ -246,7 +248,7 @@ def _out_of_memory(e):
 
 
 def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
-          placement="after-scaling", stdin=None, positions="lists", max_len=None):
+          placement="after-scaling", stdin=None, positions="lists", max_len=None, long_gradients=True):
     """Answer the harness until it says bye. ``build(case)`` returns one output (for a single
     requested output) or a dict of outputs by name. Anything else written to standard output
     from here on goes to standard error (``reserve_stdout``). ``positions="square"`` tells the
@@ -256,9 +258,17 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
     ``max_len``: the module's context, T at most; a valid case reaching past it is skipped
     before ``build`` is called. A ``"square"`` glue stops at ``SQUARE_LIMIT`` unless it says
     otherwise: the suite's positions reach 10⁶, whose square no memory holds (``math.inf``: no
-    bound, for a glue that bounds its calls itself, as the ready-made glues do)."""
+    bound, for a glue that bounds its calls itself, as the ready-made glues do).
+
+    ``long_gradients``: once per run, on the first FIRE gradient case whose gradients ``build``
+    computes as FIRE's, ``build`` is also asked for a copy of the case over ``long_gradients.LENGTH``
+    positions (fewer under ``max_len``), and a path it takes only for long sequences (a
+    ``no_grad`` or ``stop_gradient`` past some length) fails that case (``LongGradient``); off
+    for a glue that makes the check itself, with the module in hand (the ready-made ones), or
+    that is FIRE's own computation (``numpy_fire``)."""
     if max_len is None and positions == "square":
         max_len = SQUARE_LIMIT
+    long_unchecked = long_gradients
     reserve_stdout()
     stdin = stdin or sys.stdin
     # One name given as a string is one name, not its letters ("fire" had been sent as
@@ -293,6 +303,11 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                     if len(case.outputs) != 1:
                         raise TypeError("build must return a dict when several outputs are requested")
                     out = {case.outputs[0]: out}
+                if long_unchecked and case.kind == "vjp" and case.encoding.get("type") == "fire" \
+                        and case.dtype != "bf16":
+                    from fire_conformance import long_gradients as long
+                    long_unchecked = False  # a mistake found fails this case alone
+                    long_unchecked = not long.check_kit(build, case, max_len)
                 outputs = {}
                 for key, value in out.items():
                     try:

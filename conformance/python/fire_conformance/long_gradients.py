@@ -22,6 +22,7 @@ import numpy as np
 
 from fire_conformance import kit as fire_kit
 from fire_conformance import numpy_fire, train_mode
+from fire_conformance.calls import ROUNDING
 from fire_conformance.outputs import as_numpy
 from fire_conformance.steps import twin_differs
 
@@ -104,34 +105,38 @@ def before_each(case):
 
 def probed(gradients, case, length):
     """Runs the check: ``gradients(case, g)`` is the module's (ours → gradient, None where it
-    sends none) for a case and a cotangent, and whether a second call returned the same bias.
-    Where the case's own, for ``before_each``, are not this FIRE's (to ``AGREES``) the case
-    fails on its own, and a long length would only say it again: returns False, unchecked. A
-    call the module refuses at ``length``, a bias that changes from call to call or gradients
-    that are not finite there are noted (``not_checked``). Returns True once checked."""
+    sends none) for a case and a cotangent, and a function saying whether a second call returns
+    the same bias (called only where the answer matters: a second forward over the long square
+    costs a third of the probe). Where the case's own, for ``before_each``, are not this FIRE's
+    (to ``AGREES``) the case fails on its own, and a long length would only say it again:
+    returns False, unchecked. A call the module refuses at ``length``, a bias that changes from
+    call to call or gradients that are not finite there are noted (``not_checked``). Returns
+    True once checked."""
     g = before_each(case)
     try:
         small, steady = gradients(case, g)
+        if not steady() or differing(small, case, case.queries, case.keys, g, AGREES) != ([], []):
+            return False
     except fire_kit.Mistake:
         raise
     except Exception:  # the graded call ran; this one tells nothing new
         return False
-    if not steady or differing(small, case, case.queries, case.keys, g, AGREES) != ([], []):
-        return False
     probe, g = probe_case(case, length)
     try:
         got, steady = gradients(probe, g)
+        finite = all(v is None or np.all(np.isfinite(v)) for v in got.values())
+        wrong = not finite or differing(got, case, probe.queries, probe.keys, g, TOLERANCE) != ([], [])
+        if wrong and not steady():
+            # State kept from call to call (an offset it advances) is the glue's other checks'
+            # to name, not a path of length.
+            case.note(not_checked(length, "what it returns there changes from one call to the next"))
+            return True
     except fire_kit.Mistake:
         raise
     except Exception as e:  # a call the module refuses at that length tells nothing here
         case.note(not_checked(length, train_mode.called_so(e)))
         return True
-    if not steady:
-        # State kept from call to call (an offset it advances) is the glue's other checks' to
-        # name, not a path of length.
-        case.note(not_checked(length, "its bias there changes from one call to the next"))
-        return True
-    if any(v is not None and not np.all(np.isfinite(v)) for v in got.values()):
+    if not finite:
         # A NaN in the square (ψ of a negative distance at keys after their query: 0 · NaN is
         # NaN) is the gradient cases' to fail and the report's to name, not a path of length.
         case.note(not_checked(length, "they are not finite there (a NaN anywhere in the square, "
@@ -169,6 +174,11 @@ def check_torch(glue, m, heads, case, names):
     each call."""
     import torch
 
+    def steady(at, first):
+        with torch.no_grad():
+            again, _ = glue.forward(m, heads, at, True, probes=False)
+        return not twin_differs(as_numpy(again), first, glue.dtype)
+
     def gradients(at, g):
         for p in m.parameters():
             p.grad = None
@@ -178,13 +188,13 @@ def check_torch(glue, m, heads, case, names):
                 cot = torch.as_tensor(plan.cotangent(g), dtype=full.dtype, device=full.device)
                 # The masked entries a module returns as −∞ get no cotangent (0 · ∞ is no number).
                 torch.where(cot != 0, full * cot, torch.zeros_like(full)).sum().backward()
-            with torch.no_grad():
-                again, _ = glue.forward(m, heads, at, True, probes=False)
-            steady = not twin_differs(as_numpy(again), as_numpy(full), glue.dtype)
             transposed = getattr(names, "transposed", ())
-            return {names[n]: (None if p.grad is None else p.grad.detach().cpu().numpy().T
-                               if n in transposed else p.grad.detach().cpu().numpy())
-                    for n, p in m.named_parameters() if p.requires_grad and n in names}, steady
+            got = {names[n]: (None if p.grad is None else p.grad.detach().cpu().numpy().T
+                              if n in transposed else p.grad.detach().cpu().numpy())
+                   for n, p in m.named_parameters() if p.requires_grad and n in names}
+            first = as_numpy(full)
+            del full
+            return got, lambda: steady(at, first)
         finally:
             for p in m.parameters():
                 p.grad = None
@@ -210,9 +220,38 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
         full, pullback = jax.vjp(bias, params)
         (grads,) = pullback(jax.numpy.asarray(at.cotangent(g), dtype=full.dtype))
         flat = trees.flatten(grads)
-        steady = not twin_differs(as_numpy(bias(params)), as_numpy(full), glue.dtype)
+        first = as_numpy(full)
         return {name: (None if path not in flat else
                        np.asarray(flat[path]).T if path in in_out else np.asarray(flat[path]))
-                for path, name in loaded.items()}, steady
+                for path, name in loaded.items()}, \
+            lambda: not twin_differs(as_numpy(bias(params)), first, glue.dtype)
 
     return probed(gradients, case, length_for(glue.max_len))
+
+
+def check_kit(build, case, max_len):
+    """``probed`` for a ``build(case)`` glue (``kit.serve``): its gradients for a cotangent are
+    what ``build`` returns for a copy of the case carrying that cotangent, and over the long
+    square for a copy asking ``rows_of`` × every key below the length, as any case asks its
+    rows and keys. The copies' ids say what they are (a glue memoising by id answers them
+    afresh); notes ``build`` makes on them are not the case's."""
+
+    def gradients(at, g):
+        asked = copy.copy(at)
+        asked.id = f"{case.id}#long-gradients" if at is not case else f"{case.id}#keys-before-each"
+        asked.notes = []
+        asked.inputs = {**at.inputs, "cotangent": fire_kit.Tensor(
+            {"shape": list(np.shape(g)), "data": np.asarray(g, dtype=np.float64).reshape(-1).tolist()})}
+
+        def call():
+            out = build(asked)
+            if not isinstance(out, dict):
+                out = {asked.outputs[0]: out} if len(asked.outputs) == 1 else {}
+            return {name: as_numpy(v) for name, v in out.items()}
+
+        got = call()
+        return got, lambda: not any(
+            twin_differs(v, got[name], case.dtype if case.dtype in ROUNDING else "f64")
+            for name, v in call().items() if name in got)
+
+    return probed(gradients, case, length_for(max_len))

@@ -337,7 +337,8 @@ def main(argv=None):
     p.add_argument("--dtype", default="f64", choices=["f64", "f32"])
     a = p.parse_args(argv)
     DT = np.float64 if a.dtype == "f64" else np.float32
-    fire_kit.serve(build, name=f"numpy-fire (independent, from the spec, {a.dtype})", dtypes=[a.dtype])
+    fire_kit.serve(build, name=f"numpy-fire (independent, from the spec, {a.dtype})", dtypes=[a.dtype],
+                   long_gradients=False)  # this is FIRE's own computation
 
 
 if __name__ == "__main__":

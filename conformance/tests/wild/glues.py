@@ -18,6 +18,9 @@ exact verdict on each.
     returns-none          a build that forgets to return the bias
     bare-assert           a build failing a bare ``assert`` (no message) on every case
     notes                 the independent NumPy FIRE, noting on each reply how it answered
+    cut-when-long         the independent NumPy FIRE, whose gradients are cut (zero) past 1 024
+                          positions, as a `no_grad` taken there "to save memory" cuts them
+    refused-when-long     the independent NumPy FIRE, refusing gradients past 1 024 positions
 """
 
 import math
@@ -137,6 +140,19 @@ def notes(case):
     return numpy_fire.build(case)
 
 
+def cut_when_long(case):
+    out = numpy_fire.build(case)
+    if case.kind == "vjp" and case.length > 1024:
+        return {name: np.zeros_like(v) for name, v in out.items()}
+    return out
+
+
+def refused_when_long(case):
+    if case.kind == "vjp" and case.length > 1024:
+        raise MemoryError("no gradients past 1 024 positions on this machine")
+    return numpy_fire.build(case)
+
+
 GLUES = {
     "positions-as-indices": (positions_as_indices, {}),
     "future-negated": (future_negated, {"future_keys": "negated",
@@ -152,6 +168,8 @@ GLUES = {
     "returns-none": (returns_none, {"families": ["fire"]}),
     "bare-assert": (bare_assert, {"families": ["fire"]}),
     "notes": (notes, {"families": ["fire", "fire-grad"]}),
+    "cut-when-long": (cut_when_long, {"families": ["fire", "fire-grad"]}),
+    "refused-when-long": (refused_when_long, {"families": ["fire", "fire-grad"]}),
 }
 
 if __name__ == "__main__":
