@@ -116,28 +116,23 @@ With torch installed the module is a torch ``nn.Module`` (put in ``.eval()`` mod
 (``load_state_dict`` taking arrays) works for bias cases.
 """
 
-import argparse
-import importlib.util
 import math
-import os
-import sys
 
 import numpy as np
 
 from fire_conformance import calls
-from fire_conformance import equinox_bridge
-from fire_conformance import haiku_bridge
 from fire_conformance import fresh
 from fire_conformance import kit as fire_kit
 from fire_conformance import long_gradients, numpy_fire, repeats, steps, train_mode
-from fire_conformance.forward_call import TORCH_DTYPES, ForwardCall
-from fire_conformance.outputs import as_numpy
-from fire_conformance.calls import CALLS
+from fire_conformance.command_line import is_jax_module, load_class, parse_map, parser
+from fire_conformance.dtypes import TORCH_DTYPES, dtype_name, rerun_advice, wider_than_bf16
+from fire_conformance.forward_call import ForwardCall
+from fire_conformance.outputs import as_numpy, numpy_output
 from fire_conformance.construction import (
     SCALARS, at_defaults, same_in_f32, check_arguments, from_options, construct_own, construct,
     default_eps_note)
 from fire_conformance.loading import (
-    NAMES, Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
+    Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
     parametrized, reading, trainable)
 
 try:
@@ -145,47 +140,6 @@ try:
 except ImportError:  # the glue still serves NumPy modules
     torch = None
 
-
-
-def load_class(spec):
-    path, _, cls = spec.rpartition(":")
-    if not path or not cls:
-        raise SystemExit(f"expected path/to/file.py:ClassName, got {spec!r}")
-    if not os.path.exists(path):
-        raise SystemExit(f"module file not found: {path}")
-    mod_spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
-    module = importlib.util.module_from_spec(mod_spec)
-    # The file's folder first on the path (its sibling imports), once: the glues import the file
-    # again where a bias may depend on earlier calls (`fresh`).
-    folder = os.path.dirname(os.path.abspath(path))
-    if sys.path[:1] != [folder]:
-        sys.path.insert(0, folder)
-    mod_spec.loader.exec_module(module)
-    if not hasattr(module, cls):
-        raise SystemExit(f"{path} has no class {cls!r}")
-    return getattr(module, cls)
-
-
-def dtype_name(dt):
-    """A torch, NumPy or JAX dtype's name without its library: ``float32``."""
-    return str(dt).rsplit(".", 1)[-1]
-
-
-def rerun_advice(got):
-    """What to do about a module that returns dtype ``got`` where another was asked: rerun at
-    the dtype it computes in, where the harness has a profile for it ([num.profiles])."""
-    name = dtype_name(got)
-    if name in TORCH_DTYPES.values():
-        return "rerun with the --dtype it computes in"
-    return (f"{name} has no tolerance profile (f64, f32, bf16 [num.profiles]): return float32 "
-            "(grade at --dtype f32) or compute in bfloat16 (--dtype bf16)")
-
-
-def wider_than_bf16(dtype, got):
-    """Whether a module asked for bf16 returned float32 or float64: a mixed-precision module
-    (autocast style: bf16 products, f32 accumulation or output) is graded by the bf16 profile
-    all the same, since the tolerance comes from --dtype and a wider output hides nothing."""
-    return dtype == "bf16" and dtype_name(got) in ("float32", "float64")
 
 
 class Glue(ForwardCall):
@@ -545,14 +499,6 @@ class Glue(ForwardCall):
             case.note(note)
 
 
-def numpy_output(autodiff):
-    """What a gradient case of a torch or JAX module returning a NumPy array finds."""
-    return (f"the module returns a NumPy array (a .numpy() or np.asarray in its forward), which "
-            f"{autodiff} cannot reach through: no parameter gets a gradient, so none would train "
-            "[grad.vjp]; return the framework's tensor (to check the values alone, run without "
-            "the gradient cases: --skip 'fire-grad/*')")
-
-
 def frozen(m, names, case):
     """Raises on a gradient case where the module keeps ``c`` (or, where the threshold is learned,
     ``L_multiplier``), or a weight or bias of f_θ (a bias kept apart from its layer included), as
@@ -580,52 +526,8 @@ def in_dtype(m, dt):
     return m.to(dt) if len(kinds) <= 1 else m
 
 
-def parser(description=__doc__):
-    """The command line shared by this glue and ``jax_glue``."""
-    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("module", help="path/to/file.py:ClassName")
-    p.add_argument("--map", action="append", default=[], metavar="OURS=THEIRS")
-    p.add_argument("--dtype", default="f32", choices=["f32", "f64", "bf16"])
-    p.add_argument("--call", choices=CALLS, help="how to call forward (default: introspection)")
-    p.add_argument("--future-keys", default="mirrored", choices=["mirrored", "zero", "masked", "negated"])
-    p.add_argument("--max-len", type=int, default=None)
-    p.add_argument("--query-rows", default="last", choices=calls.QUERY_ROWS)
-    p.add_argument("--kwargs", default="{}")
-    p.add_argument("--map-arg", action="append", default=[], metavar="OURS=YOURS",
-                   help="the constructor's name for one of Appendix E's arguments (num_heads, "
-                        "mlp_width, init_c, init_L, eps)")
-    p.add_argument("--name")
-    return p
-
-
-def parse_map(pairs, known=is_our_name):
-    """``--map OURS=THEIRS`` pairs as a dict, rejecting unknown names of ours (``known``: a
-    predicate, or a list of names)."""
-    try:
-        mapping = dict(kv.split("=", 1) for kv in pairs)
-    except ValueError:
-        raise SystemExit("--map takes OURS=THEIRS")
-    ok = known if callable(known) else set(known).__contains__
-    unknown = sorted(k for k in mapping if not ok(k))
-    if unknown:
-        raise SystemExit(f"--map: unknown parameter(s) {unknown}; ours are {NAMES} "
-                         "and, for deeper MLPs, mlp.4.weight, mlp.4.bias, …")
-    return mapping
-
-
-def is_jax_module(cls):
-    """Flax linen's interface (``init`` and ``apply``), which a torch module does not have, or
-    any Flax, Equinox or Haiku module (a ``flax.nnx``, Equinox or Haiku one the JAX glue serves
-    through its bridge)."""
-    if torch is not None and isinstance(cls, type) and issubclass(cls, torch.nn.Module):
-        return False
-    flax = any(c.__module__.startswith("flax.") for c in getattr(cls, "__mro__", ()))
-    bridged = equinox_bridge.is_equinox(cls) or haiku_bridge.is_haiku(cls)
-    return flax or bridged or (callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)))
-
-
 def main(argv=None):
-    a = parser().parse_args(argv)
+    a = parser(__doc__).parse_args(argv)
     mapping = parse_map(a.map)
     # Before the module is imported: a print there or in its forward would be read as a reply.
     fire_kit.reserve_stdout()

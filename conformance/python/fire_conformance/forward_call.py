@@ -16,6 +16,7 @@ from fire_conformance import kit as fire_kit
 from fire_conformance import logits
 from fire_conformance import steps
 from fire_conformance.calls import X_LAYOUTS, call_style
+from fire_conformance.dtypes import TORCH_DTYPES
 from fire_conformance.outputs import NotABias, as_numpy, every_layout_failed, remembered_layout_failed, squeeze
 
 try:
@@ -26,8 +27,6 @@ except ImportError:  # the glue still serves NumPy modules
 # What a layout of x the module does not take raises (an ``assert x.dim() == 3`` included).
 LAYOUT_ERRORS = (ValueError, RuntimeError, TypeError, IndexError, AssertionError)
 
-# The torch dtype of each --dtype: what the module is cast to, and what it must return.
-TORCH_DTYPES = {"f64": "float64", "f32": "float32", "bf16": "bfloat16"}
 
 
 class ForwardCall:

@@ -38,7 +38,7 @@ class Fresh:
             return
         try:
             fresh = fresh_bias(self.reload())
-        except (Exception, SystemExit):  # `appendix_e.load_class` exits on a file gone
+        except (Exception, SystemExit):  # `command_line.load_class` exits on a file gone
             self.alike = ENOUGH
             return
         if not steps.twin_differs(got, fresh, dtype):

@@ -78,7 +78,7 @@ def training_argument(cls):
 
 def signature_of(cls):
     """A callable standing for ``cls``'s modules where the glue reads how to call one
-    (``jax_glue.parameter_names``): its ``forward`` is ``cls.__call__`` less ``self`` and the
+    (``jax_calls.parameter_names``): its ``forward`` is ``cls.__call__`` less ``self`` and the
     training argument the bridge gives, as a built module's would be (a Haiku module cannot be
     built outside a transformed function)."""
 

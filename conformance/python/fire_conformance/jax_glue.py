@@ -49,10 +49,11 @@ import sys
 
 import numpy as np
 
-from fire_conformance import appendix_e
+from fire_conformance import command_line
 from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import decoding
+from fire_conformance import dtypes
 from fire_conformance import equinox_bridge
 from fire_conformance import forward_call
 from fire_conformance import fresh
@@ -67,59 +68,17 @@ from fire_conformance import outputs
 from fire_conformance import steps
 from fire_conformance import train_mode
 from fire_conformance import trees
+from fire_conformance.jax_calls import apply, call_of, call_style, import_jax, init, parameter_names
 from fire_conformance.jax_loading import load_jax, place, unreached
-
-
-def _jax():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as e:
-        raise SystemExit(f"the JAX glue needs jax ({e}); install it with `pip install jax`")
-    return jax, jnp
 
 
 class FrozenScalar(fire_kit.Mistake, ValueError):
     """A gradient case of a module keeping ``c`` or ``L_multiplier`` outside ``params``."""
 
 
-def parameter_names(m):
-    """The positional parameter names of ``__call__`` (Flax; an NNX module's behind
-    ``nnx_bridge``) or else of ``apply`` less its ``variables`` (a plain-JAX class with linen's
-    interface)."""
-    m = getattr(m, "call_target", m)
-    if callable(m):
-        return calls.parameter_names(m)
-    return calls.positional(m.apply, 1) or []
-
-
-def call_of(m):
-    """The callable whose signature says how ``m`` is called: ``__call__`` (Flax; the module
-    behind a bridge, ``call_target``), or else ``apply`` (a plain-JAX class)."""
-    target = getattr(m, "call_target", m)
-    return target if callable(target) else m.apply
-
-
-def apply(m, variables, *args, **kwargs):
-    """``m.apply`` given evaluation's value of each training flag its call requires or leaves to
-    ``None`` (``train_mode.eval_flags``: a required ``train``, linen's ``nn.merge_param``), as a
-    program reading its bias passes it; ``kwargs`` (training's value) take precedence."""
-    return m.apply(variables, *args, **{**train_mode.eval_flags(call_of(m), m), **kwargs})
-
-
-def init(m, rng, *args):
-    """``m.init`` given evaluation's training flags as ``apply`` gives them."""
-    return m.init(rng, *args, **train_mode.eval_flags(call_of(m), m))
-
-
-def call_style(m):
-    """As ``calls.call_style``, from ``__call__`` (Flax) or else ``apply`` less ``variables``."""
-    return calls.style_of(parameter_names(m))
-
-
 class JaxGlue:
     def __init__(self, cls, mapping, dtype, max_len, kwargs, call, query_rows="last", reload=None):
-        self.jax, self.jnp = _jax()
+        self.jax, self.jnp = import_jax()
         # The module's file imported afresh (and bridged) where a bias may depend on earlier
         # calls (`fresh`).
         self.fresh = fresh.Fresh(reload)
@@ -287,7 +246,7 @@ class JaxGlue:
             # jax.vjp they are tracers), and a NumPy bias is seen before tracing fails on it.
             direct = bias(params)
             if isinstance(direct, np.ndarray):
-                raise fire_kit.Mistake(appendix_e.numpy_output("jax.vjp"))
+                raise fire_kit.Mistake(outputs.numpy_output("jax.vjp"))
             cot = case.inputs["cotangent"].array()
             want = (heads, len(case.queries), len(case.keys))
             if cot.shape != want:
@@ -359,9 +318,9 @@ class JaxGlue:
             c = float(case.encoding["c"])
             self.fresh.check(case, plan.pick(as_numpy(full)), lambda cls: plan.pick(self.anew(
                 cls, case, heads, width, c, params, kept, unset, args, plan, own=True)), self.dtype)
-        if full.dtype != self.dt and not appendix_e.wider_than_bf16(self.dtype, full.dtype):
+        if full.dtype != self.dt and not dtypes.wider_than_bf16(self.dtype, full.dtype):
             raise fire_kit.UnsupportedDtype(f"the module returns {full.dtype} but --dtype {self.dtype} "
-                                            f"was given; {appendix_e.rerun_advice(full.dtype)}")
+                                            f"was given; {dtypes.rerun_advice(full.dtype)}")
         if case.kind == "bias":
             return plan.pick(np.asarray(full, dtype=np.float64))
         (grads,) = pullback(jnp.asarray(plan.cotangent(cot), dtype=full.dtype))
@@ -614,17 +573,17 @@ def linen_interface(cls):
 
 
 def serve(cls, a):
-    """Serves ``cls`` with the options ``a`` parsed by ``appendix_e.parser``; a ``flax.nnx``,
+    """Serves ``cls`` with the options ``a`` parsed by ``command_line.parser``; a ``flax.nnx``,
     Equinox or Haiku module through linen's interface (``nnx_bridge``, ``equinox_bridge``,
     ``haiku_bridge``)."""
     positions = calls.class_positions(cls, a.call, a.query_rows)
     cls = bridged(cls)
     linen_interface(cls)
-    mapping = appendix_e.parse_map(a.map)
+    mapping = command_line.parse_map(a.map)
     arguments = construction.from_options(a.kwargs, a.map_arg)
     arguments.check(cls)
     glue = JaxGlue(cls, mapping, a.dtype, a.max_len, arguments, a.call,
-                   a.query_rows, reload=lambda: bridged(appendix_e.load_class(a.module)))
+                   a.query_rows, reload=lambda: bridged(command_line.load_class(a.module)))
     fire_kit.serve(glue.build, name=a.name or f"jax glue: {a.module}{arguments.note(cls)}",
                    positions=positions,
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
@@ -633,12 +592,12 @@ def serve(cls, a):
 
 
 def main(argv=None):
-    a = appendix_e.parser(__doc__).parse_args(argv)
-    appendix_e.parse_map(a.map)
-    _jax()
+    a = command_line.parser(__doc__).parse_args(argv)
+    command_line.parse_map(a.map)
+    import_jax()
     # Before the module is imported: a print there or in its __call__ would be read as a reply.
     fire_kit.reserve_stdout()
-    return serve(appendix_e.load_class(a.module), a)
+    return serve(command_line.load_class(a.module), a)
 
 
 if __name__ == "__main__":

@@ -206,7 +206,7 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
     """``probed`` for the JAX module ``m`` (``variables`` with ``params`` holding ``case``'s
     values; ``loaded``: ours by the path of each leaf, ``in_out`` those kept ``[in, out]``)
     called as ``plan`` calls it."""
-    from fire_conformance import calls, jax_glue, outputs, trees
+    from fire_conformance import calls, jax_calls, outputs, trees
 
     def gradients(at_case, g):
         at = calls.plan(plan.style, at_case, glue.max_len, glue.query_rows)
@@ -214,7 +214,7 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
         rows, cols = at.shape
 
         def bias(p):
-            out = jax_glue.apply(m, {**variables, "params": p}, *args)
+            out = jax_calls.apply(m, {**variables, "params": p}, *args)
             return outputs.squeeze(out, heads, rows, cols, batch=at.batch, check=False)
 
         full, pullback = jax.vjp(bias, params)

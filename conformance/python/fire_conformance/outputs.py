@@ -125,3 +125,11 @@ def as_numpy(a):
     if torch is not None and isinstance(a, torch.Tensor):
         return a.detach().cpu().double().numpy()
     return np.asarray(a, dtype=np.float64)
+
+
+def numpy_output(autodiff):
+    """What a gradient case of a torch or JAX module returning a NumPy array finds."""
+    return (f"the module returns a NumPy array (a .numpy() or np.asarray in its forward), which "
+            f"{autodiff} cannot reach through: no parameter gets a gradient, so none would train "
+            "[grad.vjp]; return the framework's tensor (to check the values alone, run without "
+            "the gradient cases: --skip 'fire-grad/*')")
