@@ -56,9 +56,17 @@ pub fn to_json(n: &Node) -> Value {
     }
 }
 
-/// The harness's first line. spec: [proto.hello]
-pub fn hello(suite_version: &str) -> String {
-    json!({"type": "hello", "protocol": VERSION, "suite_version": suite_version}).to_string()
+/// The harness's first line, with the seconds a reply may take (`--timeout`), which an
+/// implementation making checks of its own beside a case's output budgets them by.
+/// spec: [proto.hello]
+pub fn hello(suite_version: &str, timeout: std::time::Duration) -> String {
+    json!({
+        "type": "hello",
+        "protocol": VERSION,
+        "suite_version": suite_version,
+        "timeout_s": timeout.as_secs_f64(),
+    })
+    .to_string()
 }
 
 /// The line that asks for one case: inputs only. spec: [proto.request]

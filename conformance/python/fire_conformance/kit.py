@@ -268,7 +268,7 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
     that is FIRE's own computation (``numpy_fire``)."""
     if max_len is None and positions == "square":
         max_len = SQUARE_LIMIT
-    long_unchecked = long_gradients
+    long_unchecked, timeout = long_gradients, None
     reserve_stdout()
     stdin = stdin or sys.stdin
     # One name given as a string is one name, not its letters ("fire" had been sent as
@@ -281,6 +281,10 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
         msg = json.loads(line)
         kind = msg.get("type")
         if kind == "hello":
+            # The seconds a reply may take (`--timeout`), which the checks the kit makes beside
+            # a case's output are budgeted by [proto.hello].
+            timeout = msg.get("timeout_s")
+            timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
             _send({"type": "hello", "protocol": PROTOCOL, "name": name,
                    "families": families, "dtypes": dtypes,
                    "conventions": {"future_keys": future_keys, "placement": placement},
@@ -307,7 +311,7 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                         and case.dtype != "bf16":
                     from fire_conformance import long_gradients as long
                     long_unchecked = False  # a mistake found fails this case alone
-                    long_unchecked = not long.check_kit(build, case, max_len)
+                    long_unchecked = not long.check_kit(build, case, max_len, timeout)
                 outputs = {}
                 for key, value in out.items():
                     try:

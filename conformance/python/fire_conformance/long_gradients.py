@@ -17,6 +17,7 @@ is a path that sends another gradient, or none, not the rounding the small cases
 """
 
 import copy
+import time
 
 import numpy as np
 
@@ -36,6 +37,11 @@ LENGTH = 2049
 # square's sums.
 AGREES = 1e-3
 TOLERANCE = 5e-2
+# Where the check has a time budget (a `build(case)` glue, whose speed nothing bounds), it is
+# made over `FIRST` positions before `LENGTH`, and the call over `LENGTH` only where that one's
+# time, scaled by the square's size, fits `SHARE` of the seconds a reply may take.
+FIRST = 257
+SHARE = 1 / 3
 
 
 class LongGradient(fire_kit.Mistake, ValueError):
@@ -103,15 +109,16 @@ def before_each(case):
     return cot * (np.asarray(case.keys)[None, None, :] < np.asarray(case.queries)[None, :, None])
 
 
-def probed(gradients, case, length):
+def probed(gradients, case, length, timeout=None):
     """Runs the check: ``gradients(case, g)`` is the module's (ours → gradient, None where it
     sends none) for a case and a cotangent, and a function saying whether a second call returns
-    the same bias (called only where the answer matters: a second forward over the long square
-    costs a third of the probe). Where the case's own, for ``before_each``, are not this FIRE's
+    the same output (called only where the answer matters: a second call over the long square
+    costs a third of the check). Where the case's own, for ``before_each``, are not this FIRE's
     (to ``AGREES``) the case fails on its own, and a long length would only say it again:
-    returns False, unchecked. A call the module refuses at ``length``, a bias that changes from
-    call to call or gradients that are not finite there are noted (``not_checked``). Returns
-    True once checked."""
+    returns False, unchecked. With ``timeout`` (the seconds the harness allows a reply) the
+    check is made over ``FIRST`` positions first, and over ``length`` only where that fits
+    (``affordable``). A call the module refuses, a bias that changes from call to call or
+    gradients that are not finite are noted (``not_checked``). Returns True once checked."""
     g = before_each(case)
     try:
         small, steady = gradients(case, g)
@@ -121,30 +128,68 @@ def probed(gradients, case, length):
         raise
     except Exception:  # the graded call ran; this one tells nothing new
         return False
+    if timeout is None or length <= FIRST:
+        at_length(gradients, case, length)
+        return True
+    seconds = at_length(gradients, case, FIRST)
+    if seconds is not None and affordable(gradients, case, length, seconds, timeout * SHARE):
+        at_length(gradients, case, length)
+    return True
+
+
+def at_length(gradients, case, length):
+    """The check over ``length`` positions: raises ``LongGradient`` where the gradients are not
+    FIRE's; notes the case and returns None where they could not be checked; else returns the
+    seconds the call took."""
     probe, g = probe_case(case, length)
     try:
+        started = time.perf_counter()
         got, steady = gradients(probe, g)
+        seconds = time.perf_counter() - started
         finite = all(v is None or np.all(np.isfinite(v)) for v in got.values())
         wrong = not finite or differing(got, case, probe.queries, probe.keys, g, TOLERANCE) != ([], [])
         if wrong and not steady():
             # State kept from call to call (an offset it advances) is the glue's other checks'
             # to name, not a path of length.
             case.note(not_checked(length, "what it returns there changes from one call to the next"))
-            return True
+            return None
     except fire_kit.Mistake:
         raise
     except Exception as e:  # a call the module refuses at that length tells nothing here
         case.note(not_checked(length, train_mode.called_so(e)))
-        return True
+        return None
     if not finite:
         # A NaN in the square (ψ of a negative distance at keys after their query: 0 · NaN is
         # NaN) is the gradient cases' to fail and the report's to name, not a path of length.
         case.note(not_checked(length, "they are not finite there (a NaN anywhere in the square, "
                                       "keys after their query included, reaches every gradient: "
                                       "0 · NaN is NaN)"))
-        return True
+        return None
     check(got, case, probe, g, length)
-    return True
+    return seconds
+
+
+def affordable(gradients, case, length, seconds, budget):
+    """Whether a call over ``length`` positions fits ``budget`` seconds, judged by one over
+    ``FIRST`` that took ``seconds``, scaled by the square's size (a glue computing its rows
+    alone takes less); timed again where it does not (a first call at new shapes may compile).
+    Notes the case where it does not."""
+    scale = (length / FIRST) ** 2
+    if seconds * scale > budget:
+        probe, g = probe_case(case, FIRST)
+        try:
+            started = time.perf_counter()
+            gradients(probe, g)
+            seconds = min(seconds, time.perf_counter() - started)
+        except Exception:  # noqa: BLE001 - it answered once; the first time stands
+            pass
+    if seconds * scale <= budget:
+        return True
+    case.note(not_checked(length, f"a call there would take about {seconds * scale:.0f} s at the "
+                                  f"speed of one over {FIRST} positions ({seconds:.2g} s, checked), "
+                                  f"past a third of the {budget / SHARE:.0f} s the harness allows a "
+                                  "reply (--timeout)"))
+    return False
 
 
 def check(got, case, probe, g, length):
@@ -229,12 +274,14 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
     return probed(gradients, case, length_for(glue.max_len))
 
 
-def check_kit(build, case, max_len):
+def check_kit(build, case, max_len, timeout=None):
     """``probed`` for a ``build(case)`` glue (``kit.serve``): its gradients for a cotangent are
     what ``build`` returns for a copy of the case carrying that cotangent, and over the long
     square for a copy asking ``rows_of`` × every key below the length, as any case asks its
     rows and keys. The copies' ids say what they are (a glue memoising by id answers them
-    afresh); notes ``build`` makes on them are not the case's."""
+    afresh); notes ``build`` makes on them are not the case's. Nothing bounds a glue's speed,
+    so the check is budgeted by ``timeout``, the seconds the harness allows a reply (30 where
+    it does not say)."""
 
     def gradients(at, g):
         asked = copy.copy(at)
@@ -254,4 +301,4 @@ def check_kit(build, case, max_len):
             twin_differs(v, got[name], case.dtype if case.dtype in ROUNDING else "f64")
             for name, v in call().items() if name in got)
 
-    return probed(gradients, case, length_for(max_len))
+    return probed(gradients, case, length_for(max_len), 30.0 if timeout is None else timeout)

@@ -320,7 +320,7 @@ impl External {
             .map_err(|e| format!("cannot start `{}`: {e}", self.cmd))?;
         // A process that already exited may still have said something: read before blaming
         // the broken pipe.
-        let sent = p.send(&protocol::hello(&self.suite_version));
+        let sent = p.send(&protocol::hello(&self.suite_version, self.limits.case));
         let wait = if sent.is_ok() {
             self.limits.startup
         } else {

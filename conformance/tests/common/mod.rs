@@ -78,12 +78,17 @@ pub fn glue(name: &str) -> String {
 
 /// Runs `fire-conformance run --json --impl CMD ARGS…`: the exit status and the JSON report.
 pub fn run(cmd: &str, args: &[&str]) -> (i32, Value) {
+    // These tests are about verdicts, not hangs (tests/hostile.rs): a loaded 2-core machine
+    // running Python under `cargo test`'s parallelism must not turn a slow case into a timeout.
+    run_allowing(cmd, args, "600")
+}
+
+/// As [`run`], each reply allowed `timeout` seconds (`--timeout`), which the harness also tells
+/// the implementation ([proto.hello]).
+pub fn run_allowing(cmd: &str, args: &[&str], timeout: &str) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_fire-conformance"))
         .args(["run", "--json", "--impl", cmd])
-        // These tests are about verdicts, not hangs (tests/hostile.rs): a loaded 2-core
-        // machine running Python under `cargo test`'s parallelism must not turn a slow case
-        // into a timeout.
-        .args(["--timeout", "600", "--startup-timeout", "600"])
+        .args(["--timeout", timeout, "--startup-timeout", "600"])
         .args(args)
         .current_dir(root())
         .output()

@@ -21,11 +21,16 @@ exact verdict on each.
     cut-when-long         the independent NumPy FIRE, whose gradients are cut (zero) past 1 024
                           positions, as a `no_grad` taken there "to save memory" cuts them
     refused-when-long     the independent NumPy FIRE, refusing gradients past 1 024 positions
+    cut-past-128          the same cut past 128 positions, which the check's first, shorter call
+                          (257 positions) finds
+    slow-when-long        the independent NumPy FIRE, its gradients slowed by a pause growing
+                          with the square (4 µs a position pair, 17 s at 2 049)
 """
 
 import math
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -147,6 +152,19 @@ def cut_when_long(case):
     return out
 
 
+def cut_past_128(case):
+    out = numpy_fire.build(case)
+    if case.kind == "vjp" and case.length > 128:
+        return {name: np.zeros_like(v) for name, v in out.items()}
+    return out
+
+
+def slow_when_long(case):
+    if case.kind == "vjp" and case.length > 100:
+        time.sleep(case.length**2 * 4e-6)
+    return numpy_fire.build(case)
+
+
 def refused_when_long(case):
     if case.kind == "vjp" and case.length > 1024:
         raise MemoryError("no gradients past 1 024 positions on this machine")
@@ -170,6 +188,8 @@ GLUES = {
     "notes": (notes, {"families": ["fire", "fire-grad"]}),
     "cut-when-long": (cut_when_long, {"families": ["fire", "fire-grad"]}),
     "refused-when-long": (refused_when_long, {"families": ["fire", "fire-grad"]}),
+    "cut-past-128": (cut_past_128, {"families": ["fire", "fire-grad"]}),
+    "slow-when-long": (slow_when_long, {"families": ["fire", "fire-grad"]}),
 }
 
 if __name__ == "__main__":
