@@ -68,6 +68,40 @@ pub struct Capabilities {
     pub placement: Placement,
     /// Whether it computes from the position lists it is given or from a whole square.
     pub positions: Positions,
+    /// Whether the module computing each case was exercised across a parameter update.
+    pub state: State,
+}
+
+/// What an implementation says of the module behind it across calls. spec: [proto.hello]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum State {
+    /// Nothing said (the default): an implementation that is no glue around a module.
+    #[default]
+    Unsaid,
+    /// Each case is computed by a module built for it: a cache or running value that a
+    /// parameter update leaves stale never shows, and the report says so.
+    Fresh,
+    /// The module is called, and its parameters changed as an optimiser's step changes them,
+    /// before the graded call, as training calls it (the ready-made glues).
+    Stepped,
+}
+
+impl State {
+    /// The name in the hello.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Unsaid => "unsaid",
+            State::Fresh => "fresh",
+            State::Stepped => "stepped",
+        }
+    }
+
+    /// The value of a name the hello may carry (`unsaid` is its absence).
+    pub fn parse(s: &str) -> Option<Self> {
+        [State::Fresh, State::Stepped]
+            .into_iter()
+            .find(|p| p.name() == s)
+    }
 }
 
 /// How an implementation meets a case's position lists. spec: [proto.hello]

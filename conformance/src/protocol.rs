@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Number, Value};
 
-use crate::implementation::{Capabilities, FutureKeys, Placement, Positions, Reply, Request};
+use crate::implementation::{
+    Capabilities, FutureKeys, Placement, Positions, Reply, Request, State,
+};
 use crate::vectors::format::Tensor;
 use crate::vectors::yaml::Node;
 
@@ -135,7 +137,7 @@ fn strings(v: Option<&Value>, what: &str) -> Result<Vec<String>, String> {
 }
 
 /// The keys a hello line may have, and those of its `conventions`. spec: [proto.hello]
-const HELLO_KEYS: [&str; 7] = [
+const HELLO_KEYS: [&str; 8] = [
     "type",
     "protocol",
     "name",
@@ -143,6 +145,7 @@ const HELLO_KEYS: [&str; 7] = [
     "dtypes",
     "conventions",
     "positions",
+    "state",
 ];
 const CONVENTION_KEYS: [&str; 2] = ["future_keys", "placement"];
 
@@ -238,6 +241,12 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
             Positions::parse(s).ok_or_else(|| format!("unknown positions `{s}` (lists, square)"))?
         }
     };
+    let state = match text(m.get("state"), "state")?.as_deref() {
+        None => State::default(),
+        Some(s) => {
+            State::parse(s).ok_or_else(|| format!("unknown state `{s}` (fresh, stepped)"))?
+        }
+    };
     Ok(Capabilities {
         name,
         families,
@@ -245,6 +254,7 @@ pub fn parse_hello(line: &str) -> Result<Capabilities, String> {
         future_keys,
         placement,
         positions,
+        state,
     })
 }
 
@@ -504,6 +514,14 @@ mod tests {
             ),
             (r#", "positions": true"#, "`positions` must be a string"),
             (
+                r#", "state": "kept""#,
+                "unknown state `kept` (fresh, stepped)",
+            ),
+            (
+                r#", "state": "unsaid""#,
+                "unknown state `unsaid` (fresh, stepped)",
+            ),
+            (
                 r#", "dtype": ["f32"]"#,
                 "hello: unknown key `dtype` (did you mean `dtypes`?)",
             ),
@@ -521,5 +539,11 @@ mod tests {
             hello(r#", "conventions": {"future_keys": "masked"}, "positions": "square""#).unwrap();
         assert_eq!(c.future_keys, FutureKeys::Masked);
         assert_eq!(c.positions, Positions::Square);
+        assert_eq!(c.state, State::Unsaid);
+        assert_eq!(hello(r#", "state": "fresh""#).unwrap().state, State::Fresh);
+        assert_eq!(
+            hello(r#", "state": "stepped""#).unwrap().state,
+            State::Stepped
+        );
     }
 }

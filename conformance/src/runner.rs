@@ -200,10 +200,24 @@ impl Report {
         tally(self.outcomes.iter().filter(|o| o.question == q))
     }
 
-    /// The summary line: `N passed, M failed, K skipped`.
+    /// The summary line: `N passed, M failed, K skipped`, and where `--fail-on` leaves some
+    /// failures out of the exit status, how many (a passing run would read as failing).
     pub fn summary(&self) -> String {
         let (p, f, s) = self.counts();
-        format!("{p} passed, {f} failed, {s} skipped")
+        let line = format!("{p} passed, {f} failed, {s} skipped");
+        let (left_out, flag) = match self.fail_on {
+            FailOn::Both => return line,
+            FailOn::Values => (Question::Validation, "values"),
+            FailOn::Validation => (Question::Values, "validation"),
+        };
+        match self.counts_of(left_out).1 {
+            0 => line,
+            n => format!(
+                "{line} ({n} of the failed are {} cases, not counted in the exit status: \
+                 --fail-on {flag})",
+                left_out.name()
+            ),
+        }
     }
 
     /// The implementation's notes ([proto.reply]), each distinct text once with how many cases

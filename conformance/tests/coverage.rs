@@ -269,3 +269,37 @@ fn a_correct_bf16_implementation_passes_both_verdicts() {
         "{text}"
     );
 }
+
+/// The reference for FIRE bias cases, saying `.0` of the module behind it across calls.
+struct Stated(fire_conformance::implementation::State);
+
+impl Implementation for Stated {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Ok(Capabilities {
+            state: self.0,
+            ..Reference.capabilities()?
+        })
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        Partial { skip: |_| false }.run(r)
+    }
+}
+
+/// A glue that builds a module for each case (`state: fresh`, the kit's default) is told that a
+/// cache a parameter update leaves stale never showed (audit 36: a per-instance cache passed
+/// with nothing said); one whose module was stepped first, or that says nothing, is not.
+#[test]
+fn a_glue_building_a_module_per_case_is_told_its_state_went_unexercised() {
+    use fire_conformance::implementation::State;
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let said = |state| {
+        let report = runner::run(&suite, &mut Stated(state), &Options::default()).unwrap();
+        fire_conformance::report::text::render(&report, false)
+    };
+    let line = "not checked: the module across a parameter update: each case was computed by a \
+                module built for it (`state: fresh`)";
+    assert!(said(State::Fresh).contains(line), "{}", said(State::Fresh));
+    assert!(!said(State::Stepped).contains(line));
+    assert!(!said(State::Unsaid).contains(line));
+}

@@ -53,7 +53,9 @@ fn a_bias_carried_from_one_case_to_the_next_is_named_with_the_case_it_repeats() 
 #[test]
 fn eps_twice_is_caught_in_f32_and_named_alone() {
     if numpy() {
-        named(&appendix("EpsTwice", "f32"), "eps-twice");
+        let r = named(&appendix("EpsTwice", "f32"), "eps-twice");
+        // The ready-made glue calls its module across a parameter update first [proto.hello].
+        assert_eq!(r["state"], "stepped", "{r:#}");
     }
 }
 
@@ -233,7 +235,8 @@ fn a_module_right_under_its_declared_convention_passes_bias_and_gradient_cases()
 /// A `build(case)` glue whose gradients are cut past 1 024 positions (a `no_grad` taken there
 /// "to save memory") passes every gradient case, all small squares: the kit asks it once per run
 /// for a copy of its first right gradient case over 257 positions, then 2 049, and that case
-/// fails naming the parameters; a cut past 128 is found at 257. A glue that refuses gradients
+/// fails naming the parameters; a cut past 128 is found at 257. Its bias likewise, on the first
+/// right bias case: a bias rounded past 1 024 keys (audit 36) had passed. A glue that refuses gradients
 /// there, or whose call there would take past a third of the harness's `--timeout` (judged by
 /// the call over 257 positions), is noted, not failed: nothing bounds a glue's speed, and a
 /// correct one must not time out on a check it never asked for.
@@ -248,6 +251,12 @@ fn a_build_glue_taking_another_path_for_long_sequences_is_checked() {
     assert_eq!(failed_saying(&r, says).len(), 1, "{r:#}");
     assert_eq!(count(&r, "values", "failed"), 1, "{r:#}");
     assert!(count(&r, "values", "passed") >= 20, "{r:#}");
+    // The bias too, on the first bias case: no value case asks for more than 1 024 keys.
+    let (code, r) = run(&glue("quantised-when-long"), &["--fail-on", "values"]);
+    assert_eq!(code, 1, "{r:#}");
+    let says = "LongBias: at a long length (2049 positions; the value cases ask for a few hundred pairs) the bias is not FIRE's: off by 0.00";
+    assert_eq!(failed_saying(&r, says).len(), 1, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 1, "{r:#}");
     let (code, r) = run(&glue("cut-past-128"), &["--fail-on", "values"]);
     assert_eq!(code, 1, "{r:#}");
     let says = "LongGradient: at a long length (257 positions; the gradient cases are small squares) the gradient of `c` (off by up to";
@@ -266,6 +275,17 @@ fn a_build_glue_taking_another_path_for_long_sequences_is_checked() {
             ),
         "{r:#}"
     );
+    // The README's gradient glue: gradients shaped by `case.shape_of`, every gradient case run.
+    let r = passes_in(&glue("flat-gradients"), 20, &[]);
+    // A module built for each case, as the kit says by default [proto.hello].
+    assert_eq!(r["state"], "fresh", "{r:#}");
+    let gradients = r["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"].as_str().unwrap().starts_with("fire-grad/") && c["status"] == "passed")
+        .count();
+    assert!(gradients >= 10, "{r:#}");
     let r = passes_in(&glue("refused-when-long"), 20, &[]);
     assert_eq!(
         notes(&r),

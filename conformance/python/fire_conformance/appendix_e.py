@@ -123,7 +123,7 @@ import numpy as np
 from fire_conformance import calls
 from fire_conformance import fresh
 from fire_conformance import kit as fire_kit
-from fire_conformance import long_gradients, numpy_fire, repeats, steps, train_mode
+from fire_conformance import long_length, numpy_fire, repeats, steps, train_mode
 from fire_conformance.command_line import is_jax_module, load_class, parse_map, parser
 from fire_conformance.dtypes import TORCH_DTYPES, dtype_name, rerun_advice, wider_than_bf16
 from fire_conformance.forward_call import ForwardCall
@@ -482,9 +482,9 @@ class Glue(ForwardCall):
         if not views and plan.shape[0] * plan.shape[1] <= steps.FULL_LIMIT:
             self.train_mode_agrees(m, heads, case, full.detach(), g, names, out)
         if not views and self.long_unchecked and with_twin and self.dtype != "bf16":
-            # Once per run (`long_gradients`), on the first FIRE gradient case right itself.
+            # Once per run (`long_length`), on the first FIRE gradient case right itself.
             self.long_unchecked = False  # a mistake found fails this case alone
-            self.long_unchecked = not long_gradients.check_torch(self, m, heads, case, names)
+            self.long_unchecked = not long_length.check_torch(self, m, heads, case, names)
         if with_twin:
             self.twin(case, full.detach(), plan, heads, names)
         return out
@@ -544,7 +544,8 @@ def main(argv=None):
                    positions=calls.class_positions(cls, a.call, a.query_rows),
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys, max_len=math.inf,  # the glue bounds its calls itself
-                   long_gradients=False)  # made with the module in hand (`Glue.graded`)
+                   long_length=False,  # made with the module in hand (`Glue.graded`)
+                   state="stepped")  # the module is called across a step first (`steps`)
 
 
 if __name__ == "__main__":

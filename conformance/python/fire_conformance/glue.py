@@ -8,8 +8,10 @@
 declare what it serves in a dict named ``CAPABILITIES`` with the keyword arguments of
 ``kit.serve``: ``name``, ``families`` (globs, default every family), ``dtypes`` (default
 ``["f64"]``; the first is the one a run uses), ``future_keys``, ``placement``, ``positions``
-(``"square"`` when ``build`` computes over 0..T and gathers) and ``max_len`` (the module's
-context: cases reaching past it are skipped; 4 096 for a ``"square"`` glue unless given). A file that calls
+(``"square"`` when ``build`` computes over 0..T and gathers), ``max_len`` (the module's
+context: cases reaching past it are skipped; 4 096 for a ``"square"`` glue unless given) and
+``state`` (``"stepped"`` where ``build`` calls its module across a parameter update before the
+graded call; ``"fresh"``, the default, where it builds one per case). A file that calls
 ``kit.serve`` itself under ``if __name__ == "__main__":`` runs both ways.
 """
 
@@ -20,7 +22,7 @@ import sys
 
 from fire_conformance import kit
 
-ALLOWED = {"name", "families", "dtypes", "future_keys", "placement", "positions", "max_len"}
+ALLOWED = {"name", "families", "dtypes", "future_keys", "placement", "positions", "max_len", "state"}
 
 
 def load_glue(path):

@@ -1,7 +1,7 @@
 """How the JAX glue calls a module: through linen's ``init`` and ``apply`` (a ``flax.nnx``,
 Equinox or Haiku module behind its bridge, which presents them), given evaluation's value of
 each training flag its call takes, and how the names of its call's parameters say what to pass
-(``calls.call_style``). Shared by ``jax_glue`` and the checks it makes (``long_gradients``)."""
+(``calls.call_style``). Shared by ``jax_glue`` and the checks it makes (``long_length``)."""
 
 from fire_conformance import calls
 from fire_conformance import train_mode

@@ -60,7 +60,7 @@ from fire_conformance import fresh
 from fire_conformance import haiku_bridge
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
-from fire_conformance import long_gradients
+from fire_conformance import long_length
 from fire_conformance import logits
 from fire_conformance import nnx_bridge
 from fire_conformance import numpy_fire
@@ -330,9 +330,9 @@ class JaxGlue:
         # case fails on the missing output.
         gflat = trees.flatten(grads)
         if small and self.long_unchecked and self.dtype != "bf16":
-            # Once per run (`long_gradients`), on the first FIRE gradient case right itself.
+            # Once per run (`long_length`), on the first FIRE gradient case right itself.
             self.long_unchecked = False  # a mistake found fails this case alone
-            self.long_unchecked = not long_gradients.check_jax(self, m, variables, params, plan, heads,
+            self.long_unchecked = not long_length.check_jax(self, m, variables, params, plan, heads,
                                                                case, loaded, in_out, jax)
         if small:
             note = self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
@@ -588,7 +588,8 @@ def serve(cls, a):
                    positions=positions,
                    families=["fire", "edge", "fire-grad", "invalid"], dtypes=[a.dtype],
                    future_keys=a.future_keys, max_len=math.inf,  # the glue bounds its calls itself
-                   long_gradients=False)  # made with the module in hand (`evaluate`)
+                   long_length=False,  # made with the module in hand (`evaluate`)
+                   state="stepped")  # the module is called across a step first (`steps`)
 
 
 def main(argv=None):

@@ -13,8 +13,8 @@ unsorted and KV-cache cases.
 
 Standard library only; numpy is used when ``build`` returns numpy arrays (anything with
 ``.shape`` and ``.tolist()`` works, including torch tensors moved to the CPU), and by the check
-of gradients at a long length once ``build`` has answered a FIRE gradient case
-(``long_gradients.check_kit``).
+of values and gradients at a long length once ``build`` has answered a FIRE case
+(``long_length.check_kit``).
 """
 
 import json
@@ -131,8 +131,25 @@ class Tensor:
 
 
 class Case:
-    """One request. ``encoding`` and ``inputs`` are the JSON of spec/vectors.md, with every
-    ``{"shape", "data"}`` mapping turned into a ``Tensor`` and every non-finite string into a float."""
+    """One request [proto.request]. ``encoding`` and ``inputs`` are the JSON of spec/vectors.md,
+    with every ``{"shape", "data"}`` mapping turned into a ``Tensor`` (``.array()``: NumPy) and
+    every non-finite string into a float.
+
+    Attributes: ``id`` (``family/file/name``), ``kind`` (what to return, [vec.outputs]),
+    ``dtype`` (``f64``, ``f32`` or ``bf16``: compute in it), ``outputs`` (the names the reply
+    carries), ``encoding`` (``type``, ``mlp`` layers of ``weight`` ``[out, in]`` and ``bias``,
+    ``c``, ``l_init``, ``l_multiplier``, ``eps``, ``threshold``, …), ``inputs`` and the position
+    lists ``queries`` and ``keys`` (row ``q`` and column ``k`` of every output). By kind:
+
+    - ``bias``: return the bias ``[H, len(queries), len(keys)]`` (output ``bias``).
+    - ``vjp``: ``inputs["cotangent"]`` is G, shaped like the bias; return a dict of the
+      gradients of Σ G ⊙ bias, one per name in ``outputs`` (``c``, ``L_multiplier``,
+      ``mlp.0.weight`` ``[out, in]``, ``mlp.0.bias``, …: Appendix E's state dict), each
+      shaped as the encoding holds that parameter (``c`` a scalar).
+    - ``attention``: ``inputs["q"]``, ``["k"]``, ``["v"]`` are ``[H, Q, d]``, ``[H, K, d]``,
+      ``[H, K, d_v]``; return causal attention with the bias added to the scaled scores,
+      ``[H, Q, d_v]`` (output ``output``).
+    """
 
     def __init__(self, msg):
         self.id = msg["id"]
@@ -165,6 +182,19 @@ class Case:
         if isinstance(v, list):
             return [cls._tensors(x) for x in v]
         return _decode(v)
+
+    def shape_of(self, name):
+        """The shape of parameter ``name`` (Appendix E's state-dict names) in this case's
+        encoding, which its gradient has [grad.layout]: ``[]`` for ``c`` and ``L_multiplier``,
+        the n-th layer's for ``mlp.{2n}.weight`` (``[out, in]``) and ``mlp.{2n}.bias``."""
+        if name in ("c", "L_multiplier"):
+            return []
+        parts = name.split(".")
+        layers = (self.encoding.get("mlp") or {}).get("layers", [])
+        if len(parts) == 3 and parts[0] == "mlp" and parts[1].isdigit() and int(parts[1]) % 2 == 0 \
+                and parts[2] in ("weight", "bias") and int(parts[1]) // 2 < len(layers):
+            return list(layers[int(parts[1]) // 2][parts[2]].shape)
+        raise KeyError(f"this case's encoding has no parameter {name!r}")
 
     @property
     def family(self):
@@ -248,7 +278,8 @@ def _out_of_memory(e):
 
 
 def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
-          placement="after-scaling", stdin=None, positions="lists", max_len=None, long_gradients=True):
+          placement="after-scaling", stdin=None, positions="lists", max_len=None, long_length=True,
+          state="fresh"):
     """Answer the harness until it says bye. ``build(case)`` returns one output (for a single
     requested output) or a dict of outputs by name. Anything else written to standard output
     from here on goes to standard error (``reserve_stdout``). ``positions="square"`` tells the
@@ -260,15 +291,22 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
     otherwise: the suite's positions reach 10⁶, whose square no memory holds (``math.inf``: no
     bound, for a glue that bounds its calls itself, as the ready-made glues do).
 
-    ``long_gradients``: once per run, on the first FIRE gradient case whose gradients ``build``
-    computes as FIRE's, ``build`` is also asked for a copy of the case over ``long_gradients.LENGTH``
-    positions (fewer under ``max_len``), and a path it takes only for long sequences (a
-    ``no_grad`` or ``stop_gradient`` past some length) fails that case (``LongGradient``); off
-    for a glue that makes the check itself, with the module in hand (the ready-made ones), or
-    that is FIRE's own computation (``numpy_fire``)."""
+    ``state``: ``"fresh"`` (the default) says each case is computed by a module built for it,
+    so a cache that a parameter update leaves stale never shows, and the report says so;
+    ``"stepped"`` that ``build`` calls the module, changes its parameters as an optimiser's step
+    does, and only then loads the case's values and computes (the ready-made glues); None says
+    nothing (an implementation that is no module) [proto.hello].
+
+    ``long_length``: once per run, on the first FIRE bias case and the first FIRE gradient case
+    whose output ``build`` computes as FIRE's, ``build`` is also asked for a copy of the case
+    over ``long_length.LENGTH`` positions (fewer under ``max_len``), and a path it takes only
+    for long sequences (an input quantised or a ``no_grad`` past some length) fails that case
+    (``LongBias``, ``LongGradient``); off for a glue that makes the check itself, with the
+    module in hand (the ready-made ones), or that is FIRE's own computation (``numpy_fire``)."""
     if max_len is None and positions == "square":
         max_len = SQUARE_LIMIT
-    long_unchecked, timeout = long_gradients, None
+    # The kinds of case (FIRE's bias, its gradients) not yet checked at a long length.
+    long_unchecked, timeout = {"bias", "vjp"} if long_length else set(), None
     reserve_stdout()
     stdin = stdin or sys.stdin
     # One name given as a string is one name, not its letters ("fire" had been sent as
@@ -288,7 +326,7 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
             _send({"type": "hello", "protocol": PROTOCOL, "name": name,
                    "families": families, "dtypes": dtypes,
                    "conventions": {"future_keys": future_keys, "placement": placement},
-                   "positions": positions})
+                   "positions": positions, **({"state": state} if state else {})})
         elif kind == "bye":
             return
         elif kind == "case":
@@ -307,11 +345,12 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
                     if len(case.outputs) != 1:
                         raise TypeError("build must return a dict when several outputs are requested")
                     out = {case.outputs[0]: out}
-                if long_unchecked and case.kind == "vjp" and case.encoding.get("type") == "fire" \
-                        and case.dtype != "bf16":
-                    from fire_conformance import long_gradients as long
-                    long_unchecked = False  # a mistake found fails this case alone
-                    long_unchecked = not long.check_kit(build, case, max_len, timeout)
+                if case.kind in long_unchecked and case.encoding.get("type") == "fire" \
+                        and case.family != "invalid" and case.dtype != "bf16":
+                    from fire_conformance.long_length import check_kit
+                    long_unchecked.discard(case.kind)  # a mistake found fails this case alone
+                    if not check_kit(build, case, max_len, timeout):
+                        long_unchecked.add(case.kind)
                 outputs = {}
                 for key, value in out.items():
                     try:

@@ -338,7 +338,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     DT = np.float64 if a.dtype == "f64" else np.float32
     fire_kit.serve(build, name=f"numpy-fire (independent, from the spec, {a.dtype})", dtypes=[a.dtype],
-                   long_gradients=False)  # this is FIRE's own computation
+                   long_length=False, state=None)  # this is FIRE's own computation
 
 
 if __name__ == "__main__":

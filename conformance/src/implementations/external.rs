@@ -465,6 +465,7 @@ impl Recorded {
             future_keys: Default::default(),
             placement: Default::default(),
             positions: Default::default(),
+            state: Default::default(),
         };
         let mut replies = BTreeMap::new();
         let mut hello = false;

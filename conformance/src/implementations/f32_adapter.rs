@@ -181,6 +181,7 @@ pub(crate) fn f32_capabilities(name: &str) -> Capabilities {
         future_keys: Default::default(),
         placement: Default::default(),
         positions: Default::default(),
+        state: Default::default(),
     }
 }
 

@@ -30,6 +30,7 @@ impl Implementation for Reference {
             future_keys: Default::default(),
             placement: Default::default(),
             positions: Default::default(),
+            state: Default::default(),
         })
     }
 

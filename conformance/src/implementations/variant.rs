@@ -20,6 +20,7 @@ impl Implementation for Mistaken {
             future_keys: Default::default(),
             placement: Default::default(),
             positions: Default::default(),
+            state: Default::default(),
         })
     }
 

@@ -179,6 +179,8 @@ pub fn render(r: &Report) -> Value {
     // Beside the rest rather than in it: one more key exceeds `json!`'s recursion limit.
     report["implementation_notes"] = Value::Array(notes);
     report["glue_found_partly"] = glue_found_partly;
+    // [proto.hello]: what it said of the module across calls.
+    report["state"] = Value::String(r.capabilities.state.name().into());
     report
 }
 

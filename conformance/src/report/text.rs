@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::diagnose::describe;
+use crate::implementation::State;
 use crate::overall::{loosely_explained, may_declare};
 use crate::runner::{GlueFinding, Outcome, Overall, Question, Report, Status};
 
@@ -449,6 +450,13 @@ pub fn run_lines(r: &Report) -> String {
             out,
             "not checked: the module's own handling of position lists: {} graded case(s) with KV-cache, gapped, unsorted or random positions were computed over the whole square 0..T and their rows and columns picked out by the glue (`positions: square`), so on those cases the module was never called with only their new query rows (a glue's own decoding probes aside) [proto.hello]; a module whose forward takes the query and key positions is run on the lists themselves (the ready-made glue's `--call qk`; in a build(case) glue, hand it `case.queries` and `case.keys` and leave `positions` out of CAPABILITIES)",
             r.positions_from_square
+        );
+    }
+    let (passed, failed, _) = r.counts_of(Question::Values);
+    if r.capabilities.state == State::Fresh && passed + failed > 0 {
+        let _ = writeln!(
+            out,
+            "not checked: the module across a parameter update: each case was computed by a module built for it (`state: fresh`), so a cache or running value that an optimiser's step leaves stale never showed [proto.hello]; in a build(case) glue, call the module once, change its parameters as a step would, then load the case's values into that module and compute (the ready-made glues do), and declare `state=\"stepped\"`"
         );
     }
     out

@@ -21,6 +21,10 @@ exact verdict on each.
     cut-when-long         the independent NumPy FIRE, whose gradients are cut (zero) past 1 024
                           positions, as a `no_grad` taken there "to save memory" cuts them
     refused-when-long     the independent NumPy FIRE, refusing gradients past 1 024 positions
+    quantised-when-long   the independent NumPy FIRE, its bias rounded to 1/256 past 1 024 keys (a
+                          table lookup "for speed"): no value case asks for that many
+    flat-gradients        the independent NumPy FIRE, its gradients flattened and shaped back by
+                          ``case.shape_of`` (the README's gradient glue)
     cut-past-128          the same cut past 128 positions, which the check's first, shorter call
                           (257 positions) finds
     slow-when-long        the independent NumPy FIRE, its gradients slowed by a pause growing
@@ -152,6 +156,24 @@ def cut_when_long(case):
     return out
 
 
+def quantised_when_long(case):
+    out = numpy_fire.build(case)
+    if case.kind == "bias" and len(case.keys) > 1024:
+        return np.round(out * 256) / 256
+    return out
+
+
+def flat_gradients(case):
+    out = numpy_fire.build(case)
+    if case.kind != "vjp":
+        return out
+    try:
+        case.shape_of("mlp.1.weight")  # an activation, no parameter
+    except KeyError:
+        return {name: np.ravel(out[name]).reshape(case.shape_of(name)) for name in case.outputs}
+    raise AssertionError("shape_of named a parameter the encoding does not have")
+
+
 def cut_past_128(case):
     out = numpy_fire.build(case)
     if case.kind == "vjp" and case.length > 128:
@@ -188,6 +210,8 @@ GLUES = {
     "notes": (notes, {"families": ["fire", "fire-grad"]}),
     "cut-when-long": (cut_when_long, {"families": ["fire", "fire-grad"]}),
     "refused-when-long": (refused_when_long, {"families": ["fire", "fire-grad"]}),
+    "quantised-when-long": (quantised_when_long, {"families": ["fire", "fire-grad"]}),
+    "flat-gradients": (flat_gradients, {"families": ["fire", "fire-grad"]}),
     "cut-past-128": (cut_past_128, {"families": ["fire", "fire-grad"]}),
     "slow-when-long": (slow_when_long, {"families": ["fire", "fire-grad"]}),
 }

@@ -240,6 +240,7 @@ impl Implementation for Mutant {
             future_keys: Default::default(),
             placement: Default::default(),
             positions: Default::default(),
+            state: Default::default(),
         })
     }
 

@@ -1,21 +1,22 @@
-"""Gradients at a long length, against this FIRE's.
+"""Gradients and values at a long length, against this FIRE's.
 
-The gradient cases are small squares (at most 12 positions), and the graded values reach the
-longest square the glue computes (``kit.SQUARE_LIMIT``) without a gradient. A path a module
-takes only for long sequences, to save memory (a ``torch.no_grad()``, ``.detach()`` or
-``stop_gradient`` past some length, a normaliser kept out of the graph there), changes what a
-model trained at its own context learns while every graded value and gradient passes. So once
-per run, on the first FIRE gradient case whose own gradients are FIRE's, the module holding
-that case's values is called over a square of ``LENGTH`` positions (less where ``--max-len``
-says its context is shorter), and the gradients of Σ G ⊙ b for a cotangent G on a few of its
-rows must be this FIRE's (``numpy_fire``). G covers each row's keys before the diagonal alone,
-so that no convention of the future keys or of a kink enters, in the case's check as in the
-probe. [grad.vjp]
+The gradient cases are small squares (at most 12 positions), and no value case asks for more
+than a few hundred pairs of positions: a glue handing its module the position lists never
+calls it over more. A path a module takes only for long sequences, to save memory or time (a
+``torch.no_grad()``, ``.detach()`` or ``stop_gradient`` past some length, a normaliser kept out
+of the graph there, an input quantised or approximated there), changes what a model trained
+or run at its own context computes while every graded value and gradient passes. So once per
+run, on the first FIRE case whose own output is FIRE's, the module holding that case's values
+is asked for a few rows against every key of a square of ``LENGTH`` positions (less where
+``--max-len`` says its context is shorter): its bias there must be this FIRE's (``numpy_fire``)
+on each row's keys up to the diagonal, and, on a gradient case, so must the gradients of
+Σ G ⊙ b for a cotangent G on each row's keys before the diagonal, so that no convention of the
+future keys or of a kink enters, in the case's check as in the probe. [grad.vjp]
 
-The tolerance is loose (``TOLERANCE`` of the largest gradient, at least 1): what it looks for
-is a path that sends another gradient, or none, not the rounding the small cases grade.
+The tolerances are loose (``VALUES`` and ``TOLERANCE`` of the largest, at least 1): what they
+look for is a path that computes another bias or sends another gradient, or none, not the
+rounding the cases grade.
 """
-
 import copy
 import time
 
@@ -37,6 +38,14 @@ LENGTH = 2049
 # square's sums.
 AGREES = 1e-3
 TOLERANCE = 5e-2
+# The bias, on each row's keys up to the diagonal, to `VALUES` of the largest, the case's own
+# as the probe's: ten times the f32 profile's [num.profiles], which a module computing in f32
+# meets at any length (ψ's ratio lies in [0, 1]), where an input quantised to 1/256 past some
+# length is off by 10⁻³.
+VALUES = 1e-4
+# `gradients(...)` carries the module's bias for the rows and keys asked under this name, beside
+# the gradients of a gradient case: compared with FIRE's by `bias_off`.
+BIAS = "#bias"
 # Where the check has a time budget (a `build(case)` glue, whose speed nothing bounds), it is
 # made over `FIRST` positions before `LENGTH`, and the call over `LENGTH` only where that one's
 # time, scaled by the square's size, fits `SHARE` of the seconds a reply may take.
@@ -46,6 +55,10 @@ SHARE = 1 / 3
 
 class LongGradient(fire_kit.Mistake, ValueError):
     """A module whose gradients at a long length are not FIRE's."""
+
+
+class LongBias(fire_kit.Mistake, ValueError):
+    """A module whose bias at a long length is not FIRE's."""
 
 
 def rows_of(length, threshold):
@@ -66,10 +79,12 @@ def probe_case(case, length):
     threshold = abs(float(enc["l_multiplier"]) * float(enc["l_init"]))
     rows = rows_of(length, threshold)
     probe.queries, probe.keys = rows, list(range(length))
+    probe.inputs = {**case.inputs, "queries": rows, "keys": probe.keys}
+    if "cotangent" not in case.inputs:
+        return probe, None
     heads = np.shape(case.inputs["cotangent"].array())[0]
     g = np.random.default_rng(11).standard_normal((heads, len(rows), length))
     g *= np.arange(length)[None, None, :] < np.asarray(rows)[None, :, None]
-    probe.inputs = {**case.inputs, "queries": rows, "keys": probe.keys}
     return probe, g
 
 
@@ -83,6 +98,8 @@ def differing(got, case, queries, keys, g, tolerance):
     sent none) that get no gradient, and those whose gradient differs from this FIRE's for
     ``queries`` × ``keys`` and the cotangent ``g`` by more than ``tolerance`` of its largest
     (at least 1), said for the message; c and the multiplier first."""
+    if g is None:
+        return [], []
     want = numpy_fire.Fire(case.encoding).vjp(queries, keys, g)
     if case.encoding["threshold"] != "learnable":
         want.pop("L_multiplier", None)
@@ -102,9 +119,29 @@ def differing(got, case, queries, keys, g, tolerance):
     return none, off
 
 
+def bias_off(got, case, queries, keys, tolerance):
+    """Where ``got`` (``BIAS``, or None) differs from this FIRE's bias for ``queries`` × ``keys``
+    by more than ``tolerance`` of its largest (at least 1) on each row's keys up to the diagonal
+    (those after it take a declared convention [conv.future]): ``(off, largest, head, row,
+    key)`` of the worst entry, said for the message; else None."""
+    if got is None:
+        return None
+    want = numpy_fire.Fire(case.encoding).bias(queries, keys)
+    causal = np.asarray(keys)[None, None, :] <= np.asarray(queries)[None, :, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(causal, np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want), 0.0)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    scale = max(1.0, float(np.max(np.abs(np.where(causal, want, 0.0)), initial=0.0)))
+    h, r, k = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    worst = float(diff[h, r, k])
+    return None if worst <= tolerance * scale else (worst, scale, int(h), queries[r], keys[k])
+
+
 def before_each(case):
     """The case's cotangent on the keys before each query alone, as the probe's: no convention
-    of the future keys or of the diagonal's kinks enters."""
+    of the future keys or of the diagonal's kinks enters; None for a bias case."""
+    if "cotangent" not in case.inputs:
+        return None
     cot = case.inputs["cotangent"].array()
     return cot * (np.asarray(case.keys)[None, None, :] < np.asarray(case.queries)[None, :, None])
 
@@ -122,7 +159,8 @@ def probed(gradients, case, length, timeout=None):
     g = before_each(case)
     try:
         small, steady = gradients(case, g)
-        if not steady() or differing(small, case, case.queries, case.keys, g, AGREES) != ([], []):
+        if not steady() or differing(small, case, case.queries, case.keys, g, AGREES) != ([], []) \
+                or bias_off(small.get(BIAS), case, case.queries, case.keys, VALUES) is not None:
             return False
     except fire_kit.Mistake:
         raise
@@ -146,8 +184,10 @@ def at_length(gradients, case, length):
         started = time.perf_counter()
         got, steady = gradients(probe, g)
         seconds = time.perf_counter() - started
-        finite = all(v is None or np.all(np.isfinite(v)) for v in got.values())
-        wrong = not finite or differing(got, case, probe.queries, probe.keys, g, TOLERANCE) != ([], [])
+        finite = all(v is None or np.all(np.isfinite(v)) for n, v in got.items() if n != BIAS)
+        values = bias_off(got.get(BIAS), case, probe.queries, probe.keys, VALUES)
+        wrong = not finite or values is not None or \
+            differing(got, case, probe.queries, probe.keys, g, TOLERANCE) != ([], [])
         if wrong and not steady():
             # State kept from call to call (an offset it advances) is the glue's other checks'
             # to name, not a path of length.
@@ -158,6 +198,14 @@ def at_length(gradients, case, length):
     except Exception as e:  # a call the module refuses at that length tells nothing here
         case.note(not_checked(length, train_mode.called_so(e)))
         return None
+    if values is not None:
+        off, largest, h, i, j = values
+        raise LongBias(
+            f"at a long length ({length} positions; the value cases ask for a few hundred pairs) "
+            f"the bias is not FIRE's: off by {off:.3g} (FIRE's largest {largest:.3g}) at head "
+            f"{h}, query {i}, key {j}: a path the module takes only for long sequences (an input "
+            "quantised, approximated or chunked past some length) changes what it computes at "
+            "that context, where the bias of the case itself is FIRE's [fire.bias]")
     if not finite:
         # A NaN in the square (ψ of a negative distance at keys after their query: 0 · NaN is
         # NaN) is the gradient cases' to fail and the report's to name, not a path of length.
@@ -239,6 +287,7 @@ def check_torch(glue, m, heads, case, names):
                    for n, p in m.named_parameters() if p.requires_grad and n in names}
             first = as_numpy(full)
             del full
+            got[BIAS] = plan.pick(first)
             return got, lambda: steady(at, first)
         finally:
             for p in m.parameters():
@@ -266,35 +315,36 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
         (grads,) = pullback(jax.numpy.asarray(at.cotangent(g), dtype=full.dtype))
         flat = trees.flatten(grads)
         first = as_numpy(full)
-        return {name: (None if path not in flat else
-                       np.asarray(flat[path]).T if path in in_out else np.asarray(flat[path]))
-                for path, name in loaded.items()}, \
-            lambda: not twin_differs(as_numpy(bias(params)), first, glue.dtype)
+        got = {name: (None if path not in flat else
+                      np.asarray(flat[path]).T if path in in_out else np.asarray(flat[path]))
+               for path, name in loaded.items()}
+        got[BIAS] = at.pick(first)
+        return got, lambda: not twin_differs(as_numpy(bias(params)), first, glue.dtype)
 
     return probed(gradients, case, length_for(glue.max_len))
 
 
 def check_kit(build, case, max_len, timeout=None):
-    """``probed`` for a ``build(case)`` glue (``kit.serve``): its gradients for a cotangent are
-    what ``build`` returns for a copy of the case carrying that cotangent, and over the long
-    square for a copy asking ``rows_of`` × every key below the length, as any case asks its
-    rows and keys. The copies' ids say what they are (a glue memoising by id answers them
-    afresh); notes ``build`` makes on them are not the case's. Nothing bounds a glue's speed,
-    so the check is budgeted by ``timeout``, the seconds the harness allows a reply (30 where
-    it does not say)."""
+    """``probed`` for a ``build(case)`` glue (``kit.serve``), on a bias or a gradient case: what
+    it returns for a copy of the case asking ``rows_of`` × every key below the length, as any
+    case asks its rows and keys (and, on a gradient case, carrying the probe's cotangent). The
+    copies' ids say what they are (a glue memoising by id answers them afresh); notes ``build``
+    makes on them are not the case's. Nothing bounds a glue's speed, so the check is budgeted
+    by ``timeout``, the seconds the harness allows a reply (30 where it does not say)."""
 
     def gradients(at, g):
         asked = copy.copy(at)
-        asked.id = f"{case.id}#long-gradients" if at is not case else f"{case.id}#keys-before-each"
+        asked.id = f"{case.id}#long-length" if at is not case else f"{case.id}#again"
         asked.notes = []
-        asked.inputs = {**at.inputs, "cotangent": fire_kit.Tensor(
-            {"shape": list(np.shape(g)), "data": np.asarray(g, dtype=np.float64).reshape(-1).tolist()})}
+        if g is not None:
+            asked.inputs = {**at.inputs, "cotangent": fire_kit.Tensor(
+                {"shape": list(np.shape(g)), "data": np.asarray(g, dtype=np.float64).reshape(-1).tolist()})}
 
         def call():
             out = build(asked)
             if not isinstance(out, dict):
                 out = {asked.outputs[0]: out} if len(asked.outputs) == 1 else {}
-            return {name: as_numpy(v) for name, v in out.items()}
+            return {BIAS if name == "bias" else name: as_numpy(v) for name, v in out.items()}
 
         got = call()
         return got, lambda: not any(
