@@ -51,6 +51,15 @@ BIAS = "#bias"
 # time, scaled by the square's size, fits `SHARE` of the seconds a reply may take.
 FIRST = 257
 SHARE = 1 / 3
+# A long length says something of its own only where the module is FIRE's at a short one: the
+# probe's rows and keys over `SHORT` positions (past a cut at 32, under most thresholds of the
+# cases it runs on) must be FIRE's first, so a mistake the module makes at any length (positions
+# counted from the first query, a parameter detached) is left to the cases, which name it.
+SHORT = 17
+# And only on a case that tells: its queries lie on both sides of the threshold L (a mistake in
+# max(i, L) shows on it), and on a gradient case each parameter's gradient is at least `STRONG`
+# of the largest (a parameter detached, or a gradient negated, shows on it).
+STRONG = 1e-2
 
 
 class LongGradient(fire_kit.Mistake, ValueError):
@@ -146,6 +155,23 @@ def before_each(case):
     return cot * (np.asarray(case.keys)[None, None, :] < np.asarray(case.queries)[None, :, None])
 
 
+def tells(case, g):
+    """Whether ``case`` (with the cotangent ``g`` on a gradient case) is one a mistake the module
+    makes at any length would show on (``SHORT``, ``STRONG``): queries on both sides of the
+    threshold, and every gradient of FIRE's there far from 0."""
+    enc = case.encoding
+    threshold = abs(float(enc["l_multiplier"]) * float(enc["l_init"]))
+    if not (min(case.queries) < threshold and max(case.queries) > threshold + 1):
+        return False
+    if g is None:
+        return True
+    want = numpy_fire.Fire(enc).vjp(case.queries, case.keys, g)
+    if enc["threshold"] != "learnable":
+        want.pop("L_multiplier", None)
+    sizes = {name: float(np.max(np.abs(w), initial=0.0)) for name, w in want.items()}
+    return min(sizes.values()) >= STRONG * max(1.0, max(sizes.values()))
+
+
 def probed(gradients, case, length, timeout=None):
     """Runs the check: ``gradients(case, g)`` is the module's (ours → gradient, None where it
     sends none) for a case and a cotangent, and a function saying whether a second call returns
@@ -157,6 +183,8 @@ def probed(gradients, case, length, timeout=None):
     (``affordable``). A call the module refuses, a bias that changes from call to call or
     gradients that are not finite are noted (``not_checked``). Returns True once checked."""
     g = before_each(case)
+    if not tells(case, g):
+        return False
     try:
         small, steady = gradients(case, g)
         if not steady() or differing(small, case, case.queries, case.keys, g, AGREES) != ([], []) \
@@ -166,6 +194,8 @@ def probed(gradients, case, length, timeout=None):
         raise
     except Exception:  # the graded call ran; this one tells nothing new
         return False
+    if length > SHORT and not at_length(gradients, case, SHORT, judged=False):
+        return True  # wrong at a short length too: the cases' to name
     if timeout is None or length <= FIRST:
         at_length(gradients, case, length)
         return True
@@ -175,10 +205,11 @@ def probed(gradients, case, length, timeout=None):
     return True
 
 
-def at_length(gradients, case, length):
-    """The check over ``length`` positions: raises ``LongGradient`` where the gradients are not
-    FIRE's; notes the case and returns None where they could not be checked; else returns the
-    seconds the call took."""
+def at_length(gradients, case, length, judged=True):
+    """The check over ``length`` positions: raises ``LongBias`` or ``LongGradient`` where the
+    bias or the gradients are not FIRE's; notes the case and returns None where they could not
+    be checked; else returns the seconds the call took. Not ``judged`` (the short control):
+    returns whether they are FIRE's, raising and noting nothing."""
     probe, g = probe_case(case, length)
     try:
         started = time.perf_counter()
@@ -188,14 +219,20 @@ def at_length(gradients, case, length):
         values = bias_off(got.get(BIAS), case, probe.queries, probe.keys, VALUES)
         wrong = not finite or values is not None or \
             differing(got, case, probe.queries, probe.keys, g, TOLERANCE) != ([], [])
+        if not judged:
+            return not wrong
         if wrong and not steady():
             # State kept from call to call (an offset it advances) is the glue's other checks'
             # to name, not a path of length.
             case.note(not_checked(length, "what it returns there changes from one call to the next"))
             return None
     except fire_kit.Mistake:
+        if not judged:
+            return False
         raise
     except Exception as e:  # a call the module refuses at that length tells nothing here
+        if not judged:
+            return False
         case.note(not_checked(length, train_mode.called_so(e)))
         return None
     if values is not None:
