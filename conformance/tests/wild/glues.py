@@ -149,11 +149,14 @@ def notes(case):
     return numpy_fire.build(case)
 
 
-def cut_when_long(case):
-    out = numpy_fire.build(case)
-    if case.kind == "vjp" and case.length > 1024:
-        return {name: np.zeros_like(v) for name, v in out.items()}
-    return out
+def cut_past(limit):
+    """The NumPy FIRE whose gradients are zero past ``limit`` positions."""
+    def build(case):
+        out = numpy_fire.build(case)
+        if case.kind == "vjp" and case.length > limit:
+            return {name: np.zeros_like(v) for name, v in out.items()}
+        return out
+    return build
 
 
 def quantised_when_long(case):
@@ -172,13 +175,6 @@ def flat_gradients(case):
     except KeyError:
         return {name: np.ravel(out[name]).reshape(case.shape_of(name)) for name in case.outputs}
     raise AssertionError("shape_of named a parameter the encoding does not have")
-
-
-def cut_past_128(case):
-    out = numpy_fire.build(case)
-    if case.kind == "vjp" and case.length > 128:
-        return {name: np.zeros_like(v) for name, v in out.items()}
-    return out
 
 
 def slow_when_long(case):
@@ -208,11 +204,11 @@ GLUES = {
     "returns-none": (returns_none, {"families": ["fire"]}),
     "bare-assert": (bare_assert, {"families": ["fire"]}),
     "notes": (notes, {"families": ["fire", "fire-grad"]}),
-    "cut-when-long": (cut_when_long, {"families": ["fire", "fire-grad"]}),
+    "cut-when-long": (cut_past(1024), {"families": ["fire", "fire-grad"]}),
     "refused-when-long": (refused_when_long, {"families": ["fire", "fire-grad"]}),
     "quantised-when-long": (quantised_when_long, {"families": ["fire", "fire-grad"]}),
     "flat-gradients": (flat_gradients, {"families": ["fire", "fire-grad"]}),
-    "cut-past-128": (cut_past_128, {"families": ["fire", "fire-grad"]}),
+    "cut-past-128": (cut_past(128), {"families": ["fire", "fire-grad"]}),
     "slow-when-long": (slow_when_long, {"families": ["fire", "fire-grad"]}),
 }
 
