@@ -576,3 +576,42 @@ fn a_wrong_placement_declaration_is_said_to_be_one() {
         ))
     );
 }
+
+/// The reference at positions one past the case's (`one-based-positions`, in gradients too).
+struct OneBased;
+
+impl Implementation for OneBased {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        Reference.capabilities()
+    }
+
+    fn run(&mut self, r: &Request) -> Reply {
+        let mut shifted = r.clone();
+        for p in shifted
+            .inputs
+            .queries
+            .iter_mut()
+            .chain(shifted.inputs.keys.iter_mut())
+        {
+            *p += 1;
+        }
+        Reference.run(&shifted)
+    }
+}
+
+/// A one-hot Jacobian row that one-based positions move past the threshold gets no gradient
+/// for the multiplier (max(i + 1, L) takes i's branch): said with the forward's difference as a
+/// cause, not as a multiplier detached (audit 36); a multiplier detached alone still is.
+#[test]
+fn a_zero_multiplier_gradient_beside_other_wrong_gradients_is_not_called_detached() {
+    let report = run(&mut OneBased, &["fire-grad/jacobian/*"]);
+    let said = lines(&report, "fire-grad/jacobian/jacobian-row-2").join("\n");
+    assert!(
+        said.contains("is zero, and other gradients differ too: where the forward differs"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("is zero: the multiplier is detached"),
+        "{said}"
+    );
+}

@@ -116,6 +116,17 @@ pub(super) fn gradient_of_l(
         } else {
             String::new()
         };
+        // The other gradients right as well (the expected outputs with the reply's m): m alone
+        // is cut. Otherwise the forward differs too, and a query whose max(i, L) takes i's branch
+        // where FIRE's takes L's (positions shifted past the threshold) sends m none for that
+        // reason (audit 36: a one-based module was told its multiplier was detached).
+        let mut with_its_m = expected.clone();
+        with_its_m.insert("L_multiplier".to_owned(), got["L_multiplier"].clone());
+        if !agrees(case, &with_its_m, got, profile, future, None) {
+            return Some(format!(
+                "the gradient sent for `L_multiplier` is zero, and other gradients differ too: where the forward differs (positions shifted past the threshold L = {l}, a normaliser taken at another position) a query's max(i, L) can take i's branch where FIRE's takes L's, which sends m nothing; otherwise the multiplier is detached (a stop-gradient, an int cast of L), frozen or unused [grad.vjp]"
+            ));
+        }
         return Some(format!(
             "the gradient sent for `L_multiplier` is zero: the multiplier is detached (a stop-gradient, an int cast of L), frozen or unused, so the threshold L = |m·L_init| never trains{branch} [grad.vjp]"
         ));
