@@ -298,9 +298,9 @@ def serve(build, name, families=("*",), dtypes=("f64",), future_keys="mirrored",
     nothing (an implementation that is no module) [proto.hello].
 
     ``long_length``: once per run, on the first FIRE bias case and the first FIRE gradient case
-    that tell (``long_length.tells``) and whose output ``build`` computes as FIRE's, ``build`` is also asked for a copy of the case
-    over ``long_length.LENGTH`` positions (fewer under ``max_len``), and a path it takes only
-    for long sequences (an input quantised or a ``no_grad`` past some length) fails that case
+    that tell (``long_length.tells``) and whose output ``build`` computes as FIRE's, ``build``
+    is also asked for a copy of the case over ``long_length.LENGTH`` positions (fewer under
+    ``max_len``), and a path it takes only for long sequences (an input quantised or a ``no_grad`` past some length) fails that case
     (``LongBias``, ``LongGradient``); off for a glue that makes the check itself, with the
     module in hand (the ready-made ones), or that is FIRE's own computation (``numpy_fire``)."""
     if max_len is None and positions == "square":

@@ -72,10 +72,11 @@ class LongBias(fire_kit.Mistake, ValueError):
 
 def rows_of(length, threshold):
     """The rows the cotangent covers: two near the start, the middle and the last two, less a
-    row at the threshold L itself or within a float32 rounding of it (a tie of max(i, L), whose
-    derivative is a convention [grad.kinks], not what this check looks for)."""
+    row at the threshold L itself (None: none) or within a float32 rounding of it (a tie of
+    max(i, L), whose derivative is a convention [grad.kinks], not what this check looks for)."""
     return sorted(r for r in {1, 2, length // 2, length - 2, length - 1}
-                  if 0 < r < length and abs(r - threshold) > 1e-3 * max(1.0, threshold))
+                  if 0 < r < length and (threshold is None
+                                         or abs(r - threshold) > 1e-3 * max(1.0, threshold)))
 
 
 def probe_case(case, length):
@@ -84,9 +85,7 @@ def probe_case(case, length):
     wherever a hidden bias is 0 (a convention again), and the future keys (their convention
     [conv.future]) have none."""
     probe = copy.copy(case)
-    enc = case.encoding
-    threshold = abs(float(enc["l_multiplier"]) * float(enc["l_init"]))
-    rows = rows_of(length, threshold)
+    rows = rows_of(length, numpy_fire.Fire(case.encoding).L())
     probe.queries, probe.keys = rows, list(range(length))
     probe.inputs = {**case.inputs, "queries": rows, "keys": probe.keys}
     if "cotangent" not in case.inputs:
@@ -158,15 +157,15 @@ def before_each(case):
 def tells(case, g):
     """Whether ``case`` (with the cotangent ``g`` on a gradient case) is one a mistake the module
     makes at any length would show on (``SHORT``, ``STRONG``): queries on both sides of the
-    threshold, and every gradient of FIRE's there far from 0."""
-    enc = case.encoding
-    threshold = abs(float(enc["l_multiplier"]) * float(enc["l_init"]))
-    if not (min(case.queries) < threshold and max(case.queries) > threshold + 1):
+    threshold (where there is one), and every gradient of FIRE's there far from 0."""
+    fire = numpy_fire.Fire(case.encoding)
+    threshold = fire.L()
+    if threshold is not None and not min(case.queries) < threshold < max(case.queries) - 1:
         return False
     if g is None:
         return True
-    want = numpy_fire.Fire(enc).vjp(case.queries, case.keys, g)
-    if enc["threshold"] != "learnable":
+    want = fire.vjp(case.queries, case.keys, g)
+    if case.encoding["threshold"] != "learnable":
         want.pop("L_multiplier", None)
     sizes = {name: float(np.max(np.abs(w), initial=0.0)) for name, w in want.items()}
     return min(sizes.values()) >= STRONG * max(1.0, max(sizes.values()))
@@ -224,7 +223,7 @@ def at_length(gradients, case, length, judged=True):
         if wrong and not steady():
             # State kept from call to call (an offset it advances) is the glue's other checks'
             # to name, not a path of length.
-            case.note(not_checked(length, "what it returns there changes from one call to the next"))
+            case.note(not_checked(case, length, "what it returns there changes from one call to the next"))
             return None
     except fire_kit.Mistake:
         if not judged:
@@ -233,7 +232,7 @@ def at_length(gradients, case, length, judged=True):
     except Exception as e:  # a call the module refuses at that length tells nothing here
         if not judged:
             return False
-        case.note(not_checked(length, train_mode.called_so(e)))
+        case.note(not_checked(case, length, train_mode.called_so(e)))
         return None
     if values is not None:
         off, largest, h, i, j = values
@@ -246,9 +245,9 @@ def at_length(gradients, case, length, judged=True):
     if not finite:
         # A NaN in the square (ψ of a negative distance at keys after their query: 0 · NaN is
         # NaN) is the gradient cases' to fail and the report's to name, not a path of length.
-        case.note(not_checked(length, "they are not finite there (a NaN anywhere in the square, "
-                                      "keys after their query included, reaches every gradient: "
-                                      "0 · NaN is NaN)"))
+        case.note(not_checked(case, length, "they are not finite there (a NaN anywhere in the "
+                                            "square, keys after their query included, reaches "
+                                            "every gradient: 0 · NaN is NaN)"))
         return None
     check(got, case, probe, g, length)
     return seconds
@@ -270,10 +269,11 @@ def affordable(gradients, case, length, seconds, budget):
             pass
     if seconds * scale <= budget:
         return True
-    case.note(not_checked(length, f"a call there would take about {seconds * scale:.0f} s at the "
-                                  f"speed of one over {FIRST} positions ({seconds:.2g} s, checked), "
-                                  f"past a third of the {budget / SHARE:.0f} s the harness allows a "
-                                  "reply (--timeout)"))
+    case.note(not_checked(case, length, f"a call there would take about {seconds * scale:.0f} s "
+                                        f"at the speed of one over {FIRST} positions "
+                                        f"({seconds:.2g} s, checked), past a third of the "
+                                        f"{budget / SHARE:.0f} s the harness allows a reply "
+                                        "(--timeout)"))
     return False
 
 
@@ -293,9 +293,11 @@ def check(got, case, probe, g, length):
             "FIRE's [grad.vjp]")
 
 
-def not_checked(length, why):
-    """The case's note where the gradients at ``length`` could not be checked, and ``why``."""
-    return f"gradients at a long length not checked ({length} positions): {why}"
+def not_checked(case, length, why):
+    """The case's note where its bias or gradients at ``length`` could not be checked, and
+    ``why``."""
+    what = "gradients" if "cotangent" in case.inputs else "the bias"
+    return f"{what} at a long length not checked ({length} positions): {why}"
 
 
 def check_torch(glue, m, heads, case, names):
