@@ -615,3 +615,35 @@ fn a_zero_multiplier_gradient_beside_other_wrong_gradients_is_not_called_detache
         "{said}"
     );
 }
+
+/// ψ computed in float16: its argument and its value rounded to 11 significant bits, and
+/// ψ(max(L, i)) infinite once |c|·i + 1 passes float16's largest finite value (65 504).
+fn psi_in_f16() -> Literal {
+    fn half(x: f64) -> f64 {
+        if x.abs() > 65_504.0 {
+            return f64::INFINITY.copysign(x);
+        }
+        f64::from(half_rounded(x as f32))
+    }
+    Literal {
+        name: "ψ in float16",
+        psi: |c, x| half(half(half(c.abs() * x) + 1.0).ln()),
+        threshold: |l| l,
+    }
+}
+
+/// A module whose ψ overflows float16 at positions near 10⁶ returns f_θ(0) on the keys after
+/// those queries, which is also what `psi-identity` and `future-distance-clamped` predict there:
+/// said once, as what the case cannot tell apart, not as two claims each naming a mistake the
+/// module does not have (audit 36's `T-half_psi`).
+#[test]
+fn variants_that_coincide_on_a_subset_are_not_each_named_on_it() {
+    let report = run(&mut psi_in_f16(), &["edge/positions/large-positions"]);
+    let said = lines(&report, "edge/positions/large-positions").join("\n");
+    assert!(!said.contains("on the keys after the query only"), "{said}");
+    assert!(
+        said.contains("diagnosis: on the keys after the query the output is what variants `"),
+        "{said}"
+    );
+    assert!(said.contains("this case cannot tell them apart"), "{said}");
+}

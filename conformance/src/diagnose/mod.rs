@@ -473,7 +473,38 @@ pub fn describe(f: &Finding, profile: Profile) -> Vec<String> {
             s.complement()
         ));
     }
-    for (v, s) in &f.partial {
+    for (i, (v, s)) in f.partial.iter().enumerate() {
+        // Variants matching on the same subset predict the same values there (each within the
+        // tolerance of the output): said once, as what this case cannot tell apart, not as one
+        // claim per variant — at positions near 10⁶ several mistakes all come to f_θ(0) on the
+        // keys after the query, and so does a module whose ψ overflows.
+        if f.partial[..i].iter().any(|(_, t)| t == s) {
+            continue;
+        }
+        let alike: Vec<_> = f.partial[i + 1..]
+            .iter()
+            .filter(|(_, t)| t == s)
+            .map(|(w, _)| *w)
+            .collect();
+        if !alike.is_empty() {
+            let names: Vec<String> = std::iter::once(*v)
+                .chain(alike.iter().copied())
+                .map(|w| format!("`{}`", w.name))
+                .collect();
+            let said: Vec<String> = std::iter::once(*v)
+                .chain(alike)
+                .map(|w| format!("{}: {}; violates [{}]", w.name, w.summary, w.violates))
+                .collect();
+            let Some((last, first)) = names.split_last() else {
+                continue;
+            };
+            lines.push(format!(
+                "diagnosis: on {s} the output is what variants {} and {last} predict; at this case's positions they predict the same values there, so this case cannot tell them apart (nor from another mistake computing those values), and each differs from the output elsewhere ({})",
+                first.join(", "),
+                said.join("; ")
+            ));
+            continue;
+        }
         lines.push(match s {
             Subset::OffDiagonal => format!(
                 "diagnosis: matches variant `{}` everywhere except the diagonal (i = j, distance 0), where the output differs from it: a mistake whose literal form is ln 0 or 0/0 at distance 0 is often written with a guard there, an ε or a clamp (e.g. `ln(|c|·x + ε)`) ({}; violates [{}]); in code: `{}`",
