@@ -347,7 +347,13 @@ pub fn parse_result(line: &str) -> Result<Answer, String> {
         .ok_or("a result needs a string `id`")?
         .to_owned();
     let note = note(&m)?;
-    let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    // A message or reason that is not a string is still what the implementation said: shown as
+    // the JSON it sent, not dropped.
+    let text = |k: &str| match m.get(k) {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
     let reply = match m.get("status").and_then(Value::as_str) {
         Some("output") => {
             let outs = m
@@ -438,6 +444,20 @@ mod tests {
         ));
         let other = r#"{"type": "result", "id": "a", "status": "errored", "message": "m", "cause": "glue"}"#;
         assert!(parse_result(other).unwrap_err().contains("unknown `cause`"));
+    }
+
+    /// A message that is not a string is shown as the JSON the implementation sent, not
+    /// dropped (an errored case once read "errored on a valid case: " and nothing else).
+    #[test]
+    fn a_message_that_is_not_a_string_is_kept_as_its_json() {
+        let line = r#"{"type": "result", "id": "a", "status": "errored", "message": {"code": 7}}"#;
+        let reply = parse_result(line).unwrap().reply;
+        assert!(
+            matches!(&reply, Reply::Errored(m) if m == r#"{"code":7}"#),
+            "{reply:?}"
+        );
+        let skip = r#"{"type": "result", "id": "a", "status": "skipped", "reason": null}"#;
+        assert!(matches!(parse_result(skip).unwrap().reply, Reply::Skipped(m) if m.is_empty()));
     }
 
     /// A result's `note` is read as one line and cut to [`NOTE_CHARS`], on any status; absent,
