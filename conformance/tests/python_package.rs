@@ -357,4 +357,15 @@ fn the_pytest_plugin_passes_the_constructors_argument_names_on() {
     let out = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("passed"), "{out}");
+    // `--fire-fail-on` reaches `fire_cases` items that leave `fail_on` unset (audit 37: a
+    // module validating nothing failed its invalid-input items under `--fire-fail-on values`).
+    let invalid_items = |extra: &[&str]| {
+        let o = pytest(
+            dir.path(),
+            &[&["test_named.py", "--collect-only"][..], extra].concat(),
+        );
+        text(&o).lines().filter(|l| l.contains("invalid/")).count()
+    };
+    assert!(invalid_items(&[]) > 10);
+    assert_eq!(invalid_items(&["--fire-fail-on", "values"]), 0);
 }

@@ -68,7 +68,7 @@ def pytest_configure(config):
 
 
 def fire_cases(impl=None, glue=None, cmd=None, dtype=None, map=None, call=None, future_keys=None,
-               xfails=None, fail_on="both", vectors=None, run=(), skip=(), timeout=None, query_rows=None,
+               xfails=None, fail_on=None, vectors=None, run=(), skip=(), timeout=None, query_rows=None,
                map_arg=None, kwargs=None):
     """A test-module attribute that pytest expands into one item per golden-vector case.
 
@@ -77,7 +77,10 @@ def fire_cases(impl=None, glue=None, cmd=None, dtype=None, map=None, call=None, 
     test file. ``map`` is ``{ours: theirs}`` for parameters, ``map_arg`` the same for the
     constructor's arguments (``{"num_heads": "n_heads"}``) and ``kwargs`` its other arguments;
     ``run`` and ``skip`` are case-id globs; ``xfails`` a file of case-id globs; ``fail_on``
-    limits the items to the ``values`` or ``validation`` cases.
+    limits the items to the ``values`` or ``validation`` cases. ``fail_on`` and ``timeout`` left
+    unset take pytest's ``--fire-fail-on`` and ``--fire-timeout`` where given (how strict a run
+    is and how long a case may take are the run's to choose), else ``both`` and the harness's
+    default.
     """
     return FireCases(dict(impl=impl, glue=glue, cmd=cmd, dtype=dtype, map=dict(map or {}),
                           map_arg=dict(map_arg or {}), kwargs=kwargs, call=call,
@@ -167,10 +170,15 @@ class FireSuite(pytest.Collector):
     """One implementation against the suite: its items are the cases."""
 
     def setup_settings(self, settings, base):
+        # What the test file leaves unset of the run's own knobs, the command line sets.
+        settings = dict(settings)
+        for key, option in (("fail_on", "fire_fail_on"), ("timeout", "fire_timeout")):
+            if settings.get(key) is None:
+                settings[key] = self.config.getoption(option)
         self.settings = settings
         self.base = base
         self.command = implementation_command(settings, base)
-        if settings.get("fail_on", "both") not in FAIL_ON:
+        if (settings.get("fail_on") or "both") not in FAIL_ON:
             raise pytest.UsageError(f"fire-conformance: fail_on must be one of {FAIL_ON}")
         self.results = None
         return self
