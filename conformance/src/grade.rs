@@ -11,6 +11,12 @@ use crate::implementation::{Capabilities, FutureKeys, Placement, Reply};
 use crate::runner::Status;
 use crate::vectors::format::{Case, Kind, Tensor, Verdict};
 
+/// How a case the implementation skipped for its dtype begins its detail line: the run's
+/// summary names it even where other reasons skip more cases (a module hard-coding float32
+/// positions at `--dtype bf16`). spec: [proto.reply]
+pub const CANNOT_COMPUTE: &str =
+    "skipped by the implementation, which cannot compute in this dtype";
+
 /// Grades one reply. spec: [proto.reply], [vec.invalid], [num.compare]
 pub fn judge(
     case: &Case,
@@ -23,7 +29,7 @@ pub fn judge(
         (Reply::Skipped(r), _) => (Status::Skipped, vec![format!("skipped by the implementation: {r}")]),
         (Reply::UnsupportedDtype(r), _) => (
             Status::Skipped,
-            vec![format!("skipped by the implementation, which cannot compute in this dtype: {r}")],
+            vec![format!("{CANNOT_COMPUTE}: {r}")],
         ),
         (Reply::Errored(_), Verdict::Invalid) => (Status::Passed, vec![]),
         (Reply::Errored(m), Verdict::Valid) => (Status::Failed, vec![format!("errored on a valid case: {m}")]),

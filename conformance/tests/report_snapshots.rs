@@ -194,3 +194,42 @@ fn many_distinct_notes_are_counted_not_listed() {
         )
     );
 }
+
+/// An implementation that cannot compute in the run's dtype at all (a module hard-coding
+/// float32 positions, run at bf16).
+struct RefusesItsDtype;
+
+impl Implementation for RefusesItsDtype {
+    fn capabilities(&mut self) -> fire_conformance::error::Result<Capabilities> {
+        let mut c = Reference.capabilities()?;
+        c.dtypes = vec!["bf16".into()];
+        Ok(c)
+    }
+
+    fn run(&mut self, _: &Request) -> Reply {
+        Reply::UnsupportedDtype("mat1 and mat2 must have the same dtype".into())
+    }
+}
+
+/// Where nothing was graded, the module's own refusal of the dtype is named even though the
+/// suite's skips (profiles finer than bf16) are more (audit 37: the line named only "needs
+/// profile f32", and the module's error showed only under -v).
+#[test]
+fn nothing_graded_names_the_modules_refusal_of_its_dtype() {
+    let suite = load::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors")).unwrap();
+    let options = Options {
+        diagnose: true,
+        ..Options::default()
+    };
+    let r = runner::run(&suite, &mut RefusesItsDtype, &options).unwrap();
+    let said = text::render(&r, false);
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("nothing was graded"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(line.contains("needs profile"), "{line}");
+    assert!(
+        line.contains("skipped by the implementation, which cannot compute in this dtype: mat1 and mat2 must have the same dtype"),
+        "{line}"
+    );
+}

@@ -769,19 +769,32 @@ fn a_path_taken_only_for_long_sequences_is_checked() {
     }
     let grad = ["--run", "fire-grad/vjp/*", "--run", "fire-grad/kinks/*"];
     passes_in(&torch_fake("LongInChunks", "f32"), 3, &grad);
+    passes_in(&torch_fake("LongInChunksInTraining", "f32"), 3, &grad);
     for (class, says) in [
+        // A path only training takes past 1 024: the long check is made in training mode
+        // where that agreed with evaluation on the case (audit 37: it passed).
+        (
+            "LongDetachedInTraining",
+            "at a long length (2049 positions; the gradient cases are small squares) in training mode (module.train(), as a training loop calls it) no gradient reaches `c`, `L_multiplier`",
+        ),
+        // A cache kept only past 1 024 in evaluation: the module takes a step at the long
+        // length first (audit 37: it passed).
+        (
+            "LongCachedInEvaluation",
+            "StaleBias: at a long length (2049 positions) in evaluation mode (no gradients, as inference calls it) the module returns the bias it computed there before its parameters changed",
+        ),
         (
             "LongWithoutGradient",
-            "at a long length (2049 positions; the gradient cases are small squares) no gradient reaches `c`, `L_multiplier`",
+            "at a long length (2049 positions; the gradient cases are small squares) in training mode (module.train(), as a training loop calls it) no gradient reaches `c`, `L_multiplier`",
         ),
         (
             "LongDetachedNormaliser",
-            "at a long length (2049 positions; the gradient cases are small squares) no gradient reaches `L_multiplier`; the gradient of `c` (off by up to",
+            "at a long length (2049 positions; the gradient cases are small squares) in training mode (module.train(), as a training loop calls it) no gradient reaches `L_multiplier`; the gradient of `c` (off by up to",
         ),
         // Its gradients pass (a straight-through rounding); its bias does not.
         (
             "LongQuantisedInput",
-            "LongBias: at a long length (2049 positions; the value cases ask for a few hundred pairs) the bias is not FIRE's: off by 0.00",
+            "LongBias: at a long length (2049 positions; the value cases ask for a few hundred pairs) in training mode (module.train(), as a training loop calls it) the bias is not FIRE's: off by 0.00",
         ),
     ] {
         let (code, r) = run(&torch_fake(class, "f32"), &grad);
@@ -790,6 +803,24 @@ fn a_path_taken_only_for_long_sequences_is_checked() {
         assert_eq!(failed_saying(&r, says).len(), 1, "{class}: {r:#}");
         assert_eq!(count(&r, "values", "failed"), 1, "{class}: {r:#}");
     }
+}
+
+/// A bias cached only under `torch.inference_mode()`, which generation uses and the graded
+/// `torch.no_grad()` calls never take, goes stale after a training step: a copy of the module
+/// is called in that mode once per run, after a step taken there (audit 37: it passed).
+#[test]
+fn a_cache_kept_only_under_inference_mode_is_found_stale() {
+    if !torch() {
+        return;
+    }
+    let (code, r) = run(
+        &torch_fake("CachedInInference", "f32"),
+        &["--fail-on", "values", "--run", "fire/*"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let says = "StaleBias: under torch.inference_mode() (as generation and evaluation loops call it) the module returns the bias it computed in that mode before its parameters changed";
+    assert_eq!(failed_saying(&r, says).len(), 1, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 1, "{r:#}");
 }
 
 /// A mistake on the path only `.train()` takes (the normaliser detached under `if
@@ -825,6 +856,13 @@ fn a_path_only_training_takes_is_compared_with_eval_mode() {
     let r = passes_in(&torch_fake("NoisyInTraining", "f32"), 20, &[]);
     assert!(
         !r.to_string().contains("training mode not compared"),
+        "{r:#}"
+    );
+    // Its values there are nobody's to check, and the run says so (audit 37).
+    assert!(
+        r.to_string().contains(
+            "training mode's values not compared (module.train()): its output changes from call to call"
+        ),
         "{r:#}"
     );
     let (code, r) = run(

@@ -147,6 +147,8 @@ class Glue(ForwardCall):
         # `kwargs`: the constructor's `construction.Arguments` besides the case's.
         self.cls, self.mapping, self.dtype, self.max_len, self.kwargs = cls, mapping, dtype, max_len, kwargs
         self.long_unchecked = True
+        # The module under torch.inference_mode() is checked once per run (`steps.check_inference`).
+        self.inference_unchecked = True
         self.call, self.query_rows = call, query_rows
         # The module's file imported afresh where a bias may depend on earlier calls (`fresh`).
         self.fresh = fresh.Fresh(reload)
@@ -452,6 +454,14 @@ class Glue(ForwardCall):
         if case.kind == "bias":
             if with_twin:
                 self.twin(case, full, plan, heads, names)
+                if self.inference_unchecked and plan.shape[0] * plan.shape[1] <= steps.FULL_LIMIT:
+                    # Once per run: a copy of the module under torch.inference_mode().
+                    self.inference_unchecked = False
+                    note = steps.check_inference(
+                        m, lambda module: self.forward(module, heads, case, True, probes=False)[0],
+                        full, self.dtype)
+                    if note is not None:
+                        case.note(note)
             return plan.pick(as_numpy(full))
         if not full.requires_grad:
             raise fire_kit.Mistake("the module's output carries no autograd graph (a .detach(), torch.no_grad() "
@@ -479,12 +489,14 @@ class Glue(ForwardCall):
             grads.pop("L_multiplier", None)
         out = {k: torch.zeros(np.shape(ours[k])) if v is None else v.reshape(np.shape(ours[k])).clone()
                for k, v in grads.items()}
+        trains = False
         if not views and plan.shape[0] * plan.shape[1] <= steps.FULL_LIMIT:
-            self.train_mode_agrees(m, heads, case, full.detach(), g, names, out)
+            trains = self.train_mode_agrees(m, heads, case, full.detach(), g, names, out)
         if not views and self.long_unchecked and with_twin and self.dtype != "bf16":
-            # Once per run (`long_length`), on the first FIRE gradient case right itself.
+            # Once per run (`long_length`), on the first FIRE gradient case right itself; in
+            # training mode where that agreed with evaluation here.
             self.long_unchecked = False  # a mistake found fails this case alone
-            self.long_unchecked = not long_length.check_torch(self, m, heads, case, names)
+            self.long_unchecked = not long_length.check_torch(self, m, heads, case, names, trains)
         if with_twin:
             self.twin(case, full.detach(), plan, heads, names)
         return out
@@ -492,11 +504,13 @@ class Glue(ForwardCall):
     def train_mode_agrees(self, m, heads, case, full, g, names, graded):
         """``train_mode.check_torch`` of ``m`` called as the graded call was, for the same
         cotangent ``g``, against its eval-mode bias ``full`` and gradients ``graded``; the case
-        notes where it could not be compared."""
+        notes where it could not be compared. Returns whether they were compared and agreed
+        (training mode is then deterministic, and as good as evaluation's to call)."""
         note = train_mode.check_torch(m, lambda: self.forward(m, heads, case, True, probes=False)[0],
                                       full, g, names, graded, self.dtype)
         if note is not None:
             case.note(note)
+        return note is None
 
 
 def frozen(m, names, case):

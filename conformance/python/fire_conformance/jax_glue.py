@@ -329,16 +329,19 @@ class JaxGlue:
         # unasked for: the reply shows it. A layer without a bias sends none for it, and the
         # case fails on the missing output.
         gflat = trees.flatten(grads)
-        if small and self.long_unchecked and self.dtype != "bf16":
-            # Once per run (`long_length`), on the first FIRE gradient case right itself.
-            self.long_unchecked = False  # a mistake found fails this case alone
-            self.long_unchecked = not long_length.check_jax(self, m, variables, params, plan, heads,
-                                                               case, loaded, in_out, jax)
+        training = None
         if small:
-            note = self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
-                                          jnp.asarray(plan.cotangent(cot), dtype=full.dtype), loaded)
+            note, training = self.train_mode_agrees(m, variables, params, args, plan, heads, full, gflat,
+                                                    jnp.asarray(plan.cotangent(cot), dtype=full.dtype),
+                                                    loaded)
             if note is not None:
                 case.note(note)
+        if small and self.long_unchecked and self.dtype != "bf16":
+            # Once per run (`long_length`), on the first FIRE gradient case right itself; in
+            # training mode where that agreed with evaluation here.
+            self.long_unchecked = False  # a mistake found fails this case alone
+            self.long_unchecked = not long_length.check_jax(self, m, variables, params, plan, heads,
+                                                               case, loaded, in_out, jax, training)
         out = {}
         for path, name in loaded.items():
             g_leaf = np.asarray(gflat[path], dtype=np.float64)
@@ -372,50 +375,61 @@ class JaxGlue:
             decoding.check_past(decoded, full, before, past, self.dtype,
                                 list(getattr(raw, "shape", [])) or None)
 
-    def train_mode_agrees(self, m, variables, params, args, plan, heads, full, grads, cot, loaded):
-        """``train_mode.check_jax``: ``m`` called with its training flag
-        (``train_mode.jax_flag``: ``deterministic=False``, ``train=True``), where its call takes
-        one, against the graded call's bias ``full`` and gradients ``grads`` for the same
-        cotangent ``cot``. A Flax linen module is given a key per call for each rng stream it
-        asks for (``dropout``, and any other its ``make_rng`` names). Returns the case's note
-        where it could not be compared, else None."""
+    def training_call(self, m, variables):
+        """``m``'s call with its training flag (``train_mode.jax_flag``: ``deterministic=False``,
+        ``train=True``), where its call takes one: ``(call, how, linen)``, ``call(p, args,
+        fixed=False)`` its raw output for the parameters ``p``; else ``(None, None, False)``. A
+        Flax linen module is given a key per call for each rng stream it asks for (``dropout``,
+        and any other its ``make_rng`` names): keys of its own per call, as training's steps
+        have (the same ones each call where ``fixed``), and linen's ``nn.Dropout`` layers off
+        (``train_mode.linen_dropouts_off``): randomness of the module's own shows as a bias
+        that changes from call to call (``train_mode.check_jax``)."""
         flag = getattr(m, "training_flag", None) or train_mode.jax_flag(call_of(m))
         if flag is None:
-            return None
+            return None, None, False
         name, value = flag
         linen = any(k.__module__.startswith("flax.linen") for k in type(m).__mro__)
         # A flag its field gives (`--kwargs '{"deterministic": true}'`) is changed there.
         target, given = (m.clone(**{name: value}), {}) if linen and train_mode.field_gives(m, name) \
             else (m, {name: value})
-        rows, cols = plan.shape
         keys = itertools.count(1)
         # The rng streams training gives a linen module: dropout's, and those it asked for.
         streams = ["dropout"]
 
-        def trained(p, fixed=False):
-            # Keys of its own per call, as training's steps have (the same ones each call where
-            # `fixed`), and linen's `nn.Dropout` layers off (`train_mode.linen_dropouts_off`):
-            # randomness of the module's own shows as a bias that changes from call to call
-            # (`train_mode.check_jax`).
+        def call(p, args, fixed=False):
             while True:
                 seeds = itertools.count(calls.SEED) if fixed else keys
                 rngs = {"rngs": {s: self.jax.random.PRNGKey(next(seeds)) for s in streams}} if linen else {}
                 try:
                     with train_mode.linen_dropouts_off() if linen else contextlib.nullcontext():
-                        out = apply(target, {**variables, "params": p}, *args, **given, **rngs)
-                    break
+                        return apply(target, {**variables, "params": p}, *args, **given, **rngs)
                 except Exception as e:
                     stream = train_mode.missing_stream(e)
                     if not linen or stream is None or stream in streams or len(streams) > 8:
                         raise
                     streams.append(stream)
-            return outputs.squeeze(out, heads, rows, cols, batch=plan.batch, check=False)
 
-        how = getattr(m, "training_how", None) or f"`{name}={value}`"
+        return call, getattr(m, "training_how", None) or f"`{name}={value}`", linen
+
+    def train_mode_agrees(self, m, variables, params, args, plan, heads, full, grads, cot, loaded):
+        """``train_mode.check_jax``: ``m`` called in training mode (``training_call``), where its
+        call takes a flag, against the graded call's bias ``full`` and gradients ``grads`` for
+        the same cotangent ``cot``. Returns ``(note, training)``: the case's note where it could
+        not be compared (else None), and, where it was compared and agreed, ``(call, how)`` for
+        the long-length check to call it so (else None)."""
+        call, how, linen = self.training_call(m, variables)
+        if call is None:
+            return None, None
+        rows, cols = plan.shape
+
+        def trained(p, fixed=False):
+            return outputs.squeeze(call(p, args, fixed), heads, rows, cols, batch=plan.batch, check=False)
+
         # A linen module's keys can be fixed: its training call is then a function again.
         fixed = functools.partial(trained, fixed=True) if linen else None
-        return train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax,
+        note = train_mode.check_jax(trained, params, full, grads, cot, loaded, self.dtype, self.jax,
                                     how, fixed)
+        return note, (None if note is not None else (call, how))
 
     def check_held(self, case, heads, width, args, flat, others, loaded, outside, ours, own):
         """Checks the c and L_init the module holds as built, wherever it keeps them

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from fire_conformance import kit as fire_kit
-from fire_conformance import numpy_fire, train_mode
+from fire_conformance import numpy_fire, repeats, steps, train_mode
 from fire_conformance.calls import ROUNDING
 from fire_conformance.outputs import as_numpy
 from fire_conformance.steps import twin_differs
@@ -44,8 +44,15 @@ TOLERANCE = 5e-2
 # length is off by 10⁻³.
 VALUES = 1e-4
 # `gradients(...)` carries the module's bias for the rows and keys asked under this name, beside
-# the gradients of a gradient case: compared with FIRE's by `bias_off`.
+# the gradients of a gradient case: compared with FIRE's by `bias_off`; under `EVALUATED` its
+# bias in evaluation mode where the gradients were taken in training mode; under `HOW` the
+# call's mode, said in the messages; under `BEFORE` the evaluation mode's bias a training step
+# before the call computed (its parameters scaled), which a stale cache answers with.
 BIAS = "#bias"
+EVALUATED = "#evaluated"
+HOW = "#how"
+BEFORE = "#before"
+EXTRA = (BIAS, EVALUATED, HOW, BEFORE)
 # Where the check has a time budget (a `build(case)` glue, whose speed nothing bounds), it is
 # made over `FIRST` positions before `LENGTH`, and the call over `LENGTH` only where that one's
 # time, scaled by the square's size, fits `SHARE` of the seconds a reply may take.
@@ -214,8 +221,13 @@ def at_length(gradients, case, length, judged=True):
         started = time.perf_counter()
         got, steady = gradients(probe, g)
         seconds = time.perf_counter() - started
-        finite = all(v is None or np.all(np.isfinite(v)) for n, v in got.items() if n != BIAS)
+        finite = all(v is None or np.all(np.isfinite(v)) for n, v in got.items() if n not in EXTRA)
+        how = got.get(HOW)
         values = bias_off(got.get(BIAS), case, probe.queries, probe.keys, VALUES)
+        if values is None and got.get(EVALUATED) is not None:
+            values = bias_off(got[EVALUATED], case, probe.queries, probe.keys, VALUES)
+            if values is not None:
+                how = "in evaluation mode (no gradients, as inference calls it)"
         wrong = not finite or values is not None or \
             differing(got, case, probe.queries, probe.keys, g, TOLERANCE) != ([], [])
         if not judged:
@@ -236,9 +248,20 @@ def at_length(gradients, case, length, judged=True):
         return None
     if values is not None:
         off, largest, h, i, j = values
+        mode = f" {how}" if how else ""
+        shown = got.get(EVALUATED) if got.get(EVALUATED) is not None and how and "evaluation" in how \
+            else got.get(BIAS)
+        if got.get(BEFORE) is not None and shown is not None and \
+                not twin_differs(np.asarray(shown), np.asarray(got[BEFORE]), "f32"):
+            raise repeats.StaleBias(
+                f"at a long length ({length} positions){mode} the module returns the bias it "
+                f"computed there before its parameters changed (a training step: off by {off:.3g}, "
+                f"FIRE's largest {largest:.3g}): a cache it keeps for long sequences, or keeps "
+                "under another key than its parameters, goes stale once an optimiser steps, where "
+                "the steps the small cases take show nothing [fire.bias]")
         raise LongBias(
-            f"at a long length ({length} positions; the value cases ask for a few hundred pairs) "
-            f"the bias is not FIRE's: off by {off:.3g} (FIRE's largest {largest:.3g}) at head "
+            f"at a long length ({length} positions; the value cases ask for a few hundred pairs)"
+            f"{mode} the bias is not FIRE's: off by {off:.3g} (FIRE's largest {largest:.3g}) at head "
             f"{h}, query {i}, key {j}: a path the module takes only for long sequences (an input "
             "quantised, approximated or chunked past some length) changes what it computes at "
             "that context, where the bias of the case itself is FIRE's [fire.bias]")
@@ -249,7 +272,7 @@ def at_length(gradients, case, length, judged=True):
                                             "square, keys after their query included, reaches "
                                             "every gradient: 0 · NaN is NaN)"))
         return None
-    check(got, case, probe, g, length)
+    check(got, case, probe, g, length, how)
     return seconds
 
 
@@ -277,16 +300,17 @@ def affordable(gradients, case, length, seconds, budget):
     return False
 
 
-def check(got, case, probe, g, length):
+def check(got, case, probe, g, length, how=None):
     """Raises ``LongGradient`` where ``got`` differs from this FIRE's for ``probe`` and ``g``
-    (``differing``), naming each such parameter."""
+    (``differing``), naming each such parameter; ``how``, the call's mode, is said."""
     none, off = differing(got, case, probe.queries, probe.keys, g, TOLERANCE)
     if none or off:
         said = "; ".join(part for part in (
             f"no gradient reaches {', '.join(none)}" if none else "",
             f"the gradient of {', '.join(off)} is not FIRE's" if off else "") if part)
         raise LongGradient(
-            f"at a long length ({length} positions; the gradient cases are small squares) {said}: "
+            f"at a long length ({length} positions; the gradient cases are small squares)"
+            f"{f' {how}' if how else ''} {said}: "
             "a path the module takes only for long sequences (a torch.no_grad(), .detach() or "
             "stop_gradient past some length, a normaliser kept out of the graph there) changes "
             "what training at that context learns, where the gradients of the case itself are "
@@ -300,26 +324,79 @@ def not_checked(case, length, why):
     return f"{what} at a long length not checked ({length} positions): {why}"
 
 
-def check_torch(glue, m, heads, case, names):
+def check_torch(glue, m, heads, case, names, train=False):
     """``probed`` for the torch module ``m`` (holding ``case``'s values, ``names``: ours by the
     module's) called through ``glue``'s forward; its gradients are cleared before and after
-    each call."""
+    each call. With ``train`` (its training mode is deterministic and agreed with evaluation on
+    the case: ``train_mode.check_torch``) the gradients and the bias are taken in training mode
+    (``module.train()``, dropouts off), as a training loop calls it, and the bias in evaluation
+    mode (no gradients) too, as inference calls it: a path either takes alone past some length
+    shows. Before a call at a long length the module takes a training step there (``stepped``),
+    as ``steps.step`` takes one before every small case."""
+    import contextlib
+
     import torch
 
-    def steady(at, first):
+    def forward(at):
+        return glue.forward(m, heads, at, True, probes=False)
+
+    def evaluated(at):
+        m.eval()
         with torch.no_grad():
-            again, _ = glue.forward(m, heads, at, True, probes=False)
+            out, plan = forward(at)
+        return plan.pick(as_numpy(out))
+
+    def mode():
+        return train_mode.torch_dropouts_off() if train else contextlib.nullcontext()
+
+    def stepped(at):
+        # Its parameters scaled in place (an optimiser's step), an evaluation and a training
+        # forward at this length, the case's values written back: the evaluation's bias, which a
+        # cache that missed the step answers with next; None where a call failed.
+        params = [p for p in m.parameters() if p.requires_grad and p.is_floating_point()]
+        kept = [p.detach().clone() for p in params]
+        try:
+            m.train()
+            with torch.no_grad():
+                for p in params:
+                    p.mul_(steps.SCALE)
+            before = evaluated(at)
+            m.train()
+            with torch.no_grad(), mode():
+                forward(at)
+            return before
+        except Exception:  # noqa: BLE001 - the graded call below says why, if anything
+            return None
+        finally:
+            # Written back in training mode, as an optimiser's step is.
+            m.train()
+            with torch.no_grad():
+                for p, k in zip(params, kept):
+                    p.copy_(k)
+            m.eval()
+
+    def steady(at, first):
+        m.train(train)
+        try:
+            with torch.no_grad(), mode():
+                again, _ = forward(at)
+        finally:
+            m.eval()
         return not twin_differs(as_numpy(again), first, glue.dtype)
 
     def gradients(at, g):
+        before = stepped(at) if len(at.keys) > SHORT else None
         for p in m.parameters():
             p.grad = None
         try:
-            full, plan = glue.forward(m, heads, at, True, probes=False)
-            if isinstance(full, torch.Tensor) and full.requires_grad:
-                cot = torch.as_tensor(plan.cotangent(g), dtype=full.dtype, device=full.device)
-                # The masked entries a module returns as −∞ get no cotangent (0 · ∞ is no number).
-                torch.where(cot != 0, full * cot, torch.zeros_like(full)).sum().backward()
+            eval_bias = evaluated(at) if train else None
+            m.train(train)
+            with mode():
+                full, plan = forward(at)
+                if isinstance(full, torch.Tensor) and full.requires_grad:
+                    cot = torch.as_tensor(plan.cotangent(g), dtype=full.dtype, device=full.device)
+                    # The masked entries a module returns as −∞ get no cotangent (0 · ∞ is no number).
+                    torch.where(cot != 0, full * cot, torch.zeros_like(full)).sum().backward()
             transposed = getattr(names, "transposed", ())
             got = {names[n]: (None if p.grad is None else p.grad.detach().cpu().numpy().T
                               if n in transposed else p.grad.detach().cpu().numpy())
@@ -327,18 +404,23 @@ def check_torch(glue, m, heads, case, names):
             first = as_numpy(full)
             del full
             got[BIAS] = plan.pick(first)
+            got[EVALUATED], got[BEFORE] = eval_bias, before
+            got[HOW] = "in training mode (module.train(), as a training loop calls it)" if train else None
             return got, lambda: steady(at, first)
         finally:
+            m.eval()
             for p in m.parameters():
                 p.grad = None
 
     return probed(gradients, case, length_for(glue.max_len))
 
 
-def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax):
+def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax, training=None):
     """``probed`` for the JAX module ``m`` (``variables`` with ``params`` holding ``case``'s
     values; ``loaded``: ours by the path of each leaf, ``in_out`` those kept ``[in, out]``)
-    called as ``plan`` calls it."""
+    called as ``plan`` calls it. With ``training`` (``(call, how)``: its training call, which
+    agreed with evaluation on the case; ``jax_glue.JaxGlue.training_call``) the gradients and the
+    bias are taken in training mode, its keys fixed, and the bias in evaluation mode too."""
     from fire_conformance import calls, jax_calls, outputs, trees
 
     def gradients(at_case, g):
@@ -346,8 +428,14 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
         args = glue.args(at, heads)
         rows, cols = at.shape
 
-        def bias(p):
+        def evaluated(p):
             out = jax_calls.apply(m, {**variables, "params": p}, *args)
+            return outputs.squeeze(out, heads, rows, cols, batch=at.batch, check=False)
+
+        def bias(p):
+            if training is None:
+                return evaluated(p)
+            out = training[0](p, args, fixed=True)
             return outputs.squeeze(out, heads, rows, cols, batch=at.batch, check=False)
 
         full, pullback = jax.vjp(bias, params)
@@ -358,6 +446,9 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
                       np.asarray(flat[path]).T if path in in_out else np.asarray(flat[path]))
                for path, name in loaded.items()}
         got[BIAS] = at.pick(first)
+        if training is not None:
+            got[EVALUATED] = at.pick(as_numpy(evaluated(params)))
+            got[HOW] = f"in training mode ({training[1]}, as a training loop calls it, its keys fixed)"
         return got, lambda: not twin_differs(as_numpy(bias(params)), first, glue.dtype)
 
     return probed(gradients, case, length_for(glue.max_len))

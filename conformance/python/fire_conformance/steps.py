@@ -29,6 +29,7 @@ from fire_conformance import kit as fire_kit
 from fire_conformance import numpy_fire
 from fire_conformance import repeats
 from fire_conformance.calls import ROUNDING, unmasked
+from fire_conformance.outputs import as_numpy
 from fire_conformance.repeats import StaleBias, distance
 
 try:
@@ -124,6 +125,66 @@ def step(m, call, full=True):
         for p in m.parameters():
             p.grad = None
     return (bias if changed else None), error, changed
+
+
+class InferenceMode(fire_kit.Mistake):
+    """Under ``torch.inference_mode()`` the module returns another bias than under
+    ``torch.no_grad()``."""
+
+
+def check_inference(m, call, full, dtype):
+    """Raises where the torch module ``m`` (in eval mode, holding the case's values), called
+    under ``torch.inference_mode()`` as generation and evaluation loops call it, returns another
+    bias than ``full``, the graded call's under ``torch.no_grad()``: on a copy of it (tensors
+    made there cannot enter autograd later, so the module graded goes on without them), after a
+    step (its parameters scaled by ``SCALE`` in training mode and evaluated in that mode, then
+    written back in training mode), so that a cache kept only there, and stale after an
+    optimiser's step, shows.
+    ``call(module)`` is the glue's forward returning the bias. Returns the case's note where it
+    could not be checked, else None."""
+    import copy
+
+    try:
+        twin = copy.deepcopy(m)
+    except Exception as e:  # noqa: BLE001 - a module that cannot be copied is left unchecked
+        return f"the module under torch.inference_mode() not checked: it cannot be copied ({type(e).__name__})"
+    params = [p for p in twin.parameters() if p.requires_grad and p.is_floating_point()]
+    kept = [p.detach().clone() for p in params]
+    try:
+        # Each change made in training mode, as an optimiser's step is (a module may clear a
+        # cache when put in training mode: that is right), each call in evaluation mode.
+        for values in ([k * SCALE for k in kept], kept):
+            twin.train()
+            with torch.no_grad():
+                for p, v in zip(params, values):
+                    p.copy_(v)
+            twin.eval()
+            with torch.inference_mode():
+                out = call(twin).clone()
+            if values is not kept:
+                before = out
+        after = out
+    except Exception as e:  # noqa: BLE001 - said, not failed: the graded call ran
+        return ("the module under torch.inference_mode() not checked: called so, it raised "
+                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+    if not twin_differs(as_numpy(after), as_numpy(full), dtype):
+        return None
+    if changed_nothing(kept) or twin_differs(as_numpy(after), as_numpy(before), dtype):
+        raise InferenceMode(
+            "under torch.inference_mode() (as generation and evaluation loops call it) the module "
+            "returns another bias than under torch.no_grad(), which the cases grade: a path it "
+            "takes only there (torch.is_inference_mode_enabled()) computes something else [fire.bias]")
+    raise StaleBias(
+        "under torch.inference_mode() (as generation and evaluation loops call it) the module "
+        "returns the bias it computed in that mode before its parameters changed (an optimiser's "
+        "step, then the case's values written back): a cache it keeps only under inference mode "
+        "goes stale once training steps; recompute it on every call, or key it on the parameters' "
+        "versions as well [fire.bias]")
+
+
+def changed_nothing(kept):
+    """Whether scaling the parameters ``kept`` (their values) changes none: all zero."""
+    return not any(bool((k != 0).any()) for k in kept)
 
 
 def jax_step(call, params, jax):

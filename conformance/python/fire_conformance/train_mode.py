@@ -158,6 +158,16 @@ def random_output(how):
                              "dropouts off (randomness of its own)")
 
 
+def values_unchecked(how):
+    """The note of a training call whose output is random but fixed by a seed: its gradients
+    were held to its own derivative (``own_derivative``), its values to nothing."""
+    return (f"training mode's values not compared ({how}): its output changes from call to call "
+            "with the glue's dropouts off (randomness of its own: positions drawn at random in "
+            "training, noise); its gradients were checked against its own output with the "
+            "randomness fixed, but what the random path computes is not checked: a mistake only "
+            "it makes passes [grad.vjp]")
+
+
 def called_so(e):
     """What a call the glue made and ``e`` stopped says in a note: its type and first line."""
     text = str(e).splitlines()[0] if str(e) else ""
@@ -227,7 +237,8 @@ def seeded(call):
 
 def torch_own_derivative(m, call, g, names, dtype, how):
     """``own_derivative`` of the torch module ``m`` (in train mode) under a fixed seed; the
-    ``not_compared`` note where that does not fix its output (a generator of its own)."""
+    ``not_compared`` note where that does not fix its output (a generator of its own), else
+    ``values_unchecked``'s."""
     with torch.no_grad():
         once, twice = seeded(call), seeded(call)
     if dtype not in UNIT or twin_differs(as_numpy(once), as_numpy(twice), dtype):
@@ -259,7 +270,7 @@ def torch_own_derivative(m, call, g, names, dtype, how):
     own_derivative(loss, scalars, how, dtype)
     for p in m.parameters():
         p.grad = None
-    return None
+    return values_unchecked(how)
 
 
 def check_torch(m, call, full, g, names, graded, dtype):
@@ -393,7 +404,7 @@ def check_jax(trained, params, full, grads, cot, loaded, dtype, jax, how, fixed=
 
 def jax_own_derivative(fixed, params, cot, loaded, dtype, jax, how):
     """``own_derivative`` of a JAX module's training call with its keys fixed (``fixed``); the
-    ``not_compared`` note where that does not fix its output."""
+    ``not_compared`` note where that does not fix its output, else ``values_unchecked``'s."""
     once, twice = fixed(params), fixed(params)
     if twin_differs(np.asarray(once, dtype=np.float64), np.asarray(twice, dtype=np.float64), dtype):
         return random_output(how)
@@ -411,4 +422,4 @@ def jax_own_derivative(fixed, params, cot, loaded, dtype, jax, how):
                for path, ours in loaded.items()
                if ours in MEASURED and path in flat and np.size(moved[path]) == 1]
     own_derivative(loss, scalars, how, dtype)
-    return None
+    return values_unchecked(how)

@@ -133,12 +133,17 @@ pub fn render(r: &Report, verbose: bool) -> String {
                 out,
                 "nothing was graded for {}: no case of it was selected, or every one was skipped ({}), so the run does not pass; `--fail-on {}` counts the other verdict alone",
                 q.name(),
-                skip_reason(r, *q),
+                skip_reason(r, Some(*q)),
                 q.other().name()
             ),
             _ => writeln!(
                 out,
-                "nothing was graded: no case matched the selection, or every selected case was skipped"
+                "nothing was graded: no case matched the selection, or every selected case was skipped{}",
+                if r.outcomes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", skip_reason(r, None))
+                }
             ),
         };
     }
@@ -146,18 +151,31 @@ pub fn render(r: &Report, verbose: bool) -> String {
     out
 }
 
-/// Why the skipped cases of `question` were skipped: the reason most of them give, with how
+/// Why the skipped cases of `question` (every question: `None`) were skipped: the reason most of them give, with how
 /// many (a module computing only in float64, run at f32, skips every case for the same reason;
 /// one returning bfloat16 skips all it is asked beside the cases the suite itself skips, for
 /// other reasons each), and a pointer to `-v` for the others where it accounts for less than
 /// half.
-fn skip_reason(r: &Report, question: Question) -> String {
-    most_given(
+fn skip_reason(r: &Report, question: Option<Question>) -> String {
+    let skipped = || {
         r.outcomes
             .iter()
-            .filter(|o| o.question == question && o.status == Status::Skipped)
-            .map(|o| o.details.first().map(String::as_str)),
-    )
+            .filter(|o| question.is_none_or(|q| o.question == q) && o.status == Status::Skipped)
+            .map(|o| o.details.first().map(String::as_str))
+    };
+    let said = most_given(skipped());
+    // The module's own refusal of the dtype is what to act on, even where the suite's own
+    // skips (profiles finer than the run's) are more.
+    let refused: Vec<&str> = skipped()
+        .flatten()
+        .filter(|d| d.starts_with(crate::grade::CANNOT_COMPUTE))
+        .collect();
+    match refused.first() {
+        Some(first) if !said.contains(crate::grade::CANNOT_COMPUTE) => {
+            format!("{said}; {} {first}", refused.len())
+        }
+        _ => said,
+    }
 }
 
 /// [`skip_reason`] over each skipped case's first detail line (`None`: it gave none).

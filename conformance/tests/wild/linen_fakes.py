@@ -169,3 +169,13 @@ class LongDetached(FIRE):
     def normaliser(self, c, L_multiplier, init_L, positions, deterministic):
         out = super().normaliser(c, L_multiplier, init_L, positions, deterministic)
         return jax.lax.stop_gradient(out) if positions.shape[0] > 1024 else out
+
+
+class LongDetachedInTraining(FIRE):
+    """Memory saved in training the wrong way (audit 37): in training (``deterministic=False``)
+    past 1 024 positions the normaliser under ``stop_gradient``; evaluation, and training on the
+    small squares, are FIRE's."""
+
+    def normaliser(self, c, L_multiplier, init_L, positions, deterministic):
+        out = super().normaliser(c, L_multiplier, init_L, positions, deterministic)
+        return jax.lax.stop_gradient(out) if positions.shape[0] > 1024 and not deterministic else out

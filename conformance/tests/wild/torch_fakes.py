@@ -1000,6 +1000,71 @@ class LongQuantisedInput(FIRE):
         return self.mlp(z.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
 
 
+class LongDetachedInTraining(FIRE):
+    """Memory saved in training on long sequences the wrong way (audit 37): in ``.train()``
+    mode past 1 024 positions c and the multiplier are detached, so they learn nothing at the
+    context the model trains at. Evaluation mode, and training on the small squares, are
+    FIRE's."""
+
+    def forward(self, x: torch.Tensor):
+        if not (self.training and x.size(2) > 1024):
+            return super().forward(x)
+        positions = torch.arange(x.size(2), dtype=x.dtype, device=x.device)
+        c, threshold = self.c.detach(), torch.abs(self.L_multiplier * self.init_L).detach()
+        normalizer = torch.log(torch.abs(c * torch.max(positions, threshold)) + 1) + self.eps
+        z = torch.log(torch.abs(c * torch.abs(positions[:, None] - positions[None, :])) + 1) / normalizer[:, None]
+        return self.mlp(z.unsqueeze(-1)).unsqueeze(0).permute(0, 3, 1, 2)
+
+
+class LongCachedInEvaluation(FIRE):
+    """Time saved in evaluation on long sequences (audit 37): past 1 024 positions the bias is
+    cached by length in eval mode, and a training step leaves it stale. The glue's step before
+    every small case never reaches that length."""
+
+    def forward(self, x: torch.Tensor):
+        T = x.size(2)
+        if self.training or T <= 1024:
+            return super().forward(x)
+        cache = self.__dict__.setdefault("long_cache", {})
+        if T not in cache:
+            cache[T] = super().forward(x).detach()
+        return cache[T]
+
+
+class CachedInInference(FIRE):
+    """A bias cached by length under ``torch.inference_mode()`` alone (audit 37): generation
+    calls it there, and a training step leaves it stale. ``torch.no_grad()``, which the graded
+    calls use, never takes that path."""
+
+    def forward(self, x: torch.Tensor):
+        if not torch.is_inference_mode_enabled():
+            return super().forward(x)
+        cache = self.__dict__.setdefault("inference_cache", {})
+        T = x.size(2)
+        if T not in cache:
+            cache[T] = super().forward(x)
+        return cache[T]
+
+
+class LongInChunksInTraining(FIRE):
+    """Correct: in ``.train()`` mode past 1 024 positions f_θ runs on 256 rows at a time under
+    activation checkpointing, the graph kept; the long check made in training mode passes it."""
+
+    def forward(self, x: torch.Tensor):
+        T = x.size(2)
+        if not (self.training and T > 1024):
+            return super().forward(x)
+        from torch.utils.checkpoint import checkpoint
+
+        positions = torch.arange(T, dtype=x.dtype, device=x.device)
+        threshold = torch.abs(self.L_multiplier * self.init_L)
+        normalizer = torch.log(torch.abs(self.c * torch.max(positions, threshold)) + 1) + self.eps
+        z = self.numerator(positions[:, None] - positions[None, :]) / normalizer[:, None]
+        rows = [checkpoint(self.mlp, z[r:r + 256].unsqueeze(-1), use_reentrant=False)
+                for r in range(0, T, 256)]
+        return torch.cat(rows).unsqueeze(0).permute(0, 3, 1, 2)
+
+
 class LongInChunks(FIRE):
     """Correct, memory saved on long sequences the right way: past 1 024 positions f_θ runs on
     256 rows at a time, the graph kept."""
