@@ -347,6 +347,16 @@ fn a_torch_constructor_that_ignores_its_initial_values_fails_naming_them() {
         "{r:#}"
     );
     assert!(!said.contains("ignores `init_c`"), "{r:#}");
+    // A scale of it (`init_L // 2`) is said with its factor, not as a transform a glue converts
+    // (audit 37: DAPE's port was told to convert a log or a softplus⁻¹).
+    let (code, r) = run(&torch_fake("HalvesInitL", "f32"), &DEFAULT_AND_RANDOM);
+    assert_eq!(code, 1, "{r:#}");
+    let said = r.to_string();
+    assert!(
+        said.contains("it starts init_L at 0.5 × the value it is given"),
+        "{r:#}"
+    );
+    assert!(!said.contains("stores a transform"), "{r:#}");
     let r = passes_in(
         &torch_fake("KeepsAbsC", "f32"),
         6,

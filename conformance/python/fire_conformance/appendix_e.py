@@ -129,8 +129,8 @@ from fire_conformance.dtypes import TORCH_DTYPES, dtype_name, rerun_advice, wide
 from fire_conformance.forward_call import ForwardCall
 from fire_conformance.outputs import as_numpy, numpy_output
 from fire_conformance.construction import (
-    SCALARS, at_defaults, same_in_f32, check_arguments, from_options, construct_own, construct,
-    default_eps_note)
+    SCALARS, at_defaults, from_options, construct_own, construct, default_eps_note)
+from fire_conformance.held import check_arguments, same_in_f32
 from fire_conformance.loading import (
     Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
     parametrized, reading, trainable)

@@ -311,7 +311,7 @@ def threshold_shows(case, moved, got, dtype):
     """Whether FIRE's bias for ``case`` differs from its bias with L_init = ``moved`` on the
     causal entries (key ≤ query) of the module's ``got`` that are no mask (``unmasked``, and not
     NaN: a module without |c| returns NaN for any L_init): the premise of the probe of a
-    constructor keeping a threshold of its own (``construction.threshold_moved``). Keys after
+    constructor keeping a threshold of its own (``held.threshold_moved``). Keys after
     the query are left out, which a module declaring ``zero`` or ``masked`` sets whatever L is;
     query 0, whose only causal key is at distance 0 (ψ(0) = 0 whatever L), tells nothing."""
     try:
@@ -329,7 +329,7 @@ def threshold_shows(case, moved, got, dtype):
 
 
 def check_own_threshold(case, got, built_with, dtype, untaken, theirs):
-    """Raises ``construction.keeps_own_threshold`` where a module whose ``init_L`` nothing the
+    """Raises ``held.keeps_own_threshold`` where a module whose ``init_L`` nothing the
     glue loads holds, built again with an ``init_L`` that moves the threshold past every position
     (``built_with(l_init)``: its bias then, picked as ``got``, or None where it cannot be built),
     returns the case's bias ``got`` unchanged: its threshold is its own [fire.params]. Not where,
@@ -337,9 +337,9 @@ def check_own_threshold(case, got, built_with, dtype, untaken, theirs):
     by a higher one is another mistake (a threshold taken as min(L, i), which a threshold past
     every position leaves as i), which its values name. ``untaken``: the arguments its
     constructor does not take; ``theirs``: how it is given ``init_L``, for the message."""
-    from fire_conformance import construction
+    from fire_conformance import held
 
-    moved = construction.threshold_moved(case, untaken)
+    moved = held.threshold_moved(case, untaken)
     if moved is None or not threshold_shows(case, moved, got, dtype):
         return
     again = built_with(moved)
@@ -354,7 +354,7 @@ def check_own_threshold(case, got, built_with, dtype, untaken, theirs):
         # ε), which would make the rest's change look like rounding at their scale.
         if below is not None and twin_differs(got, below, dtype, entrywise=True):
             return
-    raise construction.keeps_own_threshold(case, moved, theirs)
+    raise held.keeps_own_threshold(case, moved, theirs)
 
 
 # How much nearer the case's bias one of two differing biases must be to be called the case's.

@@ -60,6 +60,15 @@ class IgnoresInitL(FIRE):
         super().__init__(num_heads, mlp_width, init_c, 512.0, eps)
 
 
+class HalvesInitL(FIRE):
+    """Stores ``init_L // 2`` (a public port's choice, audit 37): a model built with
+    ``init_L=512`` starts its threshold at 256. A scale, not a reparametrisation: said so, with
+    the factor."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L // 2, eps)
+
+
 class IgnoresInitC(FIRE):
     """Takes ``init_c`` and starts c at 0.1 whatever it is given."""
 
