@@ -123,6 +123,33 @@ fn the_glue_runner_serves_a_build_function_and_names_what_is_missing() {
     assert_eq!(v["implementation"], "my glue");
     assert_eq!(v["values"]["failed"], 0, "{}", text(&o));
     assert!(v["values"]["passed"].as_u64().unwrap() > 10);
+    // A file with no CAPABILITIES calling serve(...) itself: served by import, its own
+    // arguments never apply, and every case's note says so (audit 37: a glue's `dtypes=["f32"]`
+    // was silently not in effect under `pytest --fire-glue`).
+    std::fs::write(
+        dir.path().join("own_serve.py"),
+        "from fire_conformance import kit, numpy_fire\n\
+         def build(case):\n    return numpy_fire.build(case)\n\
+         if __name__ == '__main__':\n    kit.serve(build, name='mine', dtypes=['f32'])\n",
+    )
+    .unwrap();
+    let o = python(
+        dir.path(),
+        &[
+            "-m",
+            "fire_conformance",
+            "run",
+            "--run",
+            "fire/depth/*",
+            "--impl",
+            "python3 -m fire_conformance.glue own_serve.py",
+        ],
+    );
+    assert!(
+        text(&o).contains("own_serve.py calls serve(...) itself but declares no CAPABILITIES"),
+        "{}",
+        text(&o)
+    );
     std::fs::write(dir.path().join("empty.py"), "x = 1\n").unwrap();
     let o = python(dir.path(), &["-m", "fire_conformance.glue", "empty.py"]);
     assert!(!o.status.success());

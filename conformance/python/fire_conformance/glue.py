@@ -16,6 +16,7 @@ graded call; ``"fresh"``, the default, where it builds one per case). A file tha
 """
 
 import argparse
+import ast
 import importlib.util
 import os
 import sys
@@ -45,6 +46,35 @@ def load_glue(path):
     return module, caps
 
 
+def calls_serve(path):
+    """Whether the file calls ``serve(...)`` itself (``kit.serve``, ``fire_kit.serve``): under
+    ``if __name__ == "__main__":``, which importing it does not run."""
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) == "serve"
+               for n in ast.walk(tree))
+
+
+def unserved(path):
+    """The note of a file with no ``CAPABILITIES`` that calls ``serve(...)`` itself: what it
+    passes there is not in effect when it is served by import."""
+    return (f"{os.path.basename(path)} calls serve(...) itself but declares no CAPABILITIES: served "
+            "by import (`fire-conformance-glue`, `pytest --fire-glue`), its `if __name__ == "
+            "\"__main__\":` block never runs, so what it passes there (dtypes, conventions, "
+            "positions, max_len, state) is not in effect and the defaults are (dtype f64); put "
+            "them in CAPABILITIES = dict(...), which both ways read")
+
+
+def noting(build, note):
+    """``build`` with ``note`` made on every case it is asked."""
+    def noted(case):
+        case.note(note)
+        return build(case)
+    return noted
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("glue", help="path/to/my_glue.py, defining build(case)")
@@ -53,10 +83,11 @@ def main(argv=None):
     # Before the glue file is imported: a print there or in its build would be read as a reply.
     kit.reserve_stdout()
     module, caps = load_glue(a.glue)
+    build = noting(module.build, unserved(a.glue)) if not caps and calls_serve(a.glue) else module.build
     caps.setdefault("name", f"glue: {a.glue}")
     if a.name:
         caps["name"] = a.name
-    kit.serve(module.build, **caps)
+    kit.serve(build, **caps)
 
 
 if __name__ == "__main__":
