@@ -488,7 +488,7 @@ fn a_jax_module_holding_its_weights_in_float16_is_named_so() {
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     assert_eq!(
         r["overall_stored"],
-        serde_json::json!({"format": "float16", "parameters": "mlp"}),
+        serde_json::json!({"format": "float16", "parameters": "mlp", "within_precision": 0}),
         "{r:#}"
     );
     for case in r["cases"].as_array().unwrap() {
@@ -509,10 +509,23 @@ fn a_jax_module_holding_its_weights_in_float16_is_named_so() {
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(
         r["overall_stored"],
-        serde_json::json!({"format": "float16", "parameters": "c"}),
+        serde_json::json!({"format": "float16", "parameters": "c", "within_precision": 0}),
         "{r:#}"
     );
     assert!(failed_saying(&r, "ignores").is_empty(), "{r:#}");
+    // f_θ in bfloat16 over every FIRE case: named at run level though a case or two agree only
+    // within bf16's precision (audit 37).
+    let (code, r) = run(
+        &jax_fake("Bfloat16Weights"),
+        &["--run", "fire/*", "--run", "fire-grad/*", "--run", "edge/*"],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(r["overall_stored"]["format"], "bfloat16", "{r:#}");
+    assert_eq!(r["overall_stored"]["parameters"], "mlp", "{r:#}");
+    assert!(
+        r["overall_stored"]["within_precision"].as_u64().unwrap() >= 1,
+        "{r:#}"
+    );
 }
 
 /// The bias cases, the [fire.defaults] ones, the ε cases and a gradient case.

@@ -58,7 +58,6 @@ from fire_conformance import equinox_bridge
 from fire_conformance import forward_call
 from fire_conformance import fresh
 from fire_conformance import haiku_bridge
-from fire_conformance import held
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
 from fire_conformance import long_length
@@ -69,6 +68,7 @@ from fire_conformance import outputs
 from fire_conformance import steps
 from fire_conformance import train_mode
 from fire_conformance import trees
+from fire_conformance.held import FROM_ARGUMENT, TransformedArgument, check_arguments, same_in_f32
 from fire_conformance.jax_calls import apply, call_of, call_style, import_jax, init, parameter_names
 from fire_conformance.jax_loading import load_jax, place, unreached
 
@@ -206,7 +206,7 @@ class JaxGlue:
                     f"gradient ({'the threshold L = |m·L_init| is fixed' if name == 'L_multiplier' else 'ψ is fixed'}); "
                     + getattr(self.cls, "trains_as", "declare it with self.param"))
         for path, name in outside.items():
-            if own and not held.same_in_f32(others[path], ours[name]):
+            if own and not same_in_f32(others[path], ours[name]):
                 continue  # the module's own initial value, kept as in `params` below
             dt = getattr(others[path], "dtype", self.dt)
             others[path] = jnp.asarray(place(ours[name], others[path], path), dtype=dt)
@@ -217,7 +217,7 @@ class JaxGlue:
         kinds = {np.dtype(leaf.dtype) for leaf in flat.values() if jnp.issubdtype(leaf.dtype, jnp.floating)}
         for path, name in loaded.items():
             dt = self.dt if len(kinds) <= 1 else flat[path].dtype
-            if own and name in construction.SCALARS and not held.same_in_f32(flat[path], ours[name]):
+            if own and name in construction.SCALARS and not same_in_f32(flat[path], ours[name]):
                 # The module's own initial value, kept (one equal to the case's in float32 takes
                 # the case's exact value).
                 flat[path] = jnp.asarray(flat[path], dtype=dt)
@@ -434,7 +434,7 @@ class JaxGlue:
 
     def check_held(self, case, heads, width, args, flat, others, loaded, outside, ours, own):
         """Checks the c and L_init the module holds as built, wherever it keeps them
-        (``held.check_arguments``, [fire.params]): built from the case's, it must hold
+        (``check_arguments``, [fire.params]): built from the case's, it must hold
         them (an argument ignored fails, a transform of it is refused); built on its own defaults
         and holding others than the spec's, it is built again from the case's values to tell a
         default of its own (graded as such) from a transform (``log c`` held as ``c``), which no
@@ -455,18 +455,18 @@ class JaxGlue:
             return trees.lookup(holds({**case.encoding, key: value}), where[name])
 
         if not own:
-            held.check_arguments(held, case, self.dtype, rebuild, self.kwargs.untaken(self.cls),
+            check_arguments(held, case, self.dtype, rebuild, self.kwargs.untaken(self.cls),
                                          lambda arg: self.kwargs.given_as(self.cls, arg))
             return
-        if all(held.same_in_f32(v, ours[name]) for name, v in held.items()
-               if name in held.FROM_ARGUMENT):
+        if all(same_in_f32(v, ours[name]) for name, v in held.items()
+               if name in FROM_ARGUMENT):
             return
         try:
             given = holds(case.encoding)
-            held.check_arguments({name: trees.lookup(given, where[name]) for name in held},
+            check_arguments({name: trees.lookup(given, where[name]) for name in held},
                                          case, self.dtype, rebuild, self.kwargs.untaken(self.cls),
                                          lambda arg: self.kwargs.given_as(self.cls, arg))
-        except held.TransformedArgument:
+        except TransformedArgument:
             raise
         except Exception:
             pass  # a default of its own, graded as such

@@ -92,9 +92,15 @@ pub enum Overall {
     /// profile's tolerance: a step computed at lower precision. spec: [num.profiles]
     Precision(&'static str),
     /// Every failing case is the reference's with FIRE's parameters rounded to this storage
-    /// ([`diagnose::Stored`]): the module holds them at a lower precision than it computes in.
-    /// spec: [num.profiles]
-    Stored(diagnose::Stored),
+    /// ([`diagnose::Stored`]), or agrees with it within that storage's precision (`within`
+    /// cases: a gradient whose rounding the storage does not reproduce value for value): the
+    /// module holds them at a lower precision than it computes in. spec: [num.profiles]
+    Stored {
+        /// The storage, and which parameters it holds.
+        stored: diagnose::Stored,
+        /// How many failing cases agree within its precision without matching it exactly.
+        within: usize,
+    },
     /// Every failing case is the reference's at its positions held so
     /// ([`diagnose::Finding::positions`]). spec: [conv.positions]
     Positions(diagnose::HeldPositions),
@@ -310,8 +316,8 @@ pub(crate) fn diagnose_run(
                     Overall::OtherInitial(values)
                 } else if let Some(held) = held_positions(outcomes, ran, &failed) {
                     Overall::Positions(held)
-                } else if let Some(s) = stored(outcomes, ran, &failed) {
-                    Overall::Stored(s)
+                } else if let Some((stored, within)) = stored(outcomes, ran, &failed) {
+                    Overall::Stored { stored, within }
                 } else if let Some(p) = failing_findings(outcomes, ran, &failed)
                     .and_then(|f| f.iter().map(|f| f.precision).collect::<Option<Vec<_>>>())
                     // The widest a case needs: every failing case agrees within it.
@@ -578,8 +584,8 @@ fn unexplained(outcomes: &[Outcome], ran: &[Ran], failed: &[bool], caps: &Capabi
             return Overall::Positions(held);
         }
         // Every failing gradient the reference's at parameters held at a lower precision.
-        if let Some(s) = stored(outcomes, ran, failed) {
-            return Overall::Stored(s);
+        if let Some((stored, within)) = stored(outcomes, ran, failed) {
+            return Overall::Stored { stored, within };
         }
         let mut params: Vec<String> = Vec::new();
         let (mut nan, mut layout) = (false, true);

@@ -70,15 +70,34 @@ pub(super) fn stored(
     outcomes: &[Outcome],
     ran: &[Ran],
     failed: &[bool],
-) -> Option<diagnose::Stored> {
-    let each = each_failing(outcomes, ran, failed, |f| f.stored)?;
+) -> Option<(diagnose::Stored, usize)> {
+    let findings = failing_findings(outcomes, ran, failed)?;
+    let each: Vec<diagnose::Stored> = findings.iter().filter_map(|f| f.stored).collect();
     let first = *each.first()?;
-    each.iter()
-        .all(|s| s.format == first.format)
-        .then(|| diagnose::Stored {
-            format: first.format,
-            which: diagnose::Which::union(each.iter().map(|s| s.which)),
-        })
+    // A case the storage does not reproduce value for value but that agrees within its
+    // precision (the one profile coarser than f32 stands for both 16-bit formats) has the same
+    // cause: Flax's `param_dtype=bfloat16` told so on 32 cases of 33 and "within bf16
+    // tolerance" on the last had been left undiagnosed at run level.
+    let level = if first.format == "float32" {
+        "f32"
+    } else {
+        "bf16"
+    };
+    let within = findings
+        .iter()
+        .filter(|f| f.stored.is_none() && f.precision == Some(level))
+        .count();
+    // Most of them named by it, not a storage one case fits by chance beside a precision.
+    let named = each.len() > within && each.len() + within == findings.len();
+    (named && each.iter().all(|s| s.format == first.format)).then(|| {
+        (
+            diagnose::Stored {
+                format: first.format,
+                which: diagnose::Which::union(each.iter().map(|s| s.which)),
+            },
+            within,
+        )
+    })
 }
 
 /// The other initial values that explain every failing case, the distinct ones in the order

@@ -80,7 +80,7 @@ pub fn render(r: &Report) -> Value {
             | Overall::FutureOnly { .. }
             | Overall::OtherInitial(_)
             | Overall::Precision(_)
-            | Overall::Stored(_)
+            | Overall::Stored { .. }
             | Overall::Positions(_)
             | Overall::Carried { .. }
             | Overall::Placement(_),
@@ -146,7 +146,7 @@ pub fn render(r: &Report) -> Value {
             _ => Value::Null,
         },
         "overall_stored": match &r.overall {
-            Some(Overall::Stored(s)) => json!({"format": s.format, "parameters": s.which.name()}),
+            Some(Overall::Stored { stored: s, within }) => json!({"format": s.format, "parameters": s.which.name(), "within_precision": within}),
             _ => Value::Null,
         },
         "overall_some_inputs": match &r.overall {

@@ -307,10 +307,14 @@ pub fn run_lines(r: &Report) -> String {
         Some(Overall::Positions(held)) => {
             let _ = writeln!(out, "overall: every failing case is the reference's {held}");
         }
-        Some(Overall::Stored(s)) => {
+        Some(Overall::Stored { stored: s, within }) => {
+            let also = match within {
+                0 => String::new(),
+                n => format!(" (or, on {n} of them, agrees with it within that precision)"),
+            };
             let _ = writeln!(
                 out,
-                "overall: every failing case is the reference's with {s}: the module holds them in {} though it computes and returns {}, so it cannot hold the values it is given (nor, in training, an optimiser's small updates); keep them in the dtype it computes in [num.profiles]",
+                "overall: every failing case is the reference's with {s}{also}: the module holds them in {} though it computes and returns {}, so it cannot hold the values it is given (nor, in training, an optimiser's small updates); keep them in the dtype it computes in [num.profiles]",
                 s.format, r.dtype
             );
         }
