@@ -856,11 +856,12 @@ fn a_constructor_taking_one_config_object_is_given_one_built_from_each_case() {
         "{r:#}"
     );
     // Where its config class declares FIRE's ε (`fire_epsilon`) and it normalises with the
-    // layer norms' all the same, it ignores FIRE's: the cases at another ε fail (audit 33).
+    // layer norms' all the same, it ignores FIRE's: the cases at another ε fail (audit 33),
+    // each naming `eps-missing` (on one, with the variants it coincides with there).
     let r = every_failure_says(
         &appendix("ConfigLayerNormEps", "f32"),
         &args,
-        "variant `eps-missing`",
+        "`eps-missing`",
     );
     assert!(
         failed_saying(&r, "")
