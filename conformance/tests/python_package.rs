@@ -108,17 +108,18 @@ fn the_glue_runner_serves_a_build_function_and_names_what_is_missing() {
          def build(case):\n    return numpy_fire.build(case)\n",
     )
     .unwrap();
-    let o = python(
-        dir.path(),
-        &[
-            "-m",
-            "fire_conformance",
-            "run",
-            "--json",
-            "--impl",
-            "python3 -m fire_conformance.glue my_glue.py",
-        ],
-    );
+    // The harness run through Python on a glue file of `dir`, with `args` before `--impl`.
+    let serve = |file: &str, args: &[&str]| {
+        let glue = format!("python3 -m fire_conformance.glue {file}");
+        let all = [
+            &["-m", "fire_conformance", "run"][..],
+            args,
+            &["--impl", &glue],
+        ]
+        .concat();
+        python(dir.path(), &all)
+    };
+    let o = serve("my_glue.py", &["--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["implementation"], "my glue");
     assert_eq!(v["values"]["failed"], 0, "{}", text(&o));
@@ -133,18 +134,7 @@ fn the_glue_runner_serves_a_build_function_and_names_what_is_missing() {
          if __name__ == '__main__':\n    kit.serve(build, name='mine', dtypes=['f32'])\n",
     )
     .unwrap();
-    let o = python(
-        dir.path(),
-        &[
-            "-m",
-            "fire_conformance",
-            "run",
-            "--run",
-            "fire/depth/*",
-            "--impl",
-            "python3 -m fire_conformance.glue own_serve.py",
-        ],
-    );
+    let o = serve("own_serve.py", &["--run", "fire/depth/*"]);
     assert!(
         text(&o).contains("own_serve.py calls serve(...) itself but declares no CAPABILITIES"),
         "{}",

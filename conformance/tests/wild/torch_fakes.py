@@ -317,8 +317,12 @@ class CachesInEvalOnly(FIRE):
     """An inference cache, filled only in eval mode without gradients and never cleared: right
     in training, stale in every evaluation after the first training step since."""
 
+    def uncached(self):
+        """Whether this call computes afresh rather than through the cache."""
+        return self.training or torch.is_grad_enabled()
+
     def forward(self, x):
-        if self.training or torch.is_grad_enabled():
+        if self.uncached():
             return super().forward(x)
         cache = self.__dict__.setdefault("_cache", {})
         T = x.size(2)
@@ -1040,19 +1044,13 @@ class LongCachedInEvaluation(FIRE):
         return cache[T]
 
 
-class CachedInInference(FIRE):
-    """A bias cached by length under ``torch.inference_mode()`` alone (audit 37): generation
-    calls it there, and a training step leaves it stale. ``torch.no_grad()``, which the graded
-    calls use, never takes that path."""
+class CachedInInference(CachesInEvalOnly):
+    """The cache above under ``torch.inference_mode()`` alone (audit 37): generation calls it
+    there, and a training step leaves it stale. ``torch.no_grad()``, which the graded calls
+    use, never takes that path."""
 
-    def forward(self, x: torch.Tensor):
-        if not torch.is_inference_mode_enabled():
-            return super().forward(x)
-        cache = self.__dict__.setdefault("inference_cache", {})
-        T = x.size(2)
-        if T not in cache:
-            cache[T] = super().forward(x)
-        return cache[T]
+    def uncached(self):
+        return not torch.is_inference_mode_enabled()
 
 
 class LongInChunksInTraining(FIRE):
