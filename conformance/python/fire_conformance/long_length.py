@@ -222,12 +222,15 @@ def at_length(gradients, case, length, judged=True):
         got, steady = gradients(probe, g)
         seconds = time.perf_counter() - started
         finite = all(v is None or np.all(np.isfinite(v)) for n, v in got.items() if n not in EXTRA)
-        how = got.get(HOW)
-        values = bias_off(got.get(BIAS), case, probe.queries, probe.keys, VALUES)
+        # The bias judged: the call's own, else (where the gradients were taken in training
+        # mode) evaluation's; and the mode said with it.
+        how, shown = got.get(HOW), got.get(BIAS)
+        values = bias_off(shown, case, probe.queries, probe.keys, VALUES)
         if values is None and got.get(EVALUATED) is not None:
             values = bias_off(got[EVALUATED], case, probe.queries, probe.keys, VALUES)
             if values is not None:
                 how = "in evaluation mode (no gradients, as inference calls it)"
+                shown = got[EVALUATED]
         wrong = not finite or values is not None or \
             differing(got, case, probe.queries, probe.keys, g, TOLERANCE) != ([], [])
         if not judged:
@@ -249,8 +252,6 @@ def at_length(gradients, case, length, judged=True):
     if values is not None:
         off, largest, h, i, j = values
         mode = f" {how}" if how else ""
-        shown = got.get(EVALUATED) if got.get(EVALUATED) is not None and how and "evaluation" in how \
-            else got.get(BIAS)
         if got.get(BEFORE) is not None and shown is not None and \
                 not twin_differs(np.asarray(shown), np.asarray(got[BEFORE]), "f32"):
             raise repeats.StaleBias(
@@ -350,30 +351,18 @@ def check_torch(glue, m, heads, case, names, train=False):
         return train_mode.torch_dropouts_off() if train else contextlib.nullcontext()
 
     def stepped(at):
-        # Its parameters scaled in place (an optimiser's step), an evaluation and a training
-        # forward at this length, the case's values written back: the evaluation's bias, which a
-        # cache that missed the step answers with next; None where a call failed.
-        params = [p for p in m.parameters() if p.requires_grad and p.is_floating_point()]
-        kept = [p.detach().clone() for p in params]
+        # A training step at this length (`steps.scaled`) with an evaluation and a training
+        # forward inside it: the evaluation's bias, which a cache that missed the step answers
+        # with next; None where a call failed.
         try:
-            m.train()
-            with torch.no_grad():
-                for p in params:
-                    p.mul_(steps.SCALE)
-            before = evaluated(at)
-            m.train()
-            with torch.no_grad(), mode():
-                forward(at)
+            with steps.scaled(m):
+                before = evaluated(at)
+                m.train()
+                with torch.no_grad(), mode():
+                    forward(at)
             return before
         except Exception:  # noqa: BLE001 - the graded call below says why, if anything
             return None
-        finally:
-            # Written back in training mode, as an optimiser's step is.
-            m.train()
-            with torch.no_grad():
-                for p, k in zip(params, kept):
-                    p.copy_(k)
-            m.eval()
 
     def steady(at, first):
         m.train(train)

@@ -23,6 +23,8 @@ a ψ table built in ``__init__``, shows it) and loaded with the same values must
 same bias; where it does not, the independent NumPy FIRE says which of the two is the case's.
 """
 
+import contextlib
+
 import numpy as np
 
 from fire_conformance import kit as fire_kit
@@ -148,28 +150,21 @@ def check_inference(m, call, full, dtype):
         twin = copy.deepcopy(m)
     except Exception as e:  # noqa: BLE001 - a module that cannot be copied is left unchecked
         return f"the module under torch.inference_mode() not checked: it cannot be copied ({type(e).__name__})"
-    params = [p for p in twin.parameters() if p.requires_grad and p.is_floating_point()]
-    kept = [p.detach().clone() for p in params]
+    def inferred():
+        twin.eval()
+        with torch.inference_mode():
+            return call(twin).clone()
+
     try:
-        # Each change made in training mode, as an optimiser's step is (a module may clear a
-        # cache when put in training mode: that is right), each call in evaluation mode.
-        for values in ([k * SCALE for k in kept], kept):
-            twin.train()
-            with torch.no_grad():
-                for p, v in zip(params, values):
-                    p.copy_(v)
-            twin.eval()
-            with torch.inference_mode():
-                out = call(twin).clone()
-            if values is not kept:
-                before = out
-        after = out
+        with scaled(twin) as changed:
+            before = inferred()
+        after = inferred()
     except Exception as e:  # noqa: BLE001 - said, not failed: the graded call ran
         return ("the module under torch.inference_mode() not checked: called so, it raised "
                 f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
     if not twin_differs(as_numpy(after), as_numpy(full), dtype):
         return None
-    if changed_nothing(kept) or twin_differs(as_numpy(after), as_numpy(before), dtype):
+    if not changed or twin_differs(as_numpy(after), as_numpy(before), dtype):
         raise InferenceMode(
             "under torch.inference_mode() (as generation and evaluation loops call it) the module "
             "returns another bias than under torch.no_grad(), which the cases grade: a path it "
@@ -182,9 +177,27 @@ def check_inference(m, call, full, dtype):
         "versions as well [fire.bias]")
 
 
-def changed_nothing(kept):
-    """Whether scaling the parameters ``kept`` (their values) changes none: all zero."""
-    return not any(bool((k != 0).any()) for k in kept)
+@contextlib.contextmanager
+def scaled(m):
+    """An optimiser's step on the torch module ``m`` and back: its trainable floating
+    parameters scaled in place by ``SCALE`` in training mode (a module may clear a cache when put
+    in training mode: that is right), the body run, then their values written back in place in
+    training mode, the module left in evaluation mode. Yields whether scaling changed any (not
+    all zero)."""
+    params = [p for p in m.parameters() if p.requires_grad and p.is_floating_point()]
+    kept = [p.detach().clone() for p in params]
+    try:
+        m.train()
+        with torch.no_grad():
+            for p in params:
+                p.mul_(SCALE)
+        yield any(bool((k != 0).any()) for k in kept)
+    finally:
+        m.train()
+        with torch.no_grad():
+            for p, k in zip(params, kept):
+                p.copy_(k)
+        m.eval()
 
 
 def jax_step(call, params, jax):
