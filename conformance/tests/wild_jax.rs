@@ -26,14 +26,14 @@ fn a_jax_bias_that_follows_the_constructors_init_c_fails_saying_so() {
     if !jax() {
         return;
     }
-    let (code, r) = run(&jax_fake("PsiFromInitC"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("PsiFromInitC")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(
         failed_saying(&r, "FollowsInitC: built with init_c").len(),
         6,
         "{r:#}"
     );
-    passes_in(&jax_fake("FIRE"), 6, &JAX_BIAS);
+    passes_in(&short(&jax_fake("FIRE")), 6, &JAX_BIAS);
     // The glue's own NumPy FIRE refusing an invalid encoding is no rejection by the module.
     let invalid = ["--run", "invalid/parameters/*"];
     let (_, plain) = run(&jax_fake("FIRE"), &invalid);
@@ -58,7 +58,7 @@ fn the_catalogued_mlp_mistakes_written_in_jax_are_graded_and_named() {
         ("NoHiddenActivation", "no-hidden-activation"),
         ("GeluDefault", "gelu-tanh-for-relu"),
     ] {
-        let (code, r) = run(&jax_fake(class), &JAX_BIAS);
+        let (code, r) = run(&short(&jax_fake(class)), &JAX_BIAS);
         assert_eq!(code, 1, "{class}: {r:#}");
         assert_eq!(count(&r, "values", "failed"), 6, "{class}: {r:#}");
         assert_eq!(overall(&r), [variant], "{class}: {r:#}");
@@ -71,7 +71,7 @@ fn jax_modules_with_scalars_of_shape_1_or_layers_named_otherwise_pass_values_and
         return;
     }
     for class in ["ScalarsShape1", "NamedOutputFirst"] {
-        let r = passes_in(&jax_fake(class), 7, &JAX_GRAD);
+        let r = passes_in(&short(&jax_fake(class)), 7, &JAX_GRAD);
         let grads = passed_with(&r, "fire-grad/");
         assert_eq!(grads.len(), 3, "{class}: {grads:?}: {r:#}");
     }
@@ -240,7 +240,7 @@ fn a_jax_module_whose_constructor_ignores_its_width_is_refused_not_skipped() {
     if !jax() {
         return;
     }
-    let (code, r) = run(&jax_fake("WidthIgnored"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("WidthIgnored")), &JAX_BIAS);
     // The module's mistake, not the glue's: a failure (exit 1), not "adapter broken" (audit 33).
     assert_eq!(code, 1, "{r:#}");
     assert!(count(&r, "values", "failed") > 0, "{r:#}");
@@ -249,7 +249,7 @@ fn a_jax_module_whose_constructor_ignores_its_width_is_refused_not_skipped() {
         "{r:#}"
     );
     // A constructor that does not name mlp_width has one architecture by design: skipped.
-    let (code, r) = run(&jax_fake("FixedWidth"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("FixedWidth")), &JAX_BIAS);
     assert_eq!(count(&r, "values", "failed"), 0, "{r:#}");
     assert_eq!(code, 5, "{r:#}");
 }
@@ -259,7 +259,7 @@ fn a_jax_module_without_a_threshold_multiplier_is_graded_and_named() {
     if !jax() {
         return;
     }
-    let (code, r) = run(&jax_fake("NoMultiplier"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("NoMultiplier")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["multiplier-ignored"], "{r:#}");
 }
@@ -273,7 +273,7 @@ fn a_jax_module_whose_threshold_may_be_parametrised_otherwise_is_refused_saying_
     if !jax() {
         return;
     }
-    let (code, r) = run(&jax_fake("LearnsLDirectly"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("LearnsLDirectly")), &JAX_BIAS);
     assert_eq!(code, 3, "{r:#}");
     let error = r["adapter_broken"]["error"].as_str().unwrap();
     assert!(error.contains("learns L directly"), "{error}");
@@ -305,7 +305,7 @@ fn a_jax_module_with_a_parameter_no_case_value_reaches_is_refused_by_name() {
     if !jax() {
         return;
     }
-    refused_naming_scale(&jax_fake("ExtraParameter"), &JAX_BIAS);
+    refused_naming_scale(&short(&jax_fake("ExtraParameter")), &JAX_BIAS);
 }
 
 #[test]
@@ -313,7 +313,7 @@ fn a_jax_module_that_trains_init_l_fails_the_gradient_cases_saying_so() {
     if !jax() {
         return;
     }
-    fails_the_gradient_cases_on_init_l(&jax_fake("TrainableInitL"), &JAX_GRAD);
+    fails_the_gradient_cases_on_init_l(&short(&jax_fake("TrainableInitL")), &JAX_GRAD);
 }
 
 /// At the spec's initial values the JAX glue builds a module on its own defaults and keeps the
@@ -505,7 +505,7 @@ fn a_jax_module_holding_its_weights_in_float16_is_named_so() {
     // c alone in float16: its constructor holds init_c as float16 rounds it, no argument
     // ignored; every failing bias case is named by c so rounded (its gradient, reduced in
     // float16 by JAX's transpose of the broadcast, is further off than one rounding).
-    let (code, r) = run(&jax_fake("CFloat16"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("CFloat16")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(
         r["overall_stored"],
@@ -548,7 +548,7 @@ fn a_constructor_naming_its_arguments_otherwise_is_told_the_map_arg_and_then_gra
     if !jax() {
         return;
     }
-    let (code, r) = run(&jax_fake("ArgumentsNamedOtherwise"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("ArgumentsNamedOtherwise")), &JAX_BIAS);
     assert_eq!(code, 3, "{r:#}");
     let said = r.to_string();
     assert!(
@@ -642,7 +642,7 @@ fn biases_kept_apart_from_their_layers_are_loaded_and_graded() {
     // and a constructor taking the shape by position only (refused as broken) is given it so.
     passes_in(&jax_fake("HeadBiasBroadcast"), 10, &WITH_EPSILON);
     passes_in(&jax_fake("PositionalOnly"), 10, &WITH_EPSILON);
-    let (code, r) = run(&jax_fake("BiasesApartOutputOnly"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("BiasesApartOutputOnly")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["hidden-bias-missing"], "{r:#}");
     // The vector the module makes and never adds was read as the hidden bias: the note says so.
@@ -661,7 +661,7 @@ fn an_f_theta_with_one_output_for_every_head_fails_saying_so() {
     if !jax() {
         return;
     }
-    let (code, r) = run(&jax_fake("OneOutputForEveryHead"), &JAX_BIAS);
+    let (code, r) = run(&short(&jax_fake("OneOutputForEveryHead")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     let found = r["glue_found"]["message"].as_str().unwrap_or_default();
     assert!(
@@ -680,15 +680,15 @@ fn a_jax_threshold_kept_as_an_attribute_is_checked_through_the_constructor() {
     if !jax() {
         return;
     }
-    passes_in(&jax_fake("ThresholdAttributeGiven"), 6, &JAX_BIAS);
+    passes_in(&short(&jax_fake("ThresholdAttributeGiven")), 6, &JAX_BIAS);
     every_failure_says(
-        &jax_fake("ThresholdAttributeIgnored"),
+        &short(&jax_fake("ThresholdAttributeIgnored")),
         &JAX_BIAS,
         "keeps a threshold of its own",
     );
     // Masked with finfo.min above the diagonal, the same: the mask is no scale for the bias
     // (every masked module had failed as keeping its own threshold, audit 31).
-    let masked = |class: &str| jax_fake(class) + " --future-keys masked";
+    let masked = |class: &str| short(&(jax_fake(class) + " --future-keys masked"));
     passes_in(&masked("ThresholdAttributeMasked"), 6, &JAX_BIAS);
     every_failure_says(
         &masked("ThresholdAttributeMaskedIgnored"),
@@ -823,8 +823,8 @@ fn a_jax_module_is_also_graded_as_training_calls_it() {
         return;
     }
     let grad = ["--run", "fire-grad/vjp/*", "--run", "fire-grad/kinks/*"];
-    passes_in(&jax_fake("TrainingFlag"), 3, &grad);
-    let (code, r) = run(&jax_fake("DetachedInTraining"), &grad);
+    passes_in(&short(&jax_fake("TrainingFlag")), 3, &grad);
+    let (code, r) = run(&short(&jax_fake("DetachedInTraining")), &grad);
     assert_eq!(code, 1, "{r:#}");
     let failed = failed_saying(
         &r,
@@ -876,13 +876,13 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
         // An rng stream of its own (`make_rng("noise")`) is given a key in training.
         ("NoiseStream", "deterministic=False"),
     ] {
-        passes_in(&linen_fake(class), 3, &grad);
+        passes_in(&short(&linen_fake(class)), 3, &grad);
         let mistaken = if class == "FIRE" {
             "DetachedInTraining".to_string()
         } else {
             format!("{class}Detached")
         };
-        let (code, r) = run(&linen_fake(&mistaken), &grad);
+        let (code, r) = run(&short(&linen_fake(&mistaken)), &grad);
         assert_eq!(code, 1, "{mistaken}: {r:#}");
         let says =
             format!("in training mode (`{flag}`, as a training loop calls it) the gradient of `c`");
@@ -894,8 +894,11 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
     // own error advises): not given at call time too, which `nn.merge_param` refuses; training's
     // value set on a clone of the module.
     let by_field = r#" --kwargs '{"deterministic": true}'"#;
-    passes_in(&(linen_fake("MergedFlag") + by_field), 3, &grad);
-    let (code, r) = run(&(linen_fake("MergedFlagDetached") + by_field), &grad);
+    passes_in(&short(&(linen_fake("MergedFlag") + by_field)), 3, &grad);
+    let (code, r) = run(
+        &short(&(linen_fake("MergedFlagDetached") + by_field)),
+        &grad,
+    );
     assert_eq!(code, 1, "{r:#}");
     assert!(
         !failed_saying(
@@ -909,7 +912,7 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
     // gradients are held to its training call's own derivative. Correct under an additive noise
     // or a multiplicative mask; detached under the noise, it fails (audit 34: it had passed).
     for class in ["NoisyInTraining", "MaskedInTraining"] {
-        let r = passes_in(&linen_fake(class), 3, &grad);
+        let r = passes_in(&short(&linen_fake(class)), 3, &grad);
         assert!(
             !r.to_string().contains("training mode not compared"),
             "{class}: {r:#}"
@@ -923,7 +926,7 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
             "{class}: {r:#}"
         );
     }
-    let (code, r) = run(&linen_fake("NoisyInTrainingDetached"), &grad);
+    let (code, r) = run(&short(&linen_fake("NoisyInTrainingDetached")), &grad);
     assert_eq!(code, 1, "{r:#}");
     let says = "in training mode (`deterministic=False`, as a training loop calls it, its \
                 randomness fixed) the gradient of `c`";
@@ -931,7 +934,7 @@ fn a_linen_module_with_a_dropout_is_compared_in_training_with_it_off() {
     assert!(!failed.is_empty(), "{r:#}");
     assert_eq!(failed.len() as u64, count(&r, "values", "failed"), "{r:#}");
     // Randomness no key fixes (drawn on the host): not compared, and the run says so.
-    let r = passes_in(&linen_fake("HostNoiseInTraining"), 3, &grad);
+    let r = passes_in(&short(&linen_fake("HostNoiseInTraining")), 3, &grad);
     assert!(
         r.to_string().contains(
             "training mode not compared (`deterministic=False`): its output there changes from call to call"

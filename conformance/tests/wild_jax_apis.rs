@@ -30,7 +30,7 @@ fn nnx_modules_shaped_like_appendix_e_pass() {
         "ForwardsKwargs",
         "PythonFloatScalars",
     ] {
-        let r = passes_in(&nnx_fake(class), 8, &JAX_GRAD);
+        let r = passes_in(&short(&nnx_fake(class)), 8, &JAX_GRAD);
         let gradients = r["cases"]
             .as_array()
             .unwrap()
@@ -50,7 +50,7 @@ fn an_nnx_c_held_outside_param_fails_the_gradient_cases_naming_it() {
     if !flax() {
         return;
     }
-    let (code, r) = run(&nnx_fake("CAsVariable"), &JAX_GRAD);
+    let (code, r) = run(&short(&nnx_fake("CAsVariable")), &JAX_GRAD);
     only_the_gradients_fail_saying(
         &r,
         code,
@@ -80,7 +80,7 @@ fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
             "StaleBias: after the glue's training step (the module called",
         ),
     ] {
-        let (code, r) = run(&nnx_fake(class), &JAX_BIAS);
+        let (code, r) = run(&short(&nnx_fake(class)), &JAX_BIAS);
         assert_eq!(code, 1, "{class}: {r:#}");
         assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
         assert_eq!(failed_saying(&r, says).len(), 6, "{class}: {r:#}");
@@ -88,7 +88,7 @@ fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
     // A cache the traced call of a gradient misses (keyed on the instance, the traced module
     // merged anew) and the direct call hits: stale, not x misused (which the probes, calling
     // the module directly, had said on the gradient cases).
-    let (code, r) = run(&nnx_fake("CachesBiasGlobally"), &JAX_GRAD);
+    let (code, r) = run(&short(&nnx_fake("CachesBiasGlobally")), &JAX_GRAD);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     let stale = failed_saying(&r, "StaleBias:");
@@ -98,7 +98,7 @@ fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
     );
     assert!(!r.to_string().contains("XMisused"), "{r:#}");
     // Its normaliser cached so: the direct call of a gradient case differs from the traced one.
-    let (code, r) = run(&nnx_fake("CachesNormaliserGlobally"), &JAX_GRAD);
+    let (code, r) = run(&short(&nnx_fake("CachesNormaliserGlobally")), &JAX_GRAD);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     let traced = failed_saying(
@@ -118,7 +118,7 @@ fn an_nnx_module_counting_positions_from_one_is_diagnosed() {
     if !flax() {
         return;
     }
-    let (code, r) = run(&nnx_fake("OneBasedPositions"), &JAX_BIAS);
+    let (code, r) = run(&short(&nnx_fake("OneBasedPositions")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
 }
@@ -150,7 +150,7 @@ fn an_equinox_module_shaped_like_appendix_e_passes() {
         "DropoutInTraining",
         "DropoutKeyRequired",
     ] {
-        passes_in(&equinox_fake(class), 8, &JAX_GRAD);
+        passes_in(&short(&equinox_fake(class)), 8, &JAX_GRAD);
     }
 }
 
@@ -164,7 +164,7 @@ fn an_equinox_table_kept_as_built_fails_and_a_transformed_c_is_refused() {
     if !equinox() {
         return;
     }
-    let (code, r) = run(&equinox_fake("PsiTableStopGradient"), &JAX_BIAS);
+    let (code, r) = run(&short(&equinox_fake("PsiTableStopGradient")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(
         failed_saying(&r, "FollowsInitC: built with init_c").len(),
@@ -194,7 +194,7 @@ fn equinox_mistakes_are_named() {
     // So is one declared a static field (no leaf: the glue had refused the module, finding no
     // `c` to load).
     for (class, kept) in [("CAsFloat", "constants"), ("CStatic", "static")] {
-        let (code, r) = run(&equinox_fake(class), &JAX_GRAD);
+        let (code, r) = run(&short(&equinox_fake(class)), &JAX_GRAD);
         only_the_gradients_fail_saying(
             &r,
             code,
@@ -206,7 +206,7 @@ fn equinox_mistakes_are_named() {
     }
     // A normaliser cached in a dict at module level under the length: the twin shares it, so
     // only the file imported afresh shows what it is (it had failed as no catalogued variant).
-    let (code, r) = run(&equinox_fake("NormaliserCachedGlobally"), &JAX_BIAS);
+    let (code, r) = run(&short(&equinox_fake("NormaliserCachedGlobally")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
     assert_eq!(
@@ -221,7 +221,7 @@ fn equinox_mistakes_are_named() {
         &["--run", "fire/default-init/*"],
         "StaleBias: imported afresh",
     );
-    let (code, r) = run(&equinox_fake("OneBasedPositions"), &JAX_BIAS);
+    let (code, r) = run(&short(&equinox_fake("OneBasedPositions")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
 }
@@ -245,7 +245,7 @@ fn haiku_modules_shaped_like_appendix_e_pass() {
         "TorchLayoutW",
         "BiasModules",
     ] {
-        passes_in(&haiku_fake(class), 8, &JAX_GRAD);
+        passes_in(&short(&haiku_fake(class)), 8, &JAX_GRAD);
     }
 }
 
@@ -257,7 +257,7 @@ fn an_nnx_constructor_is_read_from_its_init() {
     if !flax() {
         return;
     }
-    let (code, r) = run(&nnx_fake("NamedOtherwiseNoEps"), &JAX_BIAS);
+    let (code, r) = run(&short(&nnx_fake("NamedOtherwiseNoEps")), &JAX_BIAS);
     assert_eq!(code, 3, "{r:#}");
     assert!(
         r.to_string()
@@ -318,7 +318,7 @@ fn haiku_mistakes_are_named() {
     if !haiku() {
         return;
     }
-    let (code, r) = run(&haiku_fake("CInState"), &JAX_GRAD);
+    let (code, r) = run(&short(&haiku_fake("CInState")), &JAX_GRAD);
     only_the_gradients_fail_saying(
         &r,
         code,
@@ -341,7 +341,7 @@ fn haiku_mistakes_are_named() {
             "TwinDiffers: called twice, one call after the other",
         ),
     ] {
-        let (code, r) = run(&haiku_fake(class), &JAX_BIAS);
+        let (code, r) = run(&short(&haiku_fake(class)), &JAX_BIAS);
         assert_eq!(code, 1, "{class}: {r:#}");
         assert_eq!(count(&r, "values", "passed"), 0, "{class}: {r:#}");
         assert_eq!(failed_saying(&r, says).len(), 6, "{class}: {r:#}");
@@ -354,7 +354,7 @@ fn haiku_mistakes_are_named() {
     );
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(count(&r, "values", "passed"), 0, "{r:#}");
-    let (code, r) = run(&haiku_fake("OneBasedPositions"), &JAX_BIAS);
+    let (code, r) = run(&short(&haiku_fake("OneBasedPositions")), &JAX_BIAS);
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(overall(&r), ["one-based-positions"], "{r:#}");
 }
@@ -412,7 +412,7 @@ fn nnx_haiku_and_equinox_modules_detached_only_in_training_fail() {
         runs.push((haiku_fake("DetachedInTraining"), "`is_training=True`", "c"));
     }
     for (cmd, flag, param) in runs {
-        let (code, r) = run(&cmd, &JAX_GRAD);
+        let (code, r) = run(&short(&cmd), &JAX_GRAD);
         assert_eq!(code, 1, "{r:#}");
         let says =
             format!("in training mode ({flag}, as a training loop calls it) the gradient of `");

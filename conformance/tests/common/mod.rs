@@ -293,6 +293,17 @@ pub const JAX_GRAD: [&str; 6] = [
     "fire-grad/kinks/*",
 ];
 
+/// `cmd` declaring its module's context 257 positions long (the glue's own `--max-len`), for a
+/// run over the small squares only ([`JAX_BIAS`], [`JAX_GRAD`], the gradient and kink cases:
+/// none reaches position 32, so none skips). What changes is the glue's once-per-run probe at a
+/// long length (`long_length.py`): made over 257 positions instead of 2 049, where a module
+/// computing the whole square holds its hidden layer over 2 049² positions — about half of a
+/// passing JAX run's time on a 2-core machine. For tests whose claims are about the small
+/// squares; the tests of paths taken at a long length keep the full length.
+pub fn short(cmd: &str) -> String {
+    format!("{cmd} --max-len 257")
+}
+
 /// Leaves out the one case whose positions reach 4 095: a module computing the whole square
 /// (Appendix E's style, the glue gathering the rows and columns) evaluates its MLP on a
 /// 4 096 × 4 096 grid there, 7 s of NumPy per run on a 2-core machine (minutes at float16), the
