@@ -12,10 +12,10 @@ parameter whose name has a weight's word (``w``, ``weight``, ``kernel``: ``W1``,
 are f_θ's layers in the one order in which their shapes compose from its one scalar input
 ([fire.mlp]: ``1 → W → … → H``), read ``[out, in]`` (``F.linear``, ``w @ z``) or ``[in, out]``
 (``z @ w``) as only one of the two composes, the framework's own layout where both do; a first
-layer may keep its weight as a vector ``[W]`` (``loading.first_layer``). Each weight's bias is
-the parameter named as it is with the bias's word in place of the weight's (``W1``/``b1``,
-``w_in``/``b_in``), else left to ``loading.loose_biases``, which gives a bias-free layer an
-unclaimed vector as long as its output. Names that say neither, or weights that compose in no
+layer may keep its weight as a vector ``[W]`` (``first_layer``). Each weight's bias is the
+parameter named as it is with the bias's word in place of the weight's (``W1``/``b1``,
+``w_in``/``b_in``), else left to ``fire_conformance.layers.loose_biases``, which gives a
+bias-free layer an unclaimed vector as long as its output. Names that say neither, or weights that compose in no
 order, find nothing, and the loading refuses the module naming the ``--map`` that grades it.
 Whatever is read so is said in the run's note ("read the module's `fire_c` as c").
 """
@@ -24,6 +24,7 @@ import re
 
 from fire_conformance import construction
 from fire_conformance import loading
+from fire_conformance.layers import chain_order, is_chain
 
 # A word of a parameter's name that says it is a layer's weight, or its bias.
 WEIGHT_WORDS = {"w", "weight", "weights", "kernel", "matrix"}
@@ -74,8 +75,8 @@ def stored_in_out(stored, default):
     reading makes them compose from one input, that one; where both do (a vector first weight
     and square layers after it), ``default`` (the framework's: False for PyTorch's ``[out,
     in]``)."""
-    out_in = loading.is_chain([read(s, False) for s in stored])
-    in_out = loading.is_chain([read(s, True) for s in stored])
+    out_in = is_chain([read(s, False) for s in stored])
+    in_out = is_chain([read(s, True) for s in stored])
     if out_in != in_out:
         return in_out
     return default
@@ -96,15 +97,15 @@ def layers(shapes, default_in_out=False):
     """f_θ's layers among a module's parameters ``shapes`` (``{name: stored shape}`` of those no
     layer, scalar or ``--map`` claims, in the module's order), first to last, as ``(weight, bias
     or None)``: every parameter named as a weight, one- or two-dimensional, in the one order
-    their shapes compose from one input (``loading.chain_order``, the module's order among
-    several), read as ``stored_in_out`` says; each with the bias ``bias_of`` names. ``[]`` where
+    their shapes compose from one input (``fire_conformance.layers.chain_order``, the module's
+    order among several), read as ``stored_in_out`` says; each with the bias ``bias_of`` names. ``[]`` where
     no parameter is named as a weight, or the weights do not all compose."""
     weights = [n for n, s in shapes.items() if role(n) == "weight" and len(s) in (1, 2)]
     if not weights:
         return []
     for in_out in (default_in_out, not default_in_out):
-        order = loading.chain_order(weights, lambda n, t=in_out: read(shapes[n], t))
-        if loading.is_chain([read(shapes[n], in_out) for n in order]):
+        order = chain_order(weights, lambda n, t=in_out: read(shapes[n], t))
+        if is_chain([read(shapes[n], in_out) for n in order]):
             break
     else:
         return []
@@ -133,3 +134,10 @@ def scalar(ours, names):
              and last(n) not in ARGUMENTS
              and not any(says(n, other) for other in SCALAR_WORDS if other != ours)]
     return found[0] if len(found) == 1 else None
+
+
+def first_layer(shapes):
+    """``[out, in]`` layer shapes with a first layer's one-dimensional weight ``[W]`` read as
+    ``[W, 1]``: f_θ's input is one scalar, so a hand-written first layer keeps its weight as a
+    vector (``x[..., None] * w + b``) as often as a matrix."""
+    return [read(s, False) if n == 0 else tuple(s) for n, s in enumerate(shapes)]

@@ -13,7 +13,8 @@ import numpy as np
 from fire_conformance import construction
 from fire_conformance import hand_written
 from fire_conformance import loading
-from fire_conformance.loading import chain_order
+from fire_conformance.layers import (
+    chain_order, is_chain, loose_biases, mapped_biases, unclaimed_vectors)
 
 SCALARS = construction.SCALARS
 # Leaves named as Appendix E's constructor arguments, which a module keeps as it was given them
@@ -53,7 +54,7 @@ def jax_layers(flat, mapping):
     if not kernels:
         kernels = [p for p in flat if p[-1] == "weight" and np.ndim(flat[p]) == 2]
     order = composing(kernels, flat)
-    if not any(loading.is_chain([hand_written.read(np.shape(flat[k]), t) for k in order]) for t in (False, True)):
+    if not any(is_chain([hand_written.read(np.shape(flat[k]), t) for k in order]) for t in (False, True)):
         # Layers written as parameters (``self.param("w_in", ...)``), alone or beside the
         # framework's, found by their names where those make the chain the kernels do not.
         claimed = set(mapping.values())
@@ -73,9 +74,9 @@ def composing(kernels, flat):
     named = lambda k: stored(k)[::-1] if k[-1] in IN_OUT else stored(k)  # noqa: E731
     other = lambda k: stored(k) if k[-1] in IN_OUT else stored(k)[::-1]  # noqa: E731
     order = chain_order(kernels, named)
-    if not loading.is_chain([named(k) for k in order]):
+    if not is_chain([named(k) for k in order]):
         alternative = chain_order(kernels, other)
-        if loading.is_chain([other(k) for k in alternative]):
+        if is_chain([other(k) for k in alternative]):
             return alternative
     return order
 
@@ -94,7 +95,7 @@ def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
     found by its name only outside ``params`` (an ``init_L`` constant; a ``c`` or ``L_multiplier`` kept there, which
     then never trains) takes the case's value there; ``L_multiplier`` may be absent
     (``loading.no_multiplier``), unless another scalar leaf could be it. ``ordered``: whether
-    ``flat`` keeps the order the module made its parameters in (``loading.loose_biases``)."""
+    ``flat`` keeps the order the module made its parameters in (``layers.loose_biases``)."""
     for name, path in mapping.items():
         if path not in flat:
             raise loading.ParamsMismatch(f"--map {name}={'/'.join(path)}: no such parameter; the module's are "
@@ -105,9 +106,9 @@ def load_jax(flat, ours, mapping, built, elsewhere=(), ordered=True):
     # Compared as [out, in], the case's (and PyTorch's) layout.
     own = [tuple(np.shape(flat[k]))[::-1] if k in in_out else tuple(np.shape(flat[k])) for k, _ in layers]
     claimed = {p for layer in layers for p in layer} | set(mapping.values())
-    vectors = loading.unclaimed_vectors({p: np.shape(v) for p, v in flat.items() if p[-1] not in SCALARS + ARGUMENTS},
+    vectors = unclaimed_vectors({p: np.shape(v) for p, v in flat.items() if p[-1] not in SCALARS + ARGUMENTS},
                                         claimed)
-    layers, unordered = loading.loose_biases(layers, own, vectors, loading.mapped_biases(mapping, len(layers)),
+    layers, unordered = loose_biases(layers, own, vectors, mapped_biases(mapping, len(layers)),
                                              "/".join, ordered)
     missing = ("the module has no MLP layer the glue can find (no 2-D `kernel`, `w` or `weight`, no "
                "leaf whose name says it is a weight (`W1`, `w_in`) among "
@@ -167,9 +168,9 @@ def stored_in_out(flat, layers, mapping):
     paths = [k for k, _ in layers]
     stored = [tuple(np.shape(flat[k])) for k in paths]
     # Read [out, in] as stored, or [in, out] reversed; a first layer's vector weight is [W, 1]
-    # either way (``loading.first_layer``).
-    shapes = loading.first_layer(stored)
-    as_in_out = loading.first_layer([s[::-1] for s in stored])
+    # either way (``hand_written.first_layer``).
+    shapes = hand_written.first_layer(stored)
+    as_in_out = hand_written.first_layer([s[::-1] for s in stored])
     if not any(re.fullmatch(r"mlp\.\d+\.weight", name) for name in mapping):
         if not all(k[-1] in IN_OUT or k[-1] == "weight" for k in paths):
             # Layers written as parameters (``hand_written``): JAX's ``x @ w`` unless only
@@ -178,15 +179,15 @@ def stored_in_out(flat, layers, mapping):
         if any(k[-1] in IN_OUT for k in paths):
             # Stored [in, out] unless only [out, in] composes (a hand-written `w` keeping
             # PyTorch's layout).
-            if not loading.is_chain(as_in_out) and loading.is_chain(shapes):
+            if not is_chain(as_in_out) and is_chain(shapes):
                 return set()
             return {k for k in paths if k[-1] in IN_OUT}
         # `weight` leaves: [out, in] (Equinox's, PyTorch's) unless only [in, out] composes (a
         # hand-written layer computing x @ w).
-        if not loading.is_chain(shapes) and loading.is_chain(as_in_out):
+        if not is_chain(shapes) and is_chain(as_in_out):
             return set(paths)
         return set()
-    if not loading.is_chain(as_in_out) and loading.is_chain(shapes):
+    if not is_chain(as_in_out) and is_chain(shapes):
         return set()
     return set(paths)
 

@@ -99,7 +99,7 @@ def as_linen(cls):
         trains_as = "declare it as nnx.Param"
         # Whose constructor's arguments the glue names (`construction.signature_of`).
         constructs = cls
-        # Its state is sorted by name, not kept in the order it was made (`loading.loose_biases`).
+        # Its state is sorted by name, not kept in the order it was made (`layers.loose_biases`).
         sorts_params = True
 
         def __init__(self, **kwargs):
