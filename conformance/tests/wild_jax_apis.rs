@@ -97,6 +97,16 @@ fn an_nnx_table_from_init_c_and_a_cached_bias_fail_saying_which() {
         "{r:#}"
     );
     assert!(!r.to_string().contains("XMisused"), "{r:#}");
+    // A cache in an `nnx.Cache` used only past 1 024 positions, written during the call: the
+    // module takes a step at the long length before the probe, and the gradients there are
+    // taken through a module whose state this trace may write (audit 38: it passed, the
+    // probe's `jax.vjp` raising TraceContextError).
+    let (code, r) = run(&nnx_fake("CachesLongBias"), &JAX_GRAD);
+    assert_eq!(code, 1, "{r:#}");
+    let says = "StaleBias: at a long length (2049 positions) the module returns the bias it \
+                computed there before its parameters changed";
+    assert_eq!(failed_saying(&r, says).len(), 1, "{r:#}");
+    assert_eq!(count(&r, "values", "failed"), 1, "{r:#}");
     // Its normaliser cached so: the direct call of a gradient case differs from the traced one.
     let (code, r) = run(&short(&nnx_fake("CachesNormaliserGlobally")), &JAX_GRAD);
     assert_eq!(code, 1, "{r:#}");

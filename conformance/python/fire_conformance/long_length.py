@@ -409,7 +409,9 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
     values; ``loaded``: ours by the path of each leaf, ``in_out`` those kept ``[in, out]``)
     called as ``plan`` calls it. With ``training`` (``(call, how)``: its training call, which
     agreed with evaluation on the case; ``jax_glue.JaxGlue.training_call``) the gradients and the
-    bias are taken in training mode, its keys fixed, and the bias in evaluation mode too."""
+    bias are taken in training mode, its keys fixed, and the bias in evaluation mode too. Before
+    a call at a long length the module takes a training step there (``stepped``), as
+    ``check_torch``'s does: a module keeping state between calls (an ``nnx.Cache``) keeps it."""
     from fire_conformance import calls, jax_calls, outputs, trees
 
     def gradients(at_case, g):
@@ -427,6 +429,25 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
             out = training[0](p, args, fixed=True)
             return outputs.squeeze(out, heads, rows, cols, batch=at.batch, check=False)
 
+        def stepped():
+            # An optimiser's step at this length (`steps.jax_scaled`): an evaluation call and,
+            # where it has one, a training call on the parameters scaled; the evaluation's
+            # bias, which a cache that missed the step answers with next; None where a call
+            # failed (the graded calls below say why, if anything).
+            try:
+                scaled = steps.jax_scaled(params, jax)
+                before = at.pick(as_numpy(evaluated(scaled)))
+                if training is not None:
+                    training[0](scaled, args, fixed=True)
+                return before
+            except Exception:  # noqa: BLE001
+                return None
+
+        before = stepped() if len(at_case.keys) > SHORT else None
+        # Evaluation's bias before the gradients' call: a call under `jax.vjp` that a module
+        # refuses leaves the bias judged all the same.
+        eval_bias = at.pick(as_numpy(evaluated(params))) if training is not None or before is not None \
+            else None
         full, pullback = jax.vjp(bias, params)
         (grads,) = pullback(jax.numpy.asarray(at.cotangent(g), dtype=full.dtype))
         flat = trees.flatten(grads)
@@ -435,8 +456,8 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
                       np.asarray(flat[path]).T if path in in_out else np.asarray(flat[path]))
                for path, name in loaded.items()}
         got[BIAS] = at.pick(first)
+        got[EVALUATED], got[BEFORE] = eval_bias, before
         if training is not None:
-            got[EVALUATED] = at.pick(as_numpy(evaluated(params)))
             got[HOW] = f"in training mode ({training[1]}, as a training loop calls it, its keys fixed)"
         return got, lambda: not twin_differs(as_numpy(bias(params)), first, glue.dtype)
 

@@ -136,7 +136,10 @@ def as_linen(cls):
             module = self.module
             if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(changed)):
                 graphdef, state = nnx.split(self.module)
-                flat = [(p, holding(leaf, changed[tuple(p)], nnx) if tuple(p) in changed else leaf)
+                # Every leaf a Variable of this trace, the values not given too: a module that
+                # writes its state when called (a cache in an `nnx.Cache`) may write these, as
+                # under `nnx.grad`, where the built module's own raise TraceContextError.
+                flat = [(p, holding(leaf, changed.get(tuple(p), value_of(leaf, nnx)), nnx))
                         for p, leaf in state.flat_state()]
                 module = nnx.merge(graphdef, nnx.State.from_flat_path(flat))
             elif changed:

@@ -200,24 +200,30 @@ def scaled(m):
         m.eval()
 
 
+def jax_scaled(params, jax, part=lambda n: True):
+    """``params`` with every floating leaf ``part`` takes (by its size) scaled by ``SCALE``: an
+    optimiser's step on a JAX module's parameters, as ``scaled`` takes one on a torch module."""
+    floating = lambda a: jax.numpy.issubdtype(jax.numpy.asarray(a).dtype, jax.numpy.floating)  # noqa: E731
+    return jax.tree_util.tree_map(
+        lambda a: a * SCALE if floating(a) and part(jax.numpy.size(a)) else a, params)
+
+
 def jax_step(call, params, jax):
     """What training does between two graded calls of a JAX module, as far as a functional
     call shows it: ``call(params)`` on the case's parameters with every floating leaf scaled by
     ``SCALE`` (an optimiser's step), then with each of ``PARTS`` scaled alone. The graded call
-    then passes the case's values again: a module or program that kept what these calls computed (a bias cached in an ``nnx.data`` attribute, a
-    ψ table in a module-level dict) answers with it, and ``twin_mistake`` or ``check_jax_kept``
-    names it. Returns the first call's bias as NumPy (empty where that call failed, which tells
-    nothing: the graded call, run next, says why), or None where scaling changed no parameter
-    (all zero)."""
+    then passes the case's values again: a module or program that kept what these calls
+    computed (a bias cached in an ``nnx.data`` attribute, a ψ table in a module-level dict)
+    answers with it, and ``twin_mistake`` or ``check_jax_kept`` names it. Returns the first
+    call's bias as NumPy (empty where that call failed, which tells nothing: the graded call,
+    run next, says why), or None where scaling changed no parameter (all zero)."""
     floating = lambda a: jax.numpy.issubdtype(jax.numpy.asarray(a).dtype, jax.numpy.floating)  # noqa: E731
     if not any(floating(a) and bool(jax.numpy.any(a != 0)) for a in jax.tree_util.tree_leaves(params)):
         return None
     first = None
     for part in (lambda n: True,) + PARTS:
-        scaled = jax.tree_util.tree_map(
-            lambda a: a * SCALE if floating(a) and part(jax.numpy.size(a)) else a, params)
         try:
-            out = call(scaled)
+            out = call(jax_scaled(params, jax, part))
             if first is None:
                 first = np.array(out)
         except Exception:

@@ -103,6 +103,29 @@ class CachesBias(FIRE):
         return self.cached
 
 
+class CachesLongBias(FIRE):
+    """The bias cached in an ``nnx.Cache`` under the length, only past 1 024 positions ("the
+    long bias is expensive"), written during the call (under ``nnx.grad`` too): stale after a
+    step at such a length, where the small cases' steps never reach (audit 38: it passed, the
+    glue's ``jax.vjp`` refusing the write with a TraceContextError)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.cached_bias = nnx.Cache(jnp.zeros((0,), jnp.float32))
+        self.cached_len = nnx.Cache(jnp.asarray(-1, jnp.int32))
+
+    def __call__(self, x):
+        T = x.shape[2]
+        if T > 1024 and int(self.cached_len[...]) == T:
+            return self.cached_bias[...]
+        b = super().__call__(x)
+        if T > 1024:
+            self.cached_bias.value = b
+            self.cached_len.value = jnp.asarray(T, jnp.int32)
+        return b
+
+
 class OneBasedPositions(FIRE):
     """Positions counted from 1 (the catalogue's `one-based-positions`)."""
 
