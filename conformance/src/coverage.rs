@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::implementation::{Capabilities, Positions};
-use crate::runner::{Outcome, Question, Status};
+use crate::runner::{family, Outcome, Question, Status};
 use crate::vectors::flags::Flag;
 use crate::vectors::format::{Case, Encoding, Kind};
 use crate::vectors::load::Suite;
@@ -156,6 +156,75 @@ pub(crate) fn too_precise(
             cases: mine.len(),
             profiles,
         });
+    }
+    out
+}
+
+/// A kind of value case of an encoding the run graded other cases of, none of which it graded
+/// because the implementation lists none of their families ([`crate::runner::Report::unserved`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unserved {
+    /// The kind of case: `bias`, `attention` or `gradient`.
+    pub kind: &'static str,
+    /// The encoding ([`encoding_name`]).
+    pub encoding: String,
+    /// How many such cases the harness skipped.
+    pub cases: usize,
+    /// Their families, none of which the implementation lists.
+    pub families: Vec<String>,
+}
+
+/// [`crate::runner::Report::unserved`]: of the outcomes the harness skipped because the
+/// implementation lists no family of theirs (`skipped`, indices into `outcomes`), the kinds of
+/// value case of an encoding with no graded case of that kind while another kind of the
+/// encoding was graded. A glue serving `fire`, `edge` and `invalid` is graded on FIRE's bias
+/// alone: a parameter detached passes, and the run says that no gradient was checked, as it
+/// says of the flags no graded case carries ([`unchecked_flags`], within a kind it graded).
+pub(crate) fn unserved(suite: &Suite, outcomes: &[Outcome], skipped: &[usize]) -> Vec<Unserved> {
+    let cases: BTreeMap<&str, &Case> = suite.cases().map(|c| (c.id.as_str(), c)).collect();
+    let values = |o: &&Outcome| o.question == Question::Values;
+    let graded: Vec<&Case> = outcomes
+        .iter()
+        .filter(values)
+        .filter(|o| o.status != Status::Skipped)
+        .filter_map(|o| cases.get(o.id.as_str()).copied())
+        .collect();
+    let mut out: Vec<Unserved> = Vec::new();
+    for (kind, name) in [
+        (Kind::Bias, "bias"),
+        (Kind::Attention, "attention"),
+        (Kind::Vjp, "gradient"),
+    ] {
+        let mine: Vec<&Case> = skipped
+            .iter()
+            .map(|&n| &outcomes[n])
+            .filter(values)
+            .filter_map(|o| cases.get(o.id.as_str()).copied())
+            .filter(|c| c.kind == kind)
+            .collect();
+        let mut encodings: Vec<String> = mine.iter().map(|c| encoding_name(c)).collect();
+        encodings.sort();
+        encodings.dedup();
+        for e in encodings {
+            let of_kind = |c: &Case| encoding_name(c) == e && c.kind == kind;
+            let other_kind = graded
+                .iter()
+                .any(|c| encoding_name(c) == e && c.kind != kind);
+            if graded.iter().any(|c| of_kind(c)) || !other_kind {
+                continue;
+            }
+            let these: Vec<&Case> = mine.iter().copied().filter(|c| of_kind(c)).collect();
+            let mut families: Vec<String> =
+                these.iter().map(|c| family(&c.id).to_owned()).collect();
+            families.sort();
+            families.dedup();
+            out.push(Unserved {
+                kind: name,
+                encoding: e,
+                cases: these.len(),
+                families,
+            });
+        }
     }
     out
 }

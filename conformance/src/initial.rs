@@ -7,7 +7,8 @@
 //! = 256, every query at or past 256 is normalised by ψ(i) alone, which is what
 //! `threshold-ignored` computes, and a report naming only that variant sends the user after a
 //! missing `max(·, L)` that is there. The values tried are the ones modules are written with
-//! (powers of two for L_init, decades for c and ε, halves and doubles for the multiplier); the
+//! (powers of two for L_init, decades for c and ε, halves and doubles for the multiplier, and
+//! L_init with the multiplier that keeps the spec's threshold, L_init = 1 024 and m = 0.5); the
 //! degenerate ones (L_init or the multiplier 0, ε 0) are left to the catalogue's variants that
 //! name them (`threshold-ignored`, `eps-missing`). spec: [fire.defaults], [variants.catalogue]
 
@@ -41,6 +42,7 @@ impl OtherInitial {
         match self.name {
             THRESHOLD | "L_init" => Some(self.value * init::L_MULTIPLIER),
             "L_multiplier" => Some(self.value * init::L_INIT),
+            SPLIT => Some(init::L_INIT * init::L_MULTIPLIER),
             _ => None,
         }
     }
@@ -59,6 +61,19 @@ impl fmt::Display for OtherInitial {
                 self.value / init::L_INIT
             );
         }
+        if self.name == SPLIT {
+            // The threshold the spec's, its factors not: only the multiplier's gradient shows.
+            let m = init::L_INIT * init::L_MULTIPLIER / self.value;
+            return write!(
+                f,
+                "L_init = {} and L_multiplier = {m} (the threshold L = |m·L_init| = {} is [fire.defaults]' own, split otherwise than its L_init = {} and m = {}: the multiplier's gradient, L_init·∂b/∂L, is {}× the spec's, so the threshold trains at another rate)",
+                self.value,
+                init::L_INIT * init::L_MULTIPLIER,
+                self.spec,
+                init::L_MULTIPLIER,
+                self.value / init::L_INIT
+            );
+        }
         write!(
             f,
             "{} = {} ([fire.defaults]: {})",
@@ -70,6 +85,10 @@ impl fmt::Display for OtherInitial {
 /// [`OtherInitial::name`] of the threshold L itself: a bias depends on the multiplier and
 /// L_init only through their product, a gradient tells them apart.
 pub const THRESHOLD: &str = "L";
+
+/// [`OtherInitial::name`] of L_init with the multiplier making up the spec's threshold
+/// (L_init = 1 024, m = 0.5): the bias is the spec's, the multiplier's gradient is not.
+pub const SPLIT: &str = "L_init and L_multiplier";
 
 /// A scalar of [fire.defaults], its value there, the other values tried for it, and for which
 /// kinds of case: `Some(true)` gradient cases only, `Some(false)` the others only.
@@ -108,6 +127,16 @@ const SCALARS: &[Scalar] = &[
         spec: init::L_MULTIPLIER,
         tried: &[0.5, 2.0, 0.25, 4.0, 0.125, 8.0],
         set: |p, v| p.l_multiplier = v,
+        gradients: Some(true),
+    },
+    Scalar {
+        name: SPLIT,
+        spec: init::L_INIT,
+        tried: &[1024.0, 256.0, 2048.0, 128.0, 4096.0],
+        set: |p, v| {
+            p.l_init = v;
+            p.l_multiplier = init::L_INIT * init::L_MULTIPLIER / v;
+        },
         gradients: Some(true),
     },
     Scalar {

@@ -169,6 +169,12 @@ pub struct Report {
     /// at `bf16`): a mistake there passes the run, which says so. spec: [num.profiles],
     /// [proto.report]
     pub too_precise: Vec<coverage::TooPrecise>,
+    /// Per encoding the run graded some value case of, the kinds of value case (bias,
+    /// attention, gradient) of which it graded none because the implementation lists none of
+    /// their families (a glue serving `fire`, `edge` and `invalid`: no gradient checked, so a
+    /// parameter detached passes): said, as [`Report::gradients_unchecked`] is where the
+    /// implementation itself skipped them. spec: [proto.hello], [proto.report]
+    pub unserved: Vec<coverage::Unserved>,
     /// What the glue's own checks found where they found some failing value cases wrong but not
     /// all ([`Overall::GlueFound`] where all): said beside the diagnosis of the others, which
     /// the catalogue names from the cases the module answered. spec: [proto.reply],
@@ -345,7 +351,8 @@ pub fn read_xfails(text: &str) -> Vec<String> {
         .collect()
 }
 
-fn family(id: &str) -> &str {
+/// A case's family: its id's first segment. spec: [vec.ids]
+pub(crate) fn family(id: &str) -> &str {
     id.split('/').next().unwrap_or(id)
 }
 
@@ -379,6 +386,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
     let mut dtype_skips: Vec<(usize, bool, &Case)> = Vec::new();
     let mut declined: Vec<(usize, String)> = Vec::new();
     let mut too_precise: Vec<usize> = Vec::new();
+    let mut unserved: Vec<usize> = Vec::new();
     for case in suite.cases() {
         if (!opts.run.is_empty() && !run.is_match(&case.id)) || skip.is_match(&case.id) {
             continue;
@@ -401,6 +409,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
                 "family `{}` not supported by the implementation",
                 family(&case.id)
             ));
+            unserved.push(outcomes.len());
             outcomes.push(outcome);
             continue;
         }
@@ -485,6 +494,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         .filter(|u| coverage::graded(suite, &outcomes, &u.encoding, Kind::Vjp))
         .collect();
     let too_precise = coverage::too_precise(suite, &outcomes, &too_precise);
+    let unserved = coverage::unserved(suite, &outcomes, &unserved);
     Ok(Report {
         capabilities: caps,
         dtype,
@@ -500,6 +510,7 @@ pub fn run(suite: &Suite, imp: &mut dyn Implementation, opts: &Options) -> Resul
         gradients_unchecked,
         bias_unchecked,
         too_precise,
+        unserved,
         glue_found_partly,
     })
 }

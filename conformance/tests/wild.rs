@@ -185,6 +185,22 @@ fn positions_clamped_at_a_tables_end_are_named() {
         serde_json::json!({"rounded": "bfloat16"}),
         "{r:#}"
     );
+    // A float64 module whose positions pass through float32 fails the case of positions up to
+    // 2^53, named by float32's rounding, not float16's (whose range ends at 65 504: those
+    // positions would be ∞ there; audit 38).
+    let (code, r) = run(
+        &appendix("PositionListThroughFloat32", "f64"),
+        &[
+            "--run",
+            "edge/positions/huge-positions",
+            "--fail-on",
+            "values",
+        ],
+    );
+    assert_eq!(code, 1, "{r:#}");
+    let failed = failed_saying(&r, "positions rounded to float32");
+    assert_eq!(failed, ["edge/positions/huge-positions"], "{r:#}");
+    assert!(!r.to_string().contains("rounded to float16"), "{r:#}");
 }
 
 #[test]
@@ -734,6 +750,16 @@ fn what_a_module_or_glue_prints_to_stdout_does_not_reach_the_protocol() {
     let (code, r) = run(&cmd, &[]);
     assert_eq!(code, 0, "{r:#}");
     assert!(count(&r, "values", "passed") >= 15, "{r:#}");
+    // It serves `fire`, `edge` and `invalid`: no gradient case was graded, and the run says so
+    // (audit 38: the README's glue template, with `c` detached, passed unsaid).
+    let unserved = r["unserved"].as_array().unwrap();
+    assert!(
+        unserved.iter().any(|u| u["kind"] == "gradient"
+            && u["encoding"] == "fire"
+            && u["families"] == serde_json::json!(["fire-grad"])
+            && u["cases"].as_u64().unwrap() >= 8),
+        "{r:#}"
+    );
     // A glue of its own calling kit.serve, printing in build.
     passes(&glue("prints"), 15);
 }

@@ -41,6 +41,16 @@ fn nnx_modules_shaped_like_appendix_e_pass() {
             .count();
         assert!(gradients >= 2, "{class}: {r:#}");
     }
+    // A table of positions kept as an `nnx.Param` and read through `stop_gradient`: graded as
+    // built, the run saying what would still move it (audit 38: failed as a stale bias, the
+    // glue's step having scaled the table, which the bridge never wrote back).
+    let r = passes_in(&short(&nnx_fake("PositionsTableParam")), 8, &JAX_GRAD);
+    assert!(
+        notes(&r).iter().any(|n| n.contains(
+            "kept as built: ['positions_table'] (among the parameters, no case value reaches them"
+        ) && n.contains("weight decay")),
+        "{r:#}"
+    );
 }
 
 /// A `c` held as a plain `nnx.Variable` is right on values, but NNX's optimiser over
@@ -159,6 +169,9 @@ fn an_equinox_module_shaped_like_appendix_e_passes() {
         "InferenceField",
         "DropoutInTraining",
         "DropoutKeyRequired",
+        // Audit 38: the table read through `stop_gradient` in a module reading one sequence
+        // `[T, D]` (refused: the table's gradient had been tried on a batch).
+        "OneSequencePositionsStopGradient",
     ] {
         passes_in(&short(&equinox_fake(class)), 8, &JAX_GRAD);
     }

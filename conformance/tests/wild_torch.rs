@@ -297,6 +297,38 @@ fn a_torch_module_whose_defaults_are_not_the_specs_fails_the_default_cases() {
     }
 }
 
+/// A module starting the threshold's factors otherwise (L_init = 1 024, m = 0.5: the spec's
+/// L) computes the spec's bias and twice its multiplier's gradient: named so for the run, where
+/// it had been told to look for a detach or a hand-written backward (audit 38). One whose f_θ
+/// starts at zero throughout, which no gradient can leave, fails saying so (it had passed: the
+/// cases load f_θ's values over it); one whose output layer alone starts at zero passes.
+#[test]
+fn a_threshold_split_otherwise_and_an_f_theta_at_zero_are_named() {
+    if !torch() {
+        return;
+    }
+    let args = ["--run", "fire/default-init/*", "--run", "fire-grad/*"];
+    let (code, r) = run(&torch_fake("SplitThreshold", "f32"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    let named = &r["overall_other_initial"];
+    assert_eq!(named[0]["name"], "L_init and L_multiplier", "{r:#}");
+    assert_eq!(named[0]["value"], 1024.0, "{r:#}");
+    assert!(
+        r.to_string()
+            .contains("the multiplier's gradient, L_init·∂b/∂L, is 2× the spec's"),
+        "{r:#}"
+    );
+    let (code, r) = run(&torch_fake("ZeroInitialisedMLP", "f32"), &args);
+    assert_eq!(code, 1, "{r:#}");
+    let dead = failed_saying(
+        &r,
+        "DeadFTheta: its f_θ starts with every weight and bias 0",
+    );
+    assert_eq!(dead.len() as u64, count(&r, "values", "failed"), "{r:#}");
+    assert!(dead.iter().all(|id| id.contains("default")), "{r:#}");
+    passes_in(&torch_fake("ZeroInitialisedOutputLayer", "f32"), 10, &args);
+}
+
 /// `--kwargs` with an initial value the glue also passes: it stands in for the constructor's
 /// default in the [fire.defaults] cases and gives way to the case's value elsewhere (it had
 /// been a duplicate keyword on every other case, with advice to use --kwargs); the shape

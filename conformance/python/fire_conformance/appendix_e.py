@@ -130,7 +130,7 @@ from fire_conformance.forward_call import ForwardCall
 from fire_conformance.outputs import as_numpy, numpy_output
 from fire_conformance.construction import (
     SCALARS, at_defaults, from_options, construct_own, construct, default_eps_note)
-from fire_conformance.held import check_arguments, same_in_f32
+from fire_conformance.held import check_arguments, check_f_theta_start, same_in_f32
 from fire_conformance.loading import (
     Built, appendix_params, assign, effective_state, is_our_name, load_torch, materialise,
     parametrized, reading, trainable)
@@ -222,6 +222,7 @@ class Glue(ForwardCall):
                             rebuild, self.kwargs.untaken(self.cls),
                             lambda arg: self.kwargs.given_as(self.cls, arg))
         elif own:
+            check_f_theta_start({k: initial[n] for n, k in names.items() if n in initial})
             # The MLP as the case has it (its initialisation is random), the scalars as
             # the module made them where they are not the default: one made in float32 and
             # cast (c = 0.1 is not exact there) takes the case's exact value.

@@ -2,7 +2,8 @@
 ([fire.params]): its initial c and L_init must be the values it was given — an argument ignored
 (``IgnoredArgument``), scaled (``init_L // 2``) or stored transformed (softplus⁻¹ c, log L:
 ``TransformedArgument``, which the glue cannot load a case's value into) is said by name — and
-whether a constructor keeps a threshold of its own (``threshold_moved``). Split from
+whether a constructor keeps a threshold of its own (``threshold_moved``); and, built on its own
+defaults, whether its f_θ starts where no gradient reaches it (``check_f_theta_start``). Split from
 ``construction``, which builds the module, for the ready-made glues (``appendix_e``,
 ``jax_glue``) and ``steps``.
 """
@@ -196,3 +197,24 @@ def as_float64(value):
         import torch
         value = value.detach().to(torch.float64).cpu().numpy()
     return np.asarray(value, dtype=np.float64)
+
+
+class DeadFTheta(fire_kit.Mistake, ValueError):
+    """A module whose f_θ, as its constructor initialises it, no gradient can reach."""
+
+
+def check_f_theta_start(initial):
+    """Raises where f_θ, as the module initialised it (``initial``: its layers' weights and
+    biases, by our names ``mlp.N.weight|bias``), is zero throughout: every activation is then
+    0 and every weight after it 0, so no weight's gradient (the activation before it times the
+    error after it) ever differs from 0; the output bias alone learns, and FIRE stays one
+    constant per head. The cases load f_θ's values over it (its initialisation is random:
+    [fire.defaults] takes PyTorch's ``nn.Linear`` one), so nothing else would show it."""
+    layers = [np.asarray(v, dtype=np.float64) for k, v in initial.items() if k.startswith("mlp.")]
+    if layers and all(not np.any(v) for v in layers):
+        raise DeadFTheta(
+            "its f_θ starts with every weight and bias 0 (as its constructor initialises it): "
+            "every hidden activation is 0 and every weight after it 0, so no gradient ever "
+            "reaches f_θ's weights and training moves its output bias alone, a constant per "
+            "head; initialise the layers as [fire.defaults] does (PyTorch's nn.Linear: "
+            "U(±1/√fan_in)), or at least one of them away from 0 [fire.defaults]")

@@ -68,7 +68,8 @@ from fire_conformance import outputs
 from fire_conformance import steps
 from fire_conformance import train_mode
 from fire_conformance import trees
-from fire_conformance.held import FROM_ARGUMENT, TransformedArgument, check_arguments, same_in_f32
+from fire_conformance.held import (
+    FROM_ARGUMENT, TransformedArgument, check_arguments, check_f_theta_start, same_in_f32)
 from fire_conformance.jax_calls import apply, call_of, call_style, import_jax, init, parameter_names
 from fire_conformance.jax_loading import load_jax, place, unreached
 
@@ -215,6 +216,8 @@ class JaxGlue:
         # A tree whose floating leaves are of several dtypes as built (a float16 MLP) keeps
         # them: its precision is part of what is graded (``appendix_e.in_dtype``).
         kinds = {np.dtype(leaf.dtype) for leaf in flat.values() if jnp.issubdtype(leaf.dtype, jnp.floating)}
+        if own:
+            check_f_theta_start({name: flat[path] for path, name in loaded.items()})
         for path, name in loaded.items():
             dt = self.dt if len(kinds) <= 1 else flat[path].dtype
             if own and name in construction.SCALARS and not same_in_f32(flat[path], ours[name]):
@@ -225,8 +228,10 @@ class JaxGlue:
             flat[path] = jnp.asarray(place(ours[name], flat[path], path, path in in_out), dtype=dt)
         params = trees.unflatten(flat)
         rows, cols = plan.shape
-        if unset and not self.constants(m, variables, flat, unset, args, heads, plan):
-            raise unreached(unset, ours)
+        if unset:
+            if not self.constants(m, variables, flat, unset, args, heads, plan):
+                raise unreached(unset, ours)
+            case.note(kept_as_built(unset))
 
         def bias(p, check=True, given=args):
             out = apply(m, {**variables, "params": p}, *given)
@@ -476,7 +481,9 @@ class JaxGlue:
         of the case's values: arrays it reads through ``jax.lax.stop_gradient`` (a table of
         positions, an ε kept as an array in Equinox, which trains every floating array), kept as
         built and never trained, rather than parameters beside FIRE's. Tried at the case's
-        values with a fixed random cotangent; a module the gradient cannot pass says no."""
+        values with a fixed random cotangent; a module the gradient cannot pass says no. A call
+        that fails outright raises, as the graded call would: ``build`` tries the next layout
+        of x (a module reading one sequence ``[T, D]`` fails on a batch)."""
         jax, jnp = self.jax, self.jnp
         rows, cols = plan.shape
         cot = jnp.asarray(np.random.default_rng(0).standard_normal((heads, rows, cols)), dtype=self.dt)
@@ -487,6 +494,7 @@ class JaxGlue:
                                   batch=plan.batch, check=False)
             return jnp.sum(jnp.asarray(out, dtype=self.dt) * cot)
 
+        weighted({p: flat[p] for p in unset})
         try:
             grads = jax.grad(weighted)({p: flat[p] for p in unset})
         except Exception:
@@ -563,6 +571,15 @@ class JaxGlue:
                               heads, rows, cols, batch=plan.batch)
         return np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"
                                       else jnp.float32), dtype=np.float64)
+
+
+def kept_as_built(unset):
+    """The note of arrays among the parameters that take none of the case's values and that the
+    bias has no gradient in (``JaxGlue.constants``): graded as built; what would still move them."""
+    return (f"kept as built: {['/'.join(p) for p in unset]} (among the parameters, no case value "
+            "reaches them and the bias has no gradient in them); an optimiser with weight decay "
+            "(AdamW) still moves what it is given, so a fixed table belongs outside what it updates "
+            "(a collection other than `params`, an `nnx.Variable`, `hk.get_state`, a static field)")
 
 
 def bridged(cls):

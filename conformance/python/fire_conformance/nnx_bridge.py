@@ -147,6 +147,11 @@ def as_linen(cls):
                 now = {tuple(p): leaf for p, leaf in state.flat_state()}
                 nnx.update(self.module, nnx.State.from_flat_path(
                     [(p, holding(now[p], v, nnx)) for p, v in changed.items() if p in now]))
+                # What the module now holds: a later call given ``init``'s value of a leaf
+                # written here (a table a step scaled, then the case's values again) writes it
+                # back, where a leaf never written (a cache the module keeps) stays its own.
+                for p, v in changed.items():
+                    self.given[p] = (self.given[p][0], v)
             if not flags:
                 return module(*args)
             # Training's call with its dropouts off (``train_mode.nnx_dropouts_off``).

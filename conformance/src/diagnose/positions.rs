@@ -9,7 +9,8 @@
 //! statement). A module whose positions live in a float16 or bfloat16 buffer (a `torch.arange`
 //! registered once and cast with the model, `model.to(torch.bfloat16)`) holds the integers
 //! exactly only up to 2 048 (float16) or 256 (bfloat16) and rounds the positions past them, so
-//! distances between them move by the rounding. Evaluating the reference at the positions so
+//! distances between them move by the rounding (float16 holds none past 65 504: ∞ there); a
+//! float64 module whose positions pass through float32 does the same past 2^24. Evaluating the reference at the positions so
 //! held names either exactly, as [`crate::initial`] does for a constructor's other initial
 //! values. spec: [conv.positions]
 
@@ -29,7 +30,7 @@ use crate::vectors::format::{Case, Kind, Tensor};
 pub enum HeldPositions {
     /// Clamped to this last position `P − 1` of a table of `P`.
     Clamped(i64),
-    /// Rounded to this 16-bit float (`float16`, `bfloat16`).
+    /// Rounded to this float (`float16`, `bfloat16`, `float32`).
     Rounded(&'static str),
 }
 
@@ -43,8 +44,10 @@ impl fmt::Display for HeldPositions {
             ),
             Self::Rounded(format) => write!(
                 f,
-                "at the case's positions rounded to {format} (a position buffer held in {format}, cast with the model): {format} holds the integers exactly only up to {}, so the positions past it, and the distances between them, move by its rounding; keep positions in an integer or float32 buffer [conv.positions]",
-                exact_up_to(format)
+                "at the case's positions rounded to {format} (a position buffer held in {format}{}): {format} holds the integers exactly only up to {}, so the positions past it, and the distances between them, move by its rounding; keep positions in an integer {} [conv.positions]",
+                if *format == "float32" { ", or positions cast to it on the way" } else { ", cast with the model" },
+                exact_up_to(format),
+                if *format == "float32" { "buffer, or in the dtype the module computes in" } else { "or float32 buffer" }
             ),
         }
     }
@@ -53,8 +56,11 @@ impl fmt::Display for HeldPositions {
 /// Table sizes tried, the paper's training length first: a clamp at `P − 1` of each.
 const TABLES: [i64; 8] = [512, 1024, 2048, 256, 4096, 128, 8192, 64];
 
-/// The 16-bit formats a position buffer may be held in.
-const ROUNDED: [&str; 2] = ["float16", "bfloat16"];
+/// The formats a position buffer may be held in: the 16-bit ones (cast with the model), and
+/// float32 (a float64 module whose positions pass through float32, past 2^24), tried before
+/// bfloat16: where both reproduce a case (positions near 2^53, which both round alike), the one
+/// that moves fewer positions is said.
+const ROUNDED: [&str; 3] = ["float16", "float32", "bfloat16"];
 
 /// The largest integer up to which every integer is one of `format`'s values: 2^(mantissa + 1).
 fn exact_up_to(format: &str) -> i64 {
@@ -102,8 +108,11 @@ pub(super) fn held_positions(
             .iter()
             .find(|name| {
                 format_named(name).is_some_and(|format| {
-                    // The rounded value of an integer past `exact_up_to` is an integer.
-                    fits(&|n| rounded(n as f64, format) as i64)
+                    // A position past the format's range is ∞ there, and the output no number
+                    // this could predict (float16 holds none past 65 504).
+                    queries.iter().chain(keys).all(|&n| format.holds(n as f64))
+                        // The rounded value of an integer past `exact_up_to` is an integer.
+                        && fits(&|n| rounded(n as f64, format) as i64)
                 })
             })
             .map(|&name| HeldPositions::Rounded(name))

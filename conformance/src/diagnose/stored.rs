@@ -101,12 +101,22 @@ impl fmt::Display for Stored {
     }
 }
 
-/// A binary floating-point format: significant bits after the leading one, and the exponent of
-/// its smallest normal number (below which its spacing stays that of the subnormals).
+/// A binary floating-point format: significant bits after the leading one, the exponent of its
+/// smallest normal number (below which its spacing stays that of the subnormals), and that of
+/// its largest.
 pub(super) struct Format {
     pub(super) name: &'static str,
     pub(super) mantissa: i32,
     min_exponent: i32,
+    max_exponent: i32,
+}
+
+impl Format {
+    /// Whether `v` (finite) lies within the format's range: its largest finite value is
+    /// (2 − 2^−mantissa) · 2^max_exponent (float16's 65 504), past which it holds ±∞.
+    pub(super) fn holds(&self, v: f64) -> bool {
+        v.abs() <= (2.0 - 2f64.powi(-self.mantissa)) * 2f64.powi(self.max_exponent)
+    }
 }
 
 /// The storage formats tried, narrowest spacing first among those below a profile.
@@ -115,16 +125,19 @@ pub(super) const FORMATS: [Format; 3] = [
         name: "float32",
         mantissa: 23,
         min_exponent: -126,
+        max_exponent: 127,
     },
     Format {
         name: "float16",
         mantissa: 10,
         min_exponent: -14,
+        max_exponent: 15,
     },
     Format {
         name: "bfloat16",
         mantissa: 7,
         min_exponent: -126,
+        max_exponent: 127,
     },
 ];
 

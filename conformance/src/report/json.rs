@@ -181,6 +181,12 @@ pub fn render(r: &Report) -> Value {
     report["glue_found_partly"] = glue_found_partly;
     // [proto.hello]: what it said of the module across calls.
     report["state"] = Value::String(r.capabilities.state.name().into());
+    report["unserved"] = Value::Array(
+        r.unserved
+            .iter()
+            .map(|u| json!({"kind": u.kind, "encoding": u.encoding, "cases": u.cases, "families": u.families}))
+            .collect(),
+    );
     report
 }
 

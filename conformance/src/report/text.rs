@@ -460,6 +460,21 @@ pub fn run_lines(r: &Report) -> String {
             r.dtype
         );
     }
+    for u in &r.unserved {
+        let shows = match u.kind {
+            "gradient" => "a parameter that gets no gradient, or the wrong one",
+            "bias" => "a bias the attention outputs graded here do not show",
+            _ => "the bias added where the attention does not add it",
+        };
+        let _ = writeln!(
+            out,
+            "not checked: the {} cases of {}: the implementation lists none of their families ({}; its CAPABILITIES `families`), so the harness skipped all {} and a mistake only they show ({shows}) passes this run; list the family to have them graded [proto.hello]",
+            u.kind,
+            u.encoding,
+            u.families.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
+            u.cases
+        );
+    }
     for u in &r.gradients_unchecked {
         let _ = writeln!(
             out,

@@ -325,6 +325,15 @@ class PositionList(Correct):
         return self.rows(np.asarray(positions, dtype=self.dt))
 
 
+class PositionListThroughFloat32(PositionList):
+    """forward(positions) computing in its dtype, but the positions cast to float32 on the way
+    (a float64 module with a float32 position buffer): exact up to 2^24, rounded past it (audit
+    38: named as float16's rounding, which holds no position past 65 504)."""
+
+    def __call__(self, positions):
+        return self.rows(np.asarray(positions, dtype=np.float32).astype(self.dt))
+
+
 class PaddingMask(PositionList):
     """Correct, Hugging Face's way: forward(attention_mask) of a padding mask [B, T], the
     positions made from it (``attention_mask.cumsum(-1) - 1``, padding at 0), one bias per

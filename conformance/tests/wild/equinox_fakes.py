@@ -94,6 +94,16 @@ class PositionsStopGradient(FIRE):
         return jax.lax.stop_gradient(self.positions_table)[:seq_length]
 
 
+class OneSequencePositionsStopGradient(PositionsStopGradient):
+    """Correct: the table of positions read through ``jax.lax.stop_gradient``, in a module
+    reading one sequence ``[T, D]`` (audit 38: refused as a parameter the bias has a gradient
+    in, the glue having tried the table's gradient on a batch the module cannot read)."""
+
+    def __call__(self, x):
+        seq = jnp.zeros((1, 1, x.shape[0], 1))
+        return jnp.transpose(self.mlp_of(self.normalized(seq)), (2, 0, 1))
+
+
 class PsiTableStopGradient(FIRE):
     """A ψ table made in ``__init__`` from ``init_c``, read through ``jax.lax.stop_gradient``:
     right while c is where it started, never after training or a checkpoint."""

@@ -126,6 +126,20 @@ class CachesLongBias(FIRE):
         return b
 
 
+class PositionsTableParam(FIRE):
+    """Correct: a table of positions kept as an ``nnx.Param`` and read through
+    ``jax.lax.stop_gradient`` (audit 38: failed as a stale bias, the glue's step having scaled
+    the table and the bridge never writing the module's own value back)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6, *,
+                 rngs: nnx.Rngs):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps, rngs=rngs)
+        self.positions_table = nnx.Param(jnp.arange(4096, dtype=jnp.float32))
+
+    def positions(self, seq_length, dtype):
+        return jax.lax.stop_gradient(self.positions_table[...])[:seq_length].astype(dtype)
+
+
 class OneBasedPositions(FIRE):
     """Positions counted from 1 (the catalogue's `one-based-positions`)."""
 

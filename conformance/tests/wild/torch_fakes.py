@@ -1176,3 +1176,36 @@ class DetachedWholeInTraining(FIRE):
     def forward(self, x: torch.Tensor):
         bias = super().forward(x)
         return bias.detach() if self.training else bias
+
+
+class ZeroInitialisedMLP(FIRE):
+    """f_θ initialised to zeros, weights and biases (audit 38: it passed, the cases loading f_θ's
+    values over it): no gradient ever reaches its weights."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        with torch.no_grad():
+            for p in self.mlp.parameters():
+                p.zero_()
+
+
+class ZeroInitialisedOutputLayer(FIRE):
+    """Correct: only f_θ's output layer starts at zero (a common choice: the bias starts at 0
+    and the hidden layer still learns once the output layer has)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=512.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        with torch.no_grad():
+            self.mlp[2].weight.zero_()
+            self.mlp[2].bias.zero_()
+
+
+class SplitThreshold(FIRE):
+    """The threshold's factors split otherwise: L_multiplier starts at 0.5 and init_L at 1 024
+    (the same L = 512): the multiplier's gradient is twice the spec's (audit 38: blamed on a
+    detach or a hand-written backward)."""
+
+    def __init__(self, num_heads=12, mlp_width=32, init_c=0.1, init_L=1024.0, eps=1e-6):
+        super().__init__(num_heads, mlp_width, init_c, init_L, eps)
+        with torch.no_grad():
+            self.L_multiplier.fill_(0.5)
