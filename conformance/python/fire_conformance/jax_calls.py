@@ -4,6 +4,9 @@ each training flag its call takes, and how the names of its call's parameters sa
 (``calls.call_style``). Shared by ``jax_glue`` and the checks it makes (``long_length``)."""
 
 from fire_conformance import calls
+from fire_conformance import equinox_bridge
+from fire_conformance import haiku_bridge
+from fire_conformance import nnx_bridge
 from fire_conformance import train_mode
 
 
@@ -48,3 +51,25 @@ def init(m, rng, *args):
 def call_style(m):
     """As ``calls.call_style``, from ``__call__`` (Flax) or else ``apply`` less ``variables``."""
     return calls.style_of(parameter_names(m))
+
+
+def bridged(cls):
+    """``cls`` behind linen's interface: a ``flax.nnx``, Equinox or Haiku module through its
+    bridge, any other as it is."""
+    for bridge, test in ((nnx_bridge, nnx_bridge.is_nnx), (equinox_bridge, equinox_bridge.is_equinox),
+                         (haiku_bridge, haiku_bridge.is_haiku)):
+        if test(cls):
+            return bridge.as_linen(cls)
+    return cls
+
+
+def linen_interface(cls):
+    """Refuses, before any case, a class without Flax linen's ``init``/``apply`` (a
+    ``flax.nnx``, Equinox or Haiku module has come through its bridge by then), naming what to do
+    rather than an ``AttributeError`` on every case."""
+    if callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)):
+        return
+    raise SystemExit(
+        f"{getattr(cls, '__name__', cls)}: no init/apply methods; the JAX glue takes Flax "
+        "linen's interface (init(rng, *args) -> variables, apply(variables, *args)), flax.nnx, "
+        "Equinox and Haiku modules; write a build(case) glue for any other (conformance/README.md)")

@@ -54,15 +54,12 @@ from fire_conformance import calls
 from fire_conformance import construction
 from fire_conformance import decoding
 from fire_conformance import dtypes
-from fire_conformance import equinox_bridge
 from fire_conformance import forward_call
 from fire_conformance import fresh
-from fire_conformance import haiku_bridge
 from fire_conformance import kit as fire_kit
 from fire_conformance import loading
 from fire_conformance import long_length
 from fire_conformance import logits
-from fire_conformance import nnx_bridge
 from fire_conformance import numpy_fire
 from fire_conformance import outputs
 from fire_conformance import steps
@@ -70,8 +67,9 @@ from fire_conformance import train_mode
 from fire_conformance import trees
 from fire_conformance.held import (
     FROM_ARGUMENT, TransformedArgument, check_arguments, check_f_theta_start, same_in_f32)
-from fire_conformance.jax_calls import apply, call_of, call_style, import_jax, init, parameter_names
-from fire_conformance.jax_loading import load_jax, place, unreached
+from fire_conformance.jax_calls import (
+    apply, bridged, call_of, call_style, import_jax, init, linen_interface, parameter_names)
+from fire_conformance.jax_loading import kept_as_built, load_jax, place, unreached
 
 
 class FrozenScalar(fire_kit.Mistake, ValueError):
@@ -571,37 +569,6 @@ class JaxGlue:
                               heads, rows, cols, batch=plan.batch)
         return np.asarray(jnp.asarray(out, dtype=jnp.float64 if self.dtype == "f64"
                                       else jnp.float32), dtype=np.float64)
-
-
-def kept_as_built(unset):
-    """The note of arrays among the parameters that take none of the case's values and that the
-    bias has no gradient in (``JaxGlue.constants``): graded as built; what would still move them."""
-    return (f"kept as built: {['/'.join(p) for p in unset]} (among the parameters, no case value "
-            "reaches them and the bias has no gradient in them); an optimiser with weight decay "
-            "(AdamW) still moves what it is given, so a fixed table belongs outside what it updates "
-            "(a collection other than `params`, an `nnx.Variable`, `hk.get_state`, a static field)")
-
-
-def bridged(cls):
-    """``cls`` behind linen's interface: a ``flax.nnx``, Equinox or Haiku module through its
-    bridge, any other as it is."""
-    for bridge, test in ((nnx_bridge, nnx_bridge.is_nnx), (equinox_bridge, equinox_bridge.is_equinox),
-                         (haiku_bridge, haiku_bridge.is_haiku)):
-        if test(cls):
-            return bridge.as_linen(cls)
-    return cls
-
-
-def linen_interface(cls):
-    """Refuses, before any case, a class without Flax linen's ``init``/``apply`` (a
-    ``flax.nnx``, Equinox or Haiku module has come through its bridge by then), naming what to do
-    rather than an ``AttributeError`` on every case."""
-    if callable(getattr(cls, "init", None)) and callable(getattr(cls, "apply", None)):
-        return
-    raise SystemExit(
-        f"{getattr(cls, '__name__', cls)}: no init/apply methods; the JAX glue takes Flax "
-        "linen's interface (init(rng, *args) -> variables, apply(variables, *args)), flax.nnx, "
-        "Equinox and Haiku modules; write a build(case) glue for any other (conformance/README.md)")
 
 
 def serve(cls, a):

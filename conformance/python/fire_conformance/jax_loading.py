@@ -206,3 +206,12 @@ def place(value, leaf, path, transpose=False):
             raise loading.ParamsMismatch(f"parameter {'/'.join(path)} has shape {list(want)} in the module, "
                              f"ours is {list(value.shape)}")
     return value
+
+
+def kept_as_built(unset):
+    """The note of arrays among the parameters that take none of the case's values and that the
+    bias has no gradient in (``JaxGlue.constants``): graded as built; what would still move them."""
+    return (f"kept as built: {['/'.join(p) for p in unset]} (among the parameters, no case value "
+            "reaches them and the bias has no gradient in them); an optimiser with weight decay "
+            "(AdamW) still moves what it is given, so a fixed table belongs outside what it updates "
+            "(a collection other than `params`, an `nnx.Variable`, `hk.get_state`, a static field)")
