@@ -170,8 +170,8 @@ pub struct Report {
     /// [proto.report]
     pub too_precise: Vec<coverage::TooPrecise>,
     /// Per encoding the run graded some value case of, the kinds of value case (bias,
-    /// attention, gradient) of which it graded none because the implementation lists none of
-    /// their families (a glue serving `fire`, `edge` and `invalid`: no gradient checked, so a
+    /// gradient) of which it graded none because the implementation lists none of their
+    /// families (a glue serving `fire`, `edge` and `invalid`: no gradient checked, so a
     /// parameter detached passes): said, as [`Report::gradients_unchecked`] is where the
     /// implementation itself skipped them. spec: [proto.hello], [proto.report]
     pub unserved: Vec<coverage::Unserved>,

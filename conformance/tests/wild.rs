@@ -752,7 +752,9 @@ fn what_a_module_or_glue_prints_to_stdout_does_not_reach_the_protocol() {
     assert!(count(&r, "values", "passed") >= 15, "{r:#}");
     // It serves `fire`, `edge` and `invalid`: no gradient case was graded, and the run says so
     // (audit 38: the README's glue template, with `c` detached, passed unsaid).
+    // The attention cases it does not serve either are no gap of a bias module's: not said.
     let unserved = r["unserved"].as_array().unwrap();
+    assert_eq!(unserved.len(), 1, "{r:#}");
     assert!(
         unserved.iter().any(|u| u["kind"] == "gradient"
             && u["encoding"] == "fire"

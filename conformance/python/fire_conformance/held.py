@@ -210,7 +210,7 @@ def check_f_theta_start(initial):
     error after it) ever differs from 0; the output bias alone learns, and FIRE stays one
     constant per head. The cases load f_θ's values over it (its initialisation is random:
     [fire.defaults] takes PyTorch's ``nn.Linear`` one), so nothing else would show it."""
-    layers = [np.asarray(v, dtype=np.float64) for k, v in initial.items() if k.startswith("mlp.")]
+    layers = [as_float64(v) for k, v in initial.items() if k.startswith("mlp.")]
     if layers and all(not np.any(v) for v in layers):
         raise DeadFTheta(
             "its f_θ starts with every weight and bias 0 (as its constructor initialises it): "

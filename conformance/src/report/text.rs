@@ -461,10 +461,10 @@ pub fn run_lines(r: &Report) -> String {
         );
     }
     for u in &r.unserved {
-        let shows = match u.kind {
-            "gradient" => "a parameter that gets no gradient, or the wrong one",
-            "bias" => "a bias the attention outputs graded here do not show",
-            _ => "the bias added where the attention does not add it",
+        let shows = if u.kind == "gradient" {
+            "a parameter that gets no gradient, or the wrong one"
+        } else {
+            "a bias the attention outputs graded here do not show"
         };
         let _ = writeln!(
             out,
