@@ -351,7 +351,7 @@ pub fn read_xfails(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// A case's family: its id's first segment. spec: [vec.ids]
+/// A case's family: its id's first segment. spec: [vec.families]
 pub(crate) fn family(id: &str) -> &str {
     id.split('/').next().unwrap_or(id)
 }
