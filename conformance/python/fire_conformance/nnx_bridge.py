@@ -15,9 +15,10 @@ its constructor takes ``rngs``, the module then put in evaluation mode) whose in
   that differ from what it holds: what ``init`` returned, or a call wrote; ``nnx.update``) and
   calls it, as a program calls its module step after step: whatever the module keeps between
   calls (a bias or ψ table cached in an attribute) is there at the next call, as it is in
-  training, where the glue's step shows it (``steps.jax_step``). Under a JAX transformation (``jax.vjp``) it merges a module from the one
-  built, its state with the given values in, every leaf a Variable of that trace (which the call
-  may write, an ``nnx.Cache`` say), and calls that, as ``nnx.grad`` does.
+  training, where the glue's step shows it (``steps.jax_step``). Under a JAX transformation
+  (``jax.vjp``) it merges a module from the one built, its state with the given values in,
+  every leaf a Variable of that trace (which the call may write, an ``nnx.Cache`` say), and
+  calls that, as ``nnx.grad`` does.
 """
 
 from fire_conformance import construction
