@@ -167,7 +167,8 @@ pub(crate) fn too_precise(
 pub struct Unserved {
     /// The kind of case: `bias` or `gradient`.
     pub kind: &'static str,
-    /// The encoding ([`encoding_name`]).
+    /// The encoding: `fire` (whatever the architecture of f_θ), `fire-s`, `fire per layer`, or
+    /// a baseline's name.
     pub encoding: String,
     /// How many such cases the harness skipped.
     pub cases: usize,
