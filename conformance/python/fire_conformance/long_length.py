@@ -444,8 +444,8 @@ def check_jax(glue, m, variables, params, plan, heads, case, loaded, in_out, jax
                 return None
 
         before = stepped() if len(at_case.keys) > SHORT else None
-        # Evaluation's bias before the gradients' call: a call under `jax.vjp` that a module
-        # refuses leaves the bias judged all the same.
+        # Evaluation's bias from a direct call too, after a step: a cache the direct call hits
+        # and the traced one misses (kept by instance outside the module) answers only there.
         eval_bias = at.pick(as_numpy(evaluated(params))) if training is not None or before is not None \
             else None
         full, pullback = jax.vjp(bias, params)

@@ -10,9 +10,9 @@
 //! registered once and cast with the model, `model.to(torch.bfloat16)`) holds the integers
 //! exactly only up to 2 048 (float16) or 256 (bfloat16) and rounds the positions past them, so
 //! distances between them move by the rounding (float16 holds none past 65 504: ∞ there); a
-//! float64 module whose positions pass through float32 does the same past 2^24. Evaluating the reference at the positions so
-//! held names either exactly, as [`crate::initial`] does for a constructor's other initial
-//! values. spec: [conv.positions]
+//! float64 module whose positions pass through float32 does the same past 2^24. Evaluating the
+//! reference at the positions so held names either exactly, as [`crate::initial`] does for a
+//! constructor's other initial values. spec: [conv.positions]
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -42,13 +42,19 @@ impl fmt::Display for HeldPositions {
                 "at the case's positions clamped to {last} (`positions.clamp(max={last})`, a table of {} positions): every position past {last} is read as {last}, so two of them are at distance 0 and a query past it is normalised by ψ(max({last}, L)); FIRE's positions are not bounded [conv.positions]",
                 last + 1
             ),
-            Self::Rounded(format) => write!(
-                f,
-                "at the case's positions rounded to {format} (a position buffer held in {format}{}): {format} holds the integers exactly only up to {}, so the positions past it, and the distances between them, move by its rounding; keep positions in an integer {} [conv.positions]",
-                if *format == "float32" { ", or positions cast to it on the way" } else { ", cast with the model" },
-                exact_up_to(format),
-                if *format == "float32" { "buffer, or in the dtype the module computes in" } else { "or float32 buffer" }
-            ),
+            Self::Rounded(format) => {
+                // float32 is a float64 module's cast on the way; a 16-bit one, the model's.
+                let (how, keep) = if *format == "float32" {
+                    ("or positions cast to it on the way", "buffer, or in the dtype the module computes in")
+                } else {
+                    ("cast with the model", "or float32 buffer")
+                };
+                write!(
+                    f,
+                    "at the case's positions rounded to {format} (a position buffer held in {format}, {how}): {format} holds the integers exactly only up to {}, so the positions past it, and the distances between them, move by its rounding; keep positions in an integer {keep} [conv.positions]",
+                    exact_up_to(format)
+                )
+            }
         }
     }
 }
